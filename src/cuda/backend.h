@@ -1,0 +1,27 @@
+// The CUDA backend's entry points used by the device-independent core (only in KILN_HAVE_CUDA builds).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/tensor.h"
+
+namespace kiln::cuda {
+
+// Number of usable devices; 0 when there is no driver, no device, or the driver is too old. The reason is
+// kept for unavailable_reason().
+int device_count();
+// Why CUDA cannot be used ("" when it can).
+std::string unavailable_reason();
+// Throws a kiln::Error that says why when `device` cannot be used.
+void check_device(Device device);
+
+std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device);
+void copy_tensor(const Tensor& dst, const Tensor& src);
+// Sets every element of t to the same item of `size` bytes.
+void fill_bytes(const Tensor& t, const unsigned char* item, size_t size);
+
+// Throws kiln::Error naming `what` when a CUDA call failed.
+void check(int err, const char* what);
+
+}  // namespace kiln::cuda

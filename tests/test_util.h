@@ -1,0 +1,134 @@
+// Shared test helpers: fresh random inputs, poisoned outputs, comparison with dtype tolerances.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/ops.h"
+
+namespace kiln::test {
+
+// A generator seeded differently on every run (the seed is printed on failure through SCOPED_TRACE by
+// the callers that want it): tests must hold for any valid input, not one lucky draw.
+inline std::mt19937_64& rng() {
+  static std::mt19937_64 g(std::random_device{}());
+  return g;
+}
+
+// Host values uniform in [lo, hi) as a tensor of `dtype` (converted from f64).
+inline Tensor random_tensor(const Shape& shape, DType dtype, double lo = -2.0, double hi = 2.0,
+                            Device device = kCPU) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<size_t>(checked_numel(shape)));
+  for (auto& x : v) x = dist(rng());
+  return from_vector<double>(v, shape).to(dtype).to(device);
+}
+
+// Random integers in [lo, hi] as `dtype`.
+inline Tensor random_int_tensor(const Shape& shape, DType dtype, int64_t lo, int64_t hi, Device device = kCPU) {
+  std::uniform_int_distribution<int64_t> dist(lo, hi);
+  std::vector<int64_t> v(static_cast<size_t>(checked_numel(shape)));
+  for (auto& x : v) x = dist(rng());
+  return from_vector<int64_t>(v, shape).to(dtype).to(device);
+}
+
+// Fills t with a value no correct kernel produces by accident (NaN for floats, 0x5A bytes otherwise).
+inline void poison(Tensor& t) {
+  if (is_floating(t.dtype()) || is_complex(t.dtype())) t.fill_(NAN);
+  else if (t.dtype() == DType::Bool) t.fill_(true);
+  else t.fill_(0x5A);
+}
+
+struct Tolerance {
+  double rtol, atol;
+};
+// torch.testing's defaults per dtype.
+inline Tolerance default_tolerance(DType t) {
+  switch (t) {
+    case DType::F16: return {1e-3, 1e-5};
+    case DType::BF16: return {1.6e-2, 1e-5};
+    case DType::F32: return {1.3e-6, 1e-5};
+    case DType::C64: return {1.3e-6, 1e-5};
+    case DType::F64: return {1e-7, 1e-7};
+    case DType::F8E4M3: return {0.125, 1e-3};
+    case DType::F8E5M2: return {0.25, 1e-3};
+    default: return {0, 0};
+  }
+}
+
+// Checks |actual - expected| <= atol + rtol * |expected| elementwise (NaN matches NaN, inf matches the
+// same inf), shapes equal. Compares in f64 (complex: both parts).
+inline ::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected,
+                                            std::optional<Tolerance> tol = std::nullopt) {
+  if (actual.sizes() != expected.sizes())
+    return ::testing::AssertionFailure() << "shape " << shape_str(actual.sizes()) << " != expected "
+                                         << shape_str(expected.sizes());
+  const Tolerance t = tol.value_or(default_tolerance(actual.dtype()));
+  auto cmp = [&](const std::vector<double>& a, const std::vector<double>& e, const char* part)
+      -> ::testing::AssertionResult {
+    int64_t bad = 0, first = -1;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double x = a[i], y = e[i];
+      bool ok;
+      if (std::isnan(y)) ok = std::isnan(x);
+      else if (std::isinf(y)) ok = x == y;
+      else ok = std::fabs(x - y) <= t.atol + t.rtol * std::fabs(y);
+      if (!ok) {
+        if (first < 0) first = static_cast<int64_t>(i);
+        ++bad;
+      }
+    }
+    if (bad == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << bad << " of " << a.size() << " elements differ" << part
+                                         << "; first at flat index " << first << ": got " << a[first]
+                                         << ", expected " << e[first] << " (rtol " << t.rtol << ", atol "
+                                         << t.atol << ")";
+  };
+  if (is_complex(actual.dtype()) || is_complex(expected.dtype())) {
+    auto a = actual.to_vector<Complex64>(), e = expected.to_vector<Complex64>();
+    std::vector<double> ar, ai, er, ei;
+    for (auto& c : a) ar.push_back(c.re), ai.push_back(c.im);
+    for (auto& c : e) er.push_back(c.re), ei.push_back(c.im);
+    auto r = cmp(ar, er, " (real part)");
+    if (!r) return r;
+    return cmp(ai, ei, " (imaginary part)");
+  }
+  return cmp(actual.to_vector<double>(), expected.to_vector<double>(), "");
+}
+
+// Exact equality of values and dtype (for integer and bool results).
+inline ::testing::AssertionResult equal(const Tensor& actual, const Tensor& expected) {
+  if (actual.dtype() != expected.dtype())
+    return ::testing::AssertionFailure() << "dtype " << dtype_name(actual.dtype()) << " != expected "
+                                         << dtype_name(expected.dtype());
+  return all_close(actual, expected, Tolerance{0, 0});
+}
+
+// Runs `fn` and checks it throws kiln::Error whose message contains every one of `parts`.
+template <class F>
+::testing::AssertionResult throws_error(F&& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts)
+      if (msg.find(p) == std::string::npos)
+        return ::testing::AssertionFailure() << "message \"" << msg << "\" lacks \"" << p << "\"";
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-kiln exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+// Skips a CUDA test with a visible reason when no GPU can be used.
+#define KILN_REQUIRE_CUDA()                                                        \
+  do {                                                                             \
+    if (!::kiln::cuda_available()) GTEST_SKIP() << "no usable CUDA device in this environment"; \
+  } while (0)
+
+}  // namespace kiln::test
