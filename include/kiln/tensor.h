@@ -16,6 +16,7 @@
 namespace kiln {
 
 using Shape = std::vector<int64_t>;
+class Stream;
 
 // A block of device or host memory. Tensors share it; it is freed when the last one goes.
 class Storage {
@@ -151,6 +152,10 @@ class Tensor {
   // The elements as a host vector of T (converted), in row-major order.
   template <class T>
   std::vector<T> to_vector() const;
+
+  // Marks this CUDA tensor's memory as used by `stream` too: when the tensor is freed, the allocator does
+  // not reuse the memory until the work enqueued on `stream` up to that point has completed.
+  void record_stream(const Stream& stream) const;
 
   std::string str() const;  // "tensor([[1., 2.], ...], dtype=float32)" like PyTorch's repr
   std::string meta() const;  // "f32[2, 3] cpu" for error messages

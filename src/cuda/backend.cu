@@ -6,7 +6,10 @@
 #include <mutex>
 
 #include "core/copy.h"
+#include "cuda/allocator.h"
 #include "cuda/backend.h"
+#include "kiln/runtime.h"
+#include "kiln/version.h"
 
 namespace kiln::cuda {
 
@@ -54,27 +57,39 @@ void check_device(Device device) {
   KILN_CHECK(d.count > 0, "CUDA is not available: ", d.reason);
   KILN_CHECK(device.index < d.count, "device ", device.str(), " does not exist (", d.count, " CUDA device",
              d.count == 1 ? "" : "s", " present)");
+  static std::once_flag flags[64];
+  static bool runnable[64];
+  if (device.index < 64) {
+    std::call_once(flags[device.index], [&] { runnable[device.index] = kernels_runnable(device.index); });
+    if (!runnable[device.index]) {
+      cudaDeviceProp p{};
+      cudaGetDeviceProperties(&p, device.index);
+      cudaGetLastError();
+      throw Error(str("device ", device.str(), " (", p.name, ", compute capability ", p.major, ".", p.minor,
+                      ") cannot run this build's kernels: compiled for CUDA architectures ", kCudaArchitectures,
+                      "; rebuild with -DCMAKE_CUDA_ARCHITECTURES=", p.major, p.minor));
+    }
+  }
 }
 
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
   check_device(device);
-  check(cudaSetDevice(device.index), "cudaSetDevice");
-  void* p = nullptr;
-  if (nbytes > 0) {
-    const cudaError_t e = cudaMalloc(&p, nbytes);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      throw OutOfMemory(str("CUDA out of memory allocating ", nbytes, " bytes on ", device.str()));
-    }
-  }
-  return std::make_shared<Storage>(std::shared_ptr<void>(p, [](void* q) { if (q) cudaFree(q); }), nbytes,
-                                   device);
+  auto& alloc = CachingAllocator::get(device.index);
+  void* p = nbytes > 0 ? alloc.malloc(nbytes, stream_of(device)) : nullptr;
+  return std::make_shared<Storage>(std::shared_ptr<void>(p, [&alloc](void* q) { alloc.free(q); }), nbytes, device);
 }
+
+cudaStream_t stream_of(Device device) { return static_cast<cudaStream_t>(current_stream(device).handle()); }
 
 void copy_tensor(const Tensor& dst, const Tensor& src) {
   // Same dtype, both contiguous: one cudaMemcpy. Otherwise convert through a contiguous host copy.
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
-    check(cudaMemcpy(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault), "copy");
+    const Device dev = dst.is_cuda() ? dst.device() : src.device();
+    check(cudaSetDevice(dev.index), "cudaSetDevice");
+    const cudaStream_t s = stream_of(dev);
+    check(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, s), "copy");
+    // The host reads what it copied out: wait for this stream only (never the whole device).
+    if (dst.is_cpu()) check(cudaStreamSynchronize(s), "copy to host");
     return;
   }
   KILN_CHECK(src.is_cpu() || src.is_contiguous(),
@@ -88,7 +103,11 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
                 dst.dtype());
   cpu::copy_cast(staged, host_src);
   KILN_CHECK(dst.is_contiguous(), "copy: non-contiguous device destination is not supported by this backend yet");
-  check(cudaMemcpy(dst.data_ptr(), staged.data_ptr(), dst.nbytes(), cudaMemcpyHostToDevice), "copy");
+  check(cudaSetDevice(dst.device().index), "cudaSetDevice");
+  // Synchronous with respect to the host: `staged` is pageable and dies at the end of this scope.
+  const cudaStream_t s = stream_of(dst.device());
+  check(cudaMemcpyAsync(dst.data_ptr(), staged.data_ptr(), dst.nbytes(), cudaMemcpyHostToDevice, s), "copy");
+  check(cudaStreamSynchronize(s), "copy to device");
 }
 
 namespace {
@@ -103,6 +122,17 @@ __global__ void fill_kernel(unsigned char* p, int64_t n, const unsigned char* __
 }
 }  // namespace
 
+bool kernels_runnable(int device) {
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(device);
+  cudaFuncAttributes attr{};
+  const cudaError_t e = cudaFuncGetAttributes(&attr, fill_kernel<1>);
+  cudaGetLastError();
+  cudaSetDevice(prev);
+  return e == cudaSuccess;
+}
+
 void fill_bytes(const Tensor& t, const unsigned char* item, size_t size) {
   KILN_CHECK(t.is_contiguous(), "fill_: non-contiguous device tensors are not supported by this backend yet");
   uint64_t v = 0;
@@ -111,11 +141,13 @@ void fill_bytes(const Tensor& t, const unsigned char* item, size_t size) {
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
   auto* p = static_cast<unsigned char*>(t.data_ptr());
+  check(cudaSetDevice(t.device().index), "cudaSetDevice");
+  const cudaStream_t s = stream_of(t.device());
   switch (size) {
-    case 1: fill_kernel<1><<<blocks, threads>>>(p, n, nullptr, v); break;
-    case 2: fill_kernel<2><<<blocks, threads>>>(p, n, nullptr, v); break;
-    case 4: fill_kernel<4><<<blocks, threads>>>(p, n, nullptr, v); break;
-    default: fill_kernel<8><<<blocks, threads>>>(p, n, nullptr, v); break;
+    case 1: fill_kernel<1><<<blocks, threads, 0, s>>>(p, n, nullptr, v); break;
+    case 2: fill_kernel<2><<<blocks, threads, 0, s>>>(p, n, nullptr, v); break;
+    case 4: fill_kernel<4><<<blocks, threads, 0, s>>>(p, n, nullptr, v); break;
+    default: fill_kernel<8><<<blocks, threads, 0, s>>>(p, n, nullptr, v); break;
   }
   check(cudaGetLastError(), "fill_ kernel launch");
 }

@@ -1,6 +1,8 @@
 // The CUDA backend's entry points used by the device-independent core (only in KILN_HAVE_CUDA builds).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <memory>
 #include <string>
 
@@ -16,10 +18,16 @@ std::string unavailable_reason();
 // Throws a kiln::Error that says why when `device` cannot be used.
 void check_device(Device device);
 
+// The raw handle of the calling thread's current stream on `device`.
+cudaStream_t stream_of(Device device);
+
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device);
 void copy_tensor(const Tensor& dst, const Tensor& src);
 // Sets every element of t to the same item of `size` bytes.
 void fill_bytes(const Tensor& t, const unsigned char* item, size_t size);
+
+// True when this build holds machine code or PTX the device can run (probed with a tiny kernel).
+bool kernels_runnable(int device);
 
 // Throws kiln::Error naming `what` when a CUDA call failed.
 void check(int err, const char* what);
