@@ -129,7 +129,7 @@ void scatter_elements(const Tensor& self, int64_t dim, const Tensor& index, cons
     });
     return;
   }
-  visit_dtypes<kFloatTypes | kIntTypes | kBoolType | kComplexTypes>(self.dtype(), "scatter_add", [&](auto tag) {
+  visit_dtypes<dset(DType::F32, DType::F64) | kIntTypes | kBoolType | kComplexTypes>(self.dtype(), "scatter_add", [&](auto tag) {
     using T = typename decltype(tag)::type;
     run(tag, [](T a, T b) -> T {
       if constexpr (std::is_same_v<T, bool>) {
@@ -141,9 +141,7 @@ void scatter_elements(const Tensor& self, int64_t dim, const Tensor& index, cons
         using UT = std::make_unsigned_t<T>;
         return static_cast<T>(static_cast<UT>(static_cast<UT>(a) + static_cast<UT>(b)));
       } else {
-        // Half types round into storage after every addition, as PyTorch's CPU scatter_add does.
-        using O = opmath_t<T>;
-        return T(static_cast<O>(a) + static_cast<O>(b));
+        return a + b;
       }
     });
   });

@@ -21,7 +21,8 @@ void gather_elements(const Tensor& out, const Tensor& src_r, const Tensor& idx_r
                      int64_t wrap = 0);
 
 // self[..., index[i], ...] (along dim) = src[i] (or += src[i] when add), over every position i of index;
-// with src undefined, value (itemsize bytes of self's dtype) is written instead. Lines along dim are handed
+// with src undefined, value (itemsize bytes of self's dtype) is written instead. add supports f32, f64,
+// c64, integers (wrapping) and bool (or); the caller converts half types to f32. Lines along dim are handed
 // to threads whole, so duplicate indices never race and accumulate in index order.
 void scatter_elements(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
                       const void* value, bool add);

@@ -299,6 +299,16 @@ void check_scatter(const char* op, const Tensor& self, int64_t& dim, const Tenso
 void scatter_into(const char* op, Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
                   const void* value, bool add) {
   if (index.numel() == 0) return;
+  if (add && (self.dtype() == DType::F16 || self.dtype() == DType::BF16)) {
+    // PyTorch 2.11's CPU scatter_add accumulates half types in float and rounds each element once
+    // (3000 f16 ones into one slot give 3000, not the 2048 of per-addition rounding).
+    Tensor self32 = self.to(DType::F32);
+    scatter_into(op, self32, dim, index, src.to(DType::F32), value, add);
+    self.copy_(self32);
+    return;
+  }
+  KILN_CHECK(!add || (self.dtype() != DType::F8E4M3 && self.dtype() != DType::F8E5M2), op,
+             ": float8 dtypes are not supported, got ", self.meta());
   cpu::scatter_elements(as_1d_if_0d(self), dim, as_1d_if_0d(index), src.defined() ? as_1d_if_0d(src) : src,
                         value, add);
 }

@@ -66,8 +66,13 @@ Tensor addmm(const Tensor& input, const Tensor& a, const Tensor& b, const Scalar
   KILN_CHECK(a.size(1) == b.size(0), "addmm: shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (",
              a.size(1), " != ", b.size(0), ")");
   const Shape nm{a.size(0), b.size(1)};
-  KILN_CHECK(input.dim() <= 2 && broadcast_shapes(input.sizes(), nm) == nm, "addmm: input ", input.meta(),
-             " cannot broadcast to the product's shape ", nm);
+  bool fits = input.dim() <= 2;
+  for (int64_t d = 0; fits && d < input.dim(); ++d) {
+    const int64_t s = input.size(d);
+    fits = s == 1 || s == nm[2 - input.dim() + d];
+  }
+  KILN_CHECK(fits, "addmm: input ", input.meta(), " cannot broadcast to the product's shape ", nm, " (a ",
+             a.sizes(), ", b ", b.sizes(), ")");
   if (is_integral(a.dtype(), true))
     KILN_CHECK(beta.is_integral() && alpha.is_integral(), "addmm: integer operands need integer beta and alpha, got ",
                beta.str(), " and ", alpha.str());
@@ -88,7 +93,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
   const int64_t n = a2.size(-2), k = a2.size(-1), m = b2.size(-1);
   Shape batch_a(a2.sizes().begin(), a2.sizes().end() - 2), batch_b(b2.sizes().begin(), b2.sizes().end() - 2);
-  Shape batch = broadcast_shapes(batch_a, batch_b);
+  Shape batch;
+  try {
+    batch = broadcast_shapes(batch_a, batch_b);
+  } catch (const Error& e) {
+    throw Error(str("matmul: the batch dims of ", a.sizes(), " and ", b.sizes(), " do not broadcast: ", e.what()));
+  }
   Shape out_shape = batch;
   if (a.dim() > 1) out_shape.push_back(n);
   if (b.dim() > 1) out_shape.push_back(m);
