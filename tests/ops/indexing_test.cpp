@@ -344,3 +344,23 @@ TEST(MaskedFill, InvalidCalls) {
 
 }  // namespace
 }  // namespace kiln::test
+
+namespace kiln::test {
+namespace {
+
+// Large enough for the threaded paths (lines handed to threads, gather rows in parallel).
+TEST(ScatterAdd, LargeThreadedMatchesLoop) {
+  Tensor x = zeros({64, 40}, DType::I64);
+  Tensor idx = random_int_tensor({2000, 40}, DType::I64, 0, 63);
+  Tensor src = random_int_tensor({2000, 40}, DType::I64, -1000, 1000);
+  auto vi = ivec(idx), vs = ivec(src);
+  std::vector<int64_t> expect(64 * 40, 0);
+  for (int64_t i = 0; i < 2000; ++i)
+    for (int64_t j = 0; j < 40; ++j) expect[vi[i * 40 + j] * 40 + j] += vs[i * 40 + j];
+  EXPECT_EQ(ivec(scatter_add(x, 0, idx, src)), expect);
+  Tensor g = gather(src, 0, random_int_tensor({3000, 40}, DType::I64, 0, 1999));
+  EXPECT_EQ(g.sizes(), (Shape{3000, 40}));
+}
+
+}  // namespace
+}  // namespace kiln::test
