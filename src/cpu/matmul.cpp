@@ -1,1 +1,142 @@
-// Placeholder: filled in by its op family.
+#include "cpu/matmul.h"
+
+#include <cblas.h>
+
+#include <climits>
+#include <optional>
+#include <vector>
+
+#include "core/dispatch.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// How BLAS can read a rows x cols matrix with these element strides without a copy: row-major with unit
+// inner stride (NoTrans), or the transpose of such a matrix (Trans). ld must be >= 1 and cover a row.
+struct BlasView {
+  CBLAS_TRANSPOSE trans;
+  int64_t ld;
+};
+std::optional<BlasView> blas_view(int64_t srow, int64_t scol, int64_t rows, int64_t cols) {
+  const int64_t c1 = std::max<int64_t>(cols, 1), r1 = std::max<int64_t>(rows, 1);
+  if ((cols == 1 || scol == 1) && (rows == 1 || srow >= c1)) return BlasView{CblasNoTrans, rows == 1 ? c1 : srow};
+  if ((rows == 1 || srow == 1) && (cols == 1 || scol >= r1)) return BlasView{CblasTrans, cols == 1 ? r1 : scol};
+  return std::nullopt;
+}
+
+// Below this much work per matrix (n*m*k) a batch runs one matrix per thread: BLAS's own threads would
+// spend more on start-up than they save on a tiny product.
+constexpr int64_t kSmallGemm = 1 << 18;
+
+template <class T>
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int n, int m, int k, T alpha, const T* a, int lda,
+               const T* b, int ldb, T beta, T* c, int ldc) {
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else if constexpr (std::is_same_v<T, double>)
+    cblas_dgemm(CblasRowMajor, ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    cblas_cgemm(CblasRowMajor, ta, tb, n, m, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
+}
+
+template <class T>
+T scalar_as(const Scalar& s) {
+  if constexpr (std::is_same_v<T, Complex64>) return s.to_complex();
+  else return static_cast<T>(s.to_double());
+}
+
+template <class T>
+void gemm_blas(const Tensor& c, Tensor a, Tensor b, const Scalar& alpha_s, const Scalar& beta_s) {
+  const int64_t B = c.size(0), n = c.size(1), m = c.size(2), k = a.size(2);
+  KILN_CHECK(n <= INT_MAX && m <= INT_MAX && k <= INT_MAX, "matmul: sizes n=", n, ", m=", m, ", k=", k,
+             " exceed what BLAS accepts (2^31 - 1)");
+  auto va = blas_view(a.stride(1), a.stride(2), n, k);
+  if (!va) {
+    a = a.contiguous();
+    va = blas_view(a.stride(1), a.stride(2), n, k);
+  }
+  auto vb = blas_view(b.stride(1), b.stride(2), k, m);
+  if (!vb) {
+    b = b.contiguous();
+    vb = blas_view(b.stride(1), b.stride(2), k, m);
+  }
+  const T alpha = scalar_as<T>(alpha_s), beta = scalar_as<T>(beta_s);
+  const T* pa = static_cast<const T*>(a.data_ptr());
+  const T* pb = static_cast<const T*>(b.data_ptr());
+  T* pc = static_cast<T*>(c.data_ptr());
+  const int64_t sa = a.stride(0), sb = b.stride(0);
+  auto one = [&](int64_t i) {
+    blas_gemm<T>(va->trans, vb->trans, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), alpha,
+                 pa + i * sa, static_cast<int>(va->ld), pb + i * sb, static_cast<int>(vb->ld), beta, pc + i * n * m,
+                 static_cast<int>(std::max<int64_t>(m, 1)));
+  };
+  if (B > 1 && n * m * std::max<int64_t>(k, 1) < kSmallGemm) {
+    // One thread per matrix; OpenBLAS's pool must not add threads of its own inside this region.
+    const int blas_threads = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < B; ++i) one(i);
+    openblas_set_num_threads(blas_threads);
+  } else {
+    for (int64_t i = 0; i < B; ++i) one(i);
+  }
+}
+
+// Integer products wrap modulo 2^bits, as PyTorch's CPU kernels do; accumulating in uint64 gives the same
+// low bits without signed-overflow UB.
+template <class T>
+void gemm_int(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& alpha_s, const Scalar& beta_s) {
+  const int64_t B = c.size(0), n = c.size(1), m = c.size(2), k = a.size(2);
+  const uint64_t alpha = static_cast<uint64_t>(alpha_s.to_int64()), beta = static_cast<uint64_t>(beta_s.to_int64());
+  const bool use_c = beta_s.to_int64() != 0;
+  const T* pa = static_cast<const T*>(a.data_ptr());
+  const T* pb = static_cast<const T*>(b.data_ptr());
+  T* pc = static_cast<T*>(c.data_ptr());
+  const int64_t as0 = a.stride(0), as1 = a.stride(1), as2 = a.stride(2);
+  const int64_t bs0 = b.stride(0), bs1 = b.stride(1), bs2 = b.stride(2);
+  auto as_u = [](T v) { return static_cast<uint64_t>(static_cast<std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>(v)); };
+#pragma omp parallel for schedule(static) if (B * n * m * std::max<int64_t>(k, 1) > (1 << 16))
+  for (int64_t row = 0; row < B * n; ++row) {
+    const int64_t bi = row / n, i = row % n;
+    std::vector<uint64_t> acc(static_cast<size_t>(m), 0);
+    for (int64_t p = 0; p < k; ++p) {
+      const uint64_t av = as_u(pa[bi * as0 + i * as1 + p * as2]);
+      const T* brow = pb + bi * bs0 + p * bs1;
+      for (int64_t j = 0; j < m; ++j) acc[j] += av * as_u(brow[j * bs2]);
+    }
+    T* crow = pc + row * m;
+    for (int64_t j = 0; j < m; ++j) {
+      const uint64_t prev = use_c ? beta * as_u(crow[j]) : 0;
+      crow[j] = static_cast<T>(prev + alpha * acc[j]);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& alpha, const Scalar& beta) {
+  if (c.numel() == 0) return;
+  visit_dtypes<dset(DType::F32, DType::F64, DType::C64) | kIntTypes>(c.dtype(), "matmul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T>) {
+      gemm_int<T>(c, a, b, alpha, beta);
+    } else {
+      if (beta.to_double() == 0.0 && beta.to_complex().im == 0.f) Tensor(c).zero_();  // beta = 0 ignores NaN in c
+      if (a.size(2) == 0) {
+        // k = 0: only beta * c remains; done here rather than trusting every BLAS with k = 0.
+        const T bv = scalar_as<T>(beta);
+        T* pc = static_cast<T*>(c.data_ptr());
+        for (int64_t i = 0; i < c.numel(); ++i) {
+          if constexpr (std::is_same_v<T, Complex64>)
+            pc[i] = Complex64(pc[i].re * bv.re - pc[i].im * bv.im, pc[i].re * bv.im + pc[i].im * bv.re);
+          else pc[i] = pc[i] * bv;
+        }
+        return;
+      }
+      gemm_blas<T>(c, a, b, alpha, beta);
+    }
+  });
+}
+
+}  // namespace kiln::cpu
