@@ -473,6 +473,14 @@ TEST(Complex, MatchesStdComplexDoubleReference) {
       {"sigmoid", kiln::sigmoid, [](cd z) { return 1.0 / (1.0 + std::exp(-z)); }},
       {"square", kiln::square, [](cd z) { return z * z; }},
       {"reciprocal", kiln::reciprocal, [](cd z) { return 1.0 / z; }},
+      {"rsqrt", kiln::rsqrt, [](cd z) { return 1.0 / std::sqrt(z); }},
+      {"log10", kiln::log10, [](cd z) { return std::log10(z); }},
+      {"tan", kiln::tan, [](cd z) { return std::tan(z); }},
+      {"asin", kiln::asin, [](cd z) { return std::asin(z); }},
+      {"acos", kiln::acos, [](cd z) { return std::acos(z); }},
+      {"atan", kiln::atan, [](cd z) { return std::atan(z); }},
+      {"sinh", kiln::sinh, [](cd z) { return std::sinh(z); }},
+      {"cosh", kiln::cosh, [](cd z) { return std::cosh(z); }},
   };
   std::uniform_real_distribution<double> dist(-1.5, 1.5);
   std::vector<Complex64> v;
