@@ -1,1 +1,90 @@
-// Placeholder: filled in by its op family.
+// CPU kernels of the arithmetic, bitwise and logical binary ops: a dtype dispatch around the shared
+// functors of ops/binary_functors.h. Reduced-precision floats load as float, compute, and round once.
+#include "cpu/binary.h"
+
+#include "core/dispatch.h"
+#include "cpu/loops.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr DTypeSet kArith = kFloatTypes | kIntTypes | kBoolType;
+constexpr DTypeSet kNumeric = kFloatTypes | kIntTypes;
+constexpr DTypeSet kBitwise = kIntTypes | kBoolType;
+
+template <class S, class F>
+void run(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  using M = opmath_t<S>;
+  binary_kernel<S, S, S>(out, a, b,
+                         [f](S x, S y) { return static_cast<S>(f(static_cast<M>(x), static_cast<M>(y))); });
+}
+
+// Runs Fn<opmath_t<T>> for the dtype of out, instantiated only for the dtypes in Allowed.
+template <DTypeSet Allowed, template <class> class Fn>
+void dispatch(const char* name, const Tensor& out, const Tensor& a, const Tensor& b) {
+  visit_dtypes<Allowed>(out.dtype(), name, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    run<S>(out, a, b, Fn<opmath_t<S>>{});
+  });
+}
+
+template <class M>
+M scalar_as(const Scalar& s) {
+  if constexpr (std::is_same_v<M, bool>) return s.to_double() != 0.0 || s.to_int64() != 0;
+  else if constexpr (std::is_unsigned_v<M>) return static_cast<M>(s.to_uint64());
+  else if constexpr (std::is_integral_v<M>) return static_cast<M>(s.to_int64());
+  else return static_cast<M>(s.to_double());
+}
+
+}  // namespace
+
+void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  if (out.numel() == 0) return;
+  switch (op) {
+    case BinaryOp::Add:
+      visit_dtypes<kArith>(out.dtype(), "add", [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        using M = opmath_t<S>;
+        run<S>(out, a, b, fn::AddFn<M>{scalar_as<M>(alpha)});
+      });
+      return;
+    case BinaryOp::Mul: return dispatch<kArith, fn::MulFn>("mul", out, a, b);
+    case BinaryOp::Div: return dispatch<kFloatTypes, fn::DivFn>("div", out, a, b);
+    case BinaryOp::DivTrunc: return dispatch<kNumeric, fn::DivTruncFn>("div", out, a, b);
+    case BinaryOp::DivFloor: return dispatch<kNumeric, fn::DivFloorFn>("div", out, a, b);
+    case BinaryOp::Pow: return dispatch<kNumeric, fn::PowFn>("pow", out, a, b);
+    case BinaryOp::Maximum: return dispatch<kArith, fn::MaximumFn>("maximum", out, a, b);
+    case BinaryOp::Minimum: return dispatch<kArith, fn::MinimumFn>("minimum", out, a, b);
+    case BinaryOp::Fmod: return dispatch<kNumeric, fn::FmodFn>("fmod", out, a, b);
+    case BinaryOp::Remainder: return dispatch<kNumeric, fn::RemainderFn>("remainder", out, a, b);
+    case BinaryOp::Atan2: return dispatch<kFloatTypes, fn::Atan2Fn>("atan2", out, a, b);
+    case BinaryOp::Heaviside: return dispatch<kArith, fn::HeavisideFn>("heaviside", out, a, b);
+    case BinaryOp::BitAnd: return dispatch<kBitwise, fn::BitAndFn>("bitwise_and", out, a, b);
+    case BinaryOp::BitOr: return dispatch<kBitwise, fn::BitOrFn>("bitwise_or", out, a, b);
+    case BinaryOp::BitXor: return dispatch<kBitwise, fn::BitXorFn>("bitwise_xor", out, a, b);
+    case BinaryOp::ShiftLeft: return dispatch<kIntTypes, fn::ShiftLeftFn>("bitwise_left_shift", out, a, b);
+    case BinaryOp::ShiftRight: return dispatch<kIntTypes, fn::ShiftRightFn>("bitwise_right_shift", out, a, b);
+    case BinaryOp::LogicalAnd: return binary_kernel<bool, bool, bool>(out, a, b, fn::LogicalAndFn{});
+    case BinaryOp::LogicalOr: return binary_kernel<bool, bool, bool>(out, a, b, fn::LogicalOrFn{});
+    case BinaryOp::LogicalXor: return binary_kernel<bool, bool, bool>(out, a, b, fn::LogicalXorFn{});
+  }
+}
+
+bool any_zero(const Tensor& t) {
+  bool found = false;
+  visit_dtypes<kIntTypes | kBoolType>(t.dtype(), "any_zero", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    StridedLoop<1> loop(t.sizes(), {&t});
+    // Serial: a flag written from several threads would race; this is one cheap pass over the divisor.
+    loop.for_each_row(
+        [&](char* const* p, int64_t n, const int64_t* s) {
+          for (int64_t i = 0; i < n && !found; ++i)
+            if (*reinterpret_cast<const T*>(p[0] + i * s[0]) == T(0)) found = true;
+        },
+        /*parallel=*/false);
+  });
+  return found;
+}
+
+}  // namespace kiln::cpu
