@@ -79,15 +79,15 @@ Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
 
 Tensor rand(const Shape& sizes, DType dtype, Device device, Generator* gen) {
   check_float_dtype(dtype, "rand");
+  KILN_CHECK(!device.is_cuda(), "rand: no CUDA implementation yet (device ", device, ")");
   Tensor t = empty(sizes, dtype, device);
-  check_cpu(t, "rand");
   return uniform_(t, 0.0, 1.0, gen);
 }
 
 Tensor randn(const Shape& sizes, DType dtype, Device device, Generator* gen) {
   check_float_dtype(dtype, "randn");
+  KILN_CHECK(!device.is_cuda(), "randn: no CUDA implementation yet (device ", device, ")");
   Tensor t = empty(sizes, dtype, device);
-  check_cpu(t, "randn");
   return normal_(t, 0.0, 1.0, gen);
 }
 
@@ -109,8 +109,8 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, DType dtype, Devic
     });
     KILN_CHECK(ok, "randint: range [", low, ", ", high, ") is out of bounds for dtype ", dtype_name(dtype));
   }
+  KILN_CHECK(!device.is_cuda(), "randint: no CUDA implementation yet (device ", device, ")");
   Tensor t = empty(sizes, dtype, device);
-  check_cpu(t, "randint");
   const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   const auto [seed, offset] = take_offset(gen);
   cpu::randint_fill(t, low, range, seed, offset);
