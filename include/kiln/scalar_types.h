@@ -52,7 +52,8 @@ KILN_HD float f16_bits_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   const uint32_t mant = h & 0x3FFu;
-  if (exp == 0x1F) return f32_from_bits(sign | 0x7F800000u | (mant << 13));  // inf, NaN keeps its payload
+  // inf; NaN keeps its payload and becomes quiet (x86's vcvtph2ps, which PyTorch's vectorised CPU cast uses).
+  if (exp == 0x1F) return f32_from_bits(sign | 0x7F800000u | (mant != 0 ? 0x400000u : 0u) | (mant << 13));
   if (exp == 0) {
     // Subnormal or zero: mant * 2^-24 is exact in f32.
     const float mag = static_cast<float>(mant) * 5.9604644775390625e-8f;
@@ -97,7 +98,8 @@ KILN_HD float e4m3_bits_to_f32(uint8_t v) {
   const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
   const uint32_t exp = (v >> 3) & 0xFu;
   const uint32_t mant = v & 0x7u;
-  if (exp == 0xF && mant == 0x7) return f32_from_bits(sign | 0x7FC00000u);  // the only NaN; no infinity
+  // The only NaN (no infinity); PyTorch decodes it as the f32 NaN 0x7FF00000 (with the sign).
+  if (exp == 0xF && mant == 0x7) return f32_from_bits(sign | 0x7FF00000u);
   if (exp == 0) {
     const float mag = static_cast<float>(mant) * 0.001953125f;  // mant * 2^-9
     return f32_from_bits(sign | f32_to_bits(mag));
@@ -211,7 +213,8 @@ using opmath_t = typename OpMath<T>::type;
 
 // float -> integer as x86-64 (and PyTorch's CPU backend) does it, without undefined behaviour: NaN and values
 // outside int64 become INT64_MIN ("integer indefinite"), and narrower types take the low bits of the 64-bit
-// result, except int32, which x86 converts directly (out of range: INT32_MIN).
+// result, except int32, which x86 converts directly (out of range: INT32_MIN), and the 8- and 16-bit types,
+// which PyTorch converts through int32 (so 3e9 -> int16 is 0, the low bits of INT32_MIN).
 KILN_HD int64_t float_to_i64_x86(double v) {
   if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) return INT64_MIN;
   return static_cast<int64_t>(v);
@@ -222,9 +225,17 @@ KILN_HD int32_t float_to_i32_x86(double v) {
 }
 KILN_HD uint64_t float_to_u64_x86(double v) {
   // gcc converts values >= 2^63 by subtracting 2^63 first; below that it is a signed conversion.
-  if (v >= 9223372036854775808.0 && v < 18446744073709551616.0)
+  // PyTorch 2.11's CPU cast gives 0 at and above 2^64 (inf included).
+  if (v >= 18446744073709551616.0) return 0;
+  if (v >= 9223372036854775808.0)
     return static_cast<uint64_t>(static_cast<int64_t>(v - 9223372036854775808.0)) ^ 0x8000000000000000ull;
   return static_cast<uint64_t>(float_to_i64_x86(v));
+}
+// PyTorch's CPU float -> uint32: non-negative values take the low 32 bits of the int64 conversion (so
+// 2^32 and above give the low bits, 1e20 and inf give 0), negative values and NaN go through int32.
+KILN_HD uint32_t float_to_u32_x86(double v) {
+  if (v >= 0) return static_cast<uint32_t>(float_to_i64_x86(v));
+  return static_cast<uint32_t>(float_to_i32_x86(v));
 }
 
 template <class T>
@@ -261,7 +272,9 @@ KILN_HD To convert(From v) {
   } else if constexpr (std::is_floating_point_v<From>) {
     // float/double -> integer
     if constexpr (std::is_same_v<To, int32_t>) return float_to_i32_x86(static_cast<double>(v));
+    else if constexpr (sizeof(To) < 4) return static_cast<To>(float_to_i32_x86(static_cast<double>(v)));
     else if constexpr (std::is_same_v<To, uint64_t>) return float_to_u64_x86(static_cast<double>(v));
+    else if constexpr (std::is_same_v<To, uint32_t>) return float_to_u32_x86(static_cast<double>(v));
     else return static_cast<To>(float_to_i64_x86(static_cast<double>(v)));
   } else {
     return static_cast<To>(v);  // integer -> integer: two's complement wrap (well defined in C++20)

@@ -1,0 +1,13 @@
+// CPU random kernels; `out` is contiguous. Stream definition: core/philox.h.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/tensor.h"
+
+namespace kiln::cpu {
+void uniform_fill(Tensor& out, double from, double to, uint64_t seed, uint64_t offset);
+void normal_fill(Tensor& out, double mean, double std, uint64_t seed, uint64_t offset);
+// out[i] = low + (64 random bits) % range, range >= 1.
+void randint_fill(Tensor& out, int64_t low, uint64_t range, uint64_t seed, uint64_t offset);
+}  // namespace kiln::cpu
