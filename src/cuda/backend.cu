@@ -8,6 +8,8 @@
 #include "core/copy.h"
 #include "cuda/allocator.h"
 #include "cuda/backend.h"
+#include "cuda/device_error.h"
+#include "cuda/launch.h"
 #include "kiln/runtime.h"
 #include "kiln/version.h"
 
@@ -89,7 +91,10 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
     const cudaStream_t s = stream_of(dev);
     check(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, s), "copy");
     // The host reads what it copied out: wait for this stream only (never the whole device).
-    if (dst.is_cpu()) check(cudaStreamSynchronize(s), "copy to host");
+    if (dst.is_cpu()) {
+      check(cudaStreamSynchronize(s), "copy to host");
+      check_device_errors(dev.index);
+    }
     return;
   }
   KILN_CHECK(src.is_cpu() || src.is_contiguous(),
@@ -121,6 +126,19 @@ __global__ void fill_kernel(unsigned char* p, int64_t n, const unsigned char* __
   }
 }
 }  // namespace
+
+int multiprocessor_count(int device) {
+  static int cached[64] = {};
+  if (device >= 0 && device < 64 && cached[device]) return cached[device];
+  int n = 0;
+  check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  if (device >= 0 && device < 64) cached[device] = n;
+  return n;
+}
+
+void check_same_device(const char* op, Device device, const Tensor& t) {
+  KILN_CHECK(t.device() == device, op, ": expected every tensor on ", device.str(), ", got ", t.meta());
+}
 
 bool kernels_runnable(int device) {
   int prev = 0;

@@ -6,6 +6,7 @@
 
 #include "cuda/allocator.h"
 #include "cuda/backend.h"
+#include "cuda/device_error.h"
 #include "kiln/runtime.h"
 #include "kiln/tensor.h"
 
@@ -54,7 +55,10 @@ bool Stream::query() const {
   return true;
 }
 
-void Stream::synchronize() const { cuda::check(cudaStreamSynchronize(raw(*this)), "cudaStreamSynchronize"); }
+void Stream::synchronize() const {
+  cuda::check(cudaStreamSynchronize(raw(*this)), "cudaStreamSynchronize");
+  cuda::check_device_errors(device_.index);
+}
 
 Stream current_stream(Device device) {
   KILN_CHECK(device.is_cuda(), "current_stream: ", device.str(), " is not a CUDA device");
@@ -113,7 +117,9 @@ bool Event::query() const {
 }
 
 void Event::synchronize() const {
-  if (recorded_) cuda::check(cudaEventSynchronize(static_cast<cudaEvent_t>(handle_.get())), "cudaEventSynchronize");
+  if (!recorded_) return;
+  cuda::check(cudaEventSynchronize(static_cast<cudaEvent_t>(handle_.get())), "cudaEventSynchronize");
+  cuda::check_device_errors(device_.index);
 }
 
 float Event::elapsed_ms(const Event& start) const {
@@ -130,6 +136,7 @@ void synchronize(Device device) {
   cuda::check_device(device);
   cuda::check(cudaSetDevice(device.index), "cudaSetDevice");
   cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  cuda::check_device_errors(device.index);
 }
 
 // ---- graphs ------------------------------------------------------------------------------------------
