@@ -8,8 +8,12 @@
 #include "core/copy.h"
 #include "cuda/allocator.h"
 #include "cuda/backend.h"
+#include "cuda/copy.h"
 #include "cuda/device_error.h"
+#include "cuda/elementwise.h"
 #include "cuda/launch.h"
+#include "core/dispatch.h"
+#include "kiln/ops.h"
 #include "kiln/runtime.h"
 #include "kiln/version.h"
 
@@ -84,47 +88,46 @@ std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
 cudaStream_t stream_of(Device device) { return static_cast<cudaStream_t>(current_stream(device).handle()); }
 
 void copy_tensor(const Tensor& dst, const Tensor& src) {
-  // Same dtype, both contiguous: one cudaMemcpy. Otherwise convert through a contiguous host copy.
-  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
-    const Device dev = dst.is_cuda() ? dst.device() : src.device();
-    check(cudaSetDevice(dev.index), "cudaSetDevice");
-    const cudaStream_t s = stream_of(dev);
-    check(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, s), "copy");
-    // The host reads what it copied out: wait for this stream only (never the whole device).
-    if (dst.is_cpu()) {
-      check(cudaStreamSynchronize(s), "copy to host");
-      check_device_errors(dev.index);
+  if (dst.is_cuda() && src.is_cuda()) {
+    if (dst.device() == src.device()) {
+      copy_on_device(dst, src);
+      return;
     }
+    // Across devices: a contiguous copy of the source on the destination device (peer copy), then the
+    // conversion/strides there.
+    const Tensor s = src.is_contiguous() ? src : src.contiguous();
+    Tensor t = empty(s.sizes(), s.dtype(), dst.device());
+    DeviceGuard guard(dst.device());
+    check(cudaMemcpyPeerAsync(t.data_ptr(), dst.device().index, s.data_ptr(), src.device().index, s.nbytes(),
+                              stream_of(dst.device())),
+          "copy between devices");
+    copy_on_device(dst, t);
     return;
   }
-  KILN_CHECK(src.is_cpu() || src.is_contiguous(),
-             "copy: a non-contiguous CUDA source is not supported by this backend yet (", src.meta(), ")");
-  Tensor host_src = src.is_cpu() ? src : src.to(kCPU);
-  if (dst.is_cpu()) {
-    cpu::copy_cast(dst, host_src);
-    return;
-  }
-  Tensor staged(kiln::allocate_storage(dst.nbytes(), kCPU), dst.sizes(), contiguous_strides(dst.sizes()), 0,
-                dst.dtype());
-  cpu::copy_cast(staged, host_src);
-  KILN_CHECK(dst.is_contiguous(), "copy: non-contiguous device destination is not supported by this backend yet");
-  check(cudaSetDevice(dst.device().index), "cudaSetDevice");
-  // Synchronous with respect to the host: `staged` is pageable and dies at the end of this scope.
-  const cudaStream_t s = stream_of(dst.device());
-  check(cudaMemcpyAsync(dst.data_ptr(), staged.data_ptr(), dst.nbytes(), cudaMemcpyHostToDevice, s), "copy");
-  check(cudaStreamSynchronize(s), "copy to device");
+  if (dst.is_cuda()) copy_host_to_device(dst, src);
+  else copy_device_to_host(dst, src);
 }
 
 namespace {
-template <int N>
-__global__ void fill_kernel(unsigned char* p, int64_t n, const unsigned char* __restrict__ dummy,
-                            uint64_t item) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  for (int64_t k = i; k < n; k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    unsigned char* q = p + k * N;
-    for (int b = 0; b < N; ++b) q[b] = static_cast<unsigned char>(item >> (8 * b));
-  }
+// Contiguous fill: 16-byte stores for the first `packs` * (16 / sizeof(T)) elements (p is 16-byte aligned
+// when packs > 0), then the tail one element at a time.
+template <class T>
+__global__ void fill_kernel(T* p, int64_t n, int64_t packs, T v) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  Pack<T, V> pk;
+#pragma unroll
+  for (int j = 0; j < V; ++j) pk.v[j] = v;
+  for (int64_t i = tid; i < packs; i += stride) reinterpret_cast<Pack<T, V>*>(p)[i] = pk;
+  for (int64_t i = packs * V + tid; i < n; i += stride) p[i] = v;
 }
+
+template <class T>
+struct ConstFn {
+  T v;
+  __device__ __forceinline__ T operator()(T) const { return v; }
+};
 }  // namespace
 
 int multiprocessor_count(int device) {
@@ -145,29 +148,36 @@ bool kernels_runnable(int device) {
   cudaGetDevice(&prev);
   cudaSetDevice(device);
   cudaFuncAttributes attr{};
-  const cudaError_t e = cudaFuncGetAttributes(&attr, fill_kernel<1>);
+  const cudaError_t e = cudaFuncGetAttributes(&attr, fill_kernel<uint8_t>);
   cudaGetLastError();
   cudaSetDevice(prev);
   return e == cudaSuccess;
 }
 
 void fill_bytes(const Tensor& t, const unsigned char* item, size_t size) {
-  KILN_CHECK(t.is_contiguous(), "fill_: non-contiguous device tensors are not supported by this backend yet");
+  if (t.numel() == 0) return;
   uint64_t v = 0;
   std::memcpy(&v, item, size);
-  const int64_t n = t.numel();
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
-  auto* p = static_cast<unsigned char*>(t.data_ptr());
-  check(cudaSetDevice(t.device().index), "cudaSetDevice");
+  const DType bits = size == 1 ? DType::U8 : size == 2 ? DType::U16 : size == 4 ? DType::U32 : DType::U64;
+  const Tensor tb = t.view_as_dtype(bits);
+  DeviceGuard guard(t.device());
   const cudaStream_t s = stream_of(t.device());
-  switch (size) {
-    case 1: fill_kernel<1><<<blocks, threads, 0, s>>>(p, n, nullptr, v); break;
-    case 2: fill_kernel<2><<<blocks, threads, 0, s>>>(p, n, nullptr, v); break;
-    case 4: fill_kernel<4><<<blocks, threads, 0, s>>>(p, n, nullptr, v); break;
-    default: fill_kernel<8><<<blocks, threads, 0, s>>>(p, n, nullptr, v); break;
-  }
-  check(cudaGetLastError(), "fill_ kernel launch");
+  visit_dtypes<dset(DType::U8, DType::U16, DType::U32, DType::U64)>(bits, "fill_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T value = static_cast<T>(v);
+    if (tb.is_contiguous()) {
+      T* p = static_cast<T*>(tb.data_ptr());
+      const int64_t n = tb.numel();
+      const int64_t packs = (reinterpret_cast<uintptr_t>(p) & 15u) == 0 ? n / (16 / sizeof(T)) : 0;
+      fill_kernel<T><<<grid_for(std::max<int64_t>(packs, n - packs * (16 / static_cast<int64_t>(sizeof(T)))), 256,
+                                t.device().index),
+                       256, 0, s>>>(p, n, packs, value);
+      check_launch("fill_");
+    } else {
+      // Strided (a view of a larger tensor): the generic path, reading the element it overwrites.
+      launch_elementwise<T, T>(tb, {&tb}, ConstFn<T>{value}, "fill_");
+    }
+  });
 }
 
 }  // namespace kiln::cuda
