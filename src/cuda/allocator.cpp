@@ -12,6 +12,18 @@ namespace {
 thread_local uint64_t t_private_pool = 0;
 std::atomic<uint64_t> g_next_pool{1};
 
+// cudaMalloc and cudaMemGetInfo are "unsafe" during stream capture (they are not stream operations); a
+// segment allocated while a graph is captured is exactly what the graph's private pool needs, so the
+// allocator allows them for its own calls (as other caching allocators do) and nothing else.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 size_t round_size(size_t size) {
   return std::max(kBlockGranule, (size + kBlockGranule - 1) / kBlockGranule * kBlockGranule);
 }
@@ -44,6 +56,7 @@ void CachingAllocator::end_private_pool() { t_private_pool = 0; }
 uint64_t CachingAllocator::new_pool_id() { return g_next_pool++; }
 
 void CachingAllocator::sample_driver() {
+  RelaxedCaptureMode relaxed;
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
     st_.device_total = static_cast<int64_t>(total_b);
@@ -75,7 +88,17 @@ CachingAllocator::Block* CachingAllocator::new_segment(uint64_t pool, bool small
                                                        size_t size) {
   const size_t seg = segment_size(size, small);
   void* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, seg);
+  cudaError_t e;
+  {
+    RelaxedCaptureMode relaxed;
+    e = cudaMalloc(&p, seg);
+  }
+  if (e != cudaSuccess && t_private_pool != 0) {
+    cudaGetLastError();
+    ++st_.num_ooms;
+    throw OutOfMemory(str("CUDA out of memory on cuda:", device_, " while capturing a graph: tried to allocate ",
+                          size, " bytes (the cache cannot be flushed during capture)"));
+  }
   if (e != cudaSuccess) {
     cudaGetLastError();
     // Out of memory: wait for deferred frees, give every cached segment back, and try once more.
@@ -113,7 +136,8 @@ CachingAllocator::Block* CachingAllocator::new_segment(uint64_t pool, bool small
 void* CachingAllocator::malloc(size_t request, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   check(cudaSetDevice(device_), "cudaSetDevice");
-  process_events();
+  // Deferred frees are collected outside graph capture only (event queries are not capture operations).
+  if (t_private_pool == 0) process_events();
   const size_t size = round_size(request);
   const bool small = size <= kSmallRequest;
   const uint64_t pool = t_private_pool;
