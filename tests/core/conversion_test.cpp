@@ -147,6 +147,45 @@ TEST(Conversion, FloatToIntegerOutOfRangeLikeTorch) {
   run(TypeTag<bool>{}, "bool", DType::Bool);
 }
 
+// The CUDA backend converts on the device with the same definitions: the same bits as the CPU table (kiln
+// follows PyTorch's CPU where PyTorch's own CUDA backend differs: NaN payloads, float->int overflow).
+TEST(Conversion, CudaConvertsLikeTheCpuTable) {
+  KILN_REQUIRE_CUDA();
+  const Device gpu = cuda_device(0);
+  auto check = [&](const Tensor& in, const char* key, DType dt) {
+    SCOPED_TRACE(key);
+    const auto want = u64s(cpu().at(key));
+    const auto got = tensor_bits(in.to(gpu).to(dt).to(kCPU));
+    ASSERT_EQ(got.size(), want.size());
+    int bad = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (got[i] != want[i] && ++bad <= 10) ADD_FAILURE() << "element " << i << ": 0x" << std::hex << got[i] << ", torch 0x" << want[i];
+    EXPECT_EQ(bad, 0);
+  };
+  const Tensor x = from_vector<float>(f32_inputs());
+  check(x, "f32_to_f16", DType::F16);
+  check(x, "f32_to_bf16", DType::BF16);
+  check(x, "f32_to_e4m3", DType::F8E4M3);
+  check(x, "f32_to_e5m2", DType::F8E5M2);
+  const Tensor d = from_vector<double>(f64_inputs("f64_inputs"));
+  check(d, "f64_to_f32", DType::F32);
+  check(d, "f64_to_f16", DType::F16);
+  check(d, "f64_to_bf16", DType::BF16);
+  check(d, "f64_to_e4m3", DType::F8E4M3);
+  std::vector<uint8_t> codes(256);
+  for (int i = 0; i < 256; ++i) codes[i] = static_cast<uint8_t>(i);
+  check(from_vector<uint8_t>(codes).view_as_dtype(DType::F8E4M3), "e4m3_to_f32", DType::F32);
+  check(from_vector<uint8_t>(codes).view_as_dtype(DType::F8E5M2), "e5m2_to_f32", DType::F32);
+  const Tensor oor = from_vector<double>(f64_inputs("float_to_int_inputs"));
+  const auto& t = cpu().at("float_to_int");
+  for (auto [name, dt] : std::vector<std::pair<std::string, DType>>{
+           {"i32", DType::I32}, {"u32", DType::U32}, {"i64", DType::I64}, {"u8", DType::U8}, {"i16", DType::I16}}) {
+    const std::string key = "f64_to_" + name;
+    if (!t.at(key).is_array()) continue;
+    EXPECT_EQ(tensor_bits(oor.to(gpu).to(dt).to(kCPU)), u64s(t.at(key))) << key;
+  }
+}
+
 // Every f16 and bf16 pattern decodes to the f32 the format defines (computed independently here from
 // sign, exponent and mantissa), and converting that f32 back gives the same pattern (NaNs stay NaN).
 TEST(Conversion, AllHalfAndBFloat16PatternsDecodeExactly) {
