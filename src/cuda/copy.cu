@@ -49,7 +49,7 @@ void convert_contiguous(const Tensor& dst, const Tensor& src) {
     using Out = typename decltype(out_tag)::type;
     visit_dtype(src.dtype(), "copy", [&](auto in_tag) {
       using In = typename decltype(in_tag)::type;
-      elementwise1_contig<1><<<grid_for(n, 256, dst.device().index), 256, 0, stream>>>(
+      elementwise_contig<1><<<grid_for(n, 256, dst.device().index), 256, 0, stream>>>(
           n, Convert<Out, In>{}, static_cast<Out*>(dst.data_ptr()), static_cast<const In*>(src.data_ptr()));
     });
   });

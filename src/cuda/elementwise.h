@@ -2,13 +2,15 @@
 // Include from .cu files only. Operands must already have the output's shape (expanded where they
 // broadcast) and live on the output's device; the op layer has converted dtypes as it wants them.
 //
-//   launch_elementwise<Out, A>(out, {a}, f, "op")        f(A) -> Out
-//   launch_elementwise<Out, A, B>(out, {a, b}, f, "op")  f(A, B) -> Out
+//   launch_elementwise<Out, A>(out, {&a}, f, "op")          f(A) -> Out
+//   launch_elementwise<Out, A, B>(out, {&a, &b}, f, "op")   f(A, B) -> Out, and so on for more inputs
 // f is a __device__-callable functor taking and returning storage types.
 #pragma once
 
 #include <array>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "cpu/loops.h"
 #include "cuda/kernels/elementwise.cuh"
@@ -55,106 +57,55 @@ bool fits_32bit(const std::array<const Tensor*, N>& ops) {
   return true;
 }
 
-template <class Launch>
-void with_index_type(bool small, Launch&& launch) {
-  if (small) launch(uint32_t{});
-  else launch(int64_t{});
+template <class IndexT, class Out, class F, class... In>
+void launch_strided(const Tensor& out, const std::array<const Tensor*, 1 + sizeof...(In)>& ops, F f, Out* po,
+                    cudaStream_t s, const char* op, const In*... p) {
+  const auto oc = make_offset_calc<1 + sizeof...(In), IndexT>(out, ops, op);
+  const int64_t n = out.numel();
+  elementwise_strided<IndexT><<<grid_for(n, 256, out.device().index), 256, 0, s>>>(static_cast<IndexT>(n), oc, f, po,
+                                                                                 p...);
 }
 
 }  // namespace detail
 
-template <class Out, class A, class F>
-void launch_elementwise(const Tensor& out, const std::array<const Tensor*, 1>& in, F f, const char* op) {
+template <class Out, class... In, class F>
+void launch_elementwise(const Tensor& out, const std::array<const Tensor*, sizeof...(In)>& in, F f, const char* op) {
+  constexpr int K = sizeof...(In);
   const int64_t n = out.numel();
   if (n == 0) return;
-  const Tensor& a = *in[0];
   DeviceGuard guard(out.device());
   const cudaStream_t s = stream_of(out.device());
+  const int dev = out.device().index;
   const int threads = 256;
   Out* po = static_cast<Out*>(out.data_ptr());
-  const A* pa = static_cast<const A*>(a.data_ptr());
-  if (out.is_contiguous() && a.is_contiguous() && a.sizes() == out.sizes()) {
-    constexpr int V = detail::vec_for<Out, A>();
-    if (V > 1 && detail::aligned16(po) && detail::aligned16(pa)) {
-      elementwise1_contig<V><<<grid_for(n / V + 1, threads, out.device().index), threads, 0, s>>>(n, f, po, pa);
-    } else {
-      elementwise1_contig<1><<<grid_for(n, threads, out.device().index), threads, 0, s>>>(n, f, po, pa);
-    }
-  } else {
-    const std::array<const Tensor*, 2> ops{&out, &a};
-    detail::with_index_type(detail::fits_32bit<2>(ops), [&](auto idx) {
-      using I = decltype(idx);
-      const auto oc = detail::make_offset_calc<2, I>(out, ops, op);
-      elementwise1_strided<I><<<grid_for(n, threads, out.device().index), threads, 0, s>>>(static_cast<I>(n), oc, f,
-                                                                                           po, pa);
-    });
+  bool dense = out.is_contiguous(), aligned = detail::aligned16(po);
+  for (const Tensor* t : in) {
+    dense = dense && t->is_contiguous() && t->sizes() == out.sizes();
+    aligned = aligned && detail::aligned16(t->data_ptr());
   }
-  check_launch(op);
-}
-
-template <class Out, class A, class B, class F>
-void launch_elementwise(const Tensor& out, const std::array<const Tensor*, 2>& in, F f, const char* op) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  const Tensor& a = *in[0];
-  const Tensor& b = *in[1];
-  DeviceGuard guard(out.device());
-  const cudaStream_t s = stream_of(out.device());
-  const int threads = 256;
-  Out* po = static_cast<Out*>(out.data_ptr());
-  const A* pa = static_cast<const A*>(a.data_ptr());
-  const B* pb = static_cast<const B*>(b.data_ptr());
-  if (out.is_contiguous() && a.is_contiguous() && b.is_contiguous() && a.sizes() == out.sizes() &&
-      b.sizes() == out.sizes()) {
-    constexpr int V = detail::vec_for<Out, A, B>();
-    if (V > 1 && detail::aligned16(po) && detail::aligned16(pa) && detail::aligned16(pb)) {
-      elementwise2_contig<V><<<grid_for(n / V + 1, threads, out.device().index), threads, 0, s>>>(n, f, po, pa, pb);
-    } else {
-      elementwise2_contig<1><<<grid_for(n, threads, out.device().index), threads, 0, s>>>(n, f, po, pa, pb);
-    }
+  auto ptrs = [&]<size_t... I>(std::index_sequence<I...>) {
+    return std::make_tuple(static_cast<const In*>(in[I]->data_ptr())...);
+  }(std::index_sequence_for<In...>{});
+  if (dense) {
+    constexpr int V = detail::vec_for<Out, In...>();
+    std::apply(
+        [&](const In*... p) {
+          if (V > 1 && aligned)
+            elementwise_contig<V><<<grid_for(n / V + 1, threads, dev), threads, 0, s>>>(n, f, po, p...);
+          else
+            elementwise_contig<1><<<grid_for(n, threads, dev), threads, 0, s>>>(n, f, po, p...);
+        },
+        ptrs);
   } else {
-    const std::array<const Tensor*, 3> ops{&out, &a, &b};
-    detail::with_index_type(detail::fits_32bit<3>(ops), [&](auto idx) {
-      using I = decltype(idx);
-      const auto oc = detail::make_offset_calc<3, I>(out, ops, op);
-      elementwise2_strided<I><<<grid_for(n, threads, out.device().index), threads, 0, s>>>(static_cast<I>(n), oc, f,
-                                                                                           po, pa, pb);
-    });
-  }
-  check_launch(op);
-}
-
-template <class Out, class A, class B, class C, class F>
-void launch_elementwise(const Tensor& out, const std::array<const Tensor*, 3>& in, F f, const char* op) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  const Tensor& a = *in[0];
-  const Tensor& b = *in[1];
-  const Tensor& c = *in[2];
-  DeviceGuard guard(out.device());
-  const cudaStream_t s = stream_of(out.device());
-  const int threads = 256;
-  Out* po = static_cast<Out*>(out.data_ptr());
-  const A* pa = static_cast<const A*>(a.data_ptr());
-  const B* pb = static_cast<const B*>(b.data_ptr());
-  const C* pc = static_cast<const C*>(c.data_ptr());
-  if (out.is_contiguous() && a.is_contiguous() && b.is_contiguous() && c.is_contiguous() &&
-      a.sizes() == out.sizes() && b.sizes() == out.sizes() && c.sizes() == out.sizes()) {
-    constexpr int V = detail::vec_for<Out, A, B, C>();
-    if (V > 1 && detail::aligned16(po) && detail::aligned16(pa) && detail::aligned16(pb) && detail::aligned16(pc)) {
-      elementwise3_contig<V><<<grid_for(n / V + 1, threads, out.device().index), threads, 0, s>>>(n, f, po, pa, pb,
-                                                                                                   pc);
-    } else {
-      elementwise3_contig<1><<<grid_for(n, threads, out.device().index), threads, 0, s>>>(n, f, po, pa, pb, pc);
-    }
-  } else {
-    const std::array<const Tensor*, 4> ops{&out, &a, &b, &c};
-    detail::with_index_type(detail::fits_32bit<4>(ops), [&](auto idx) {
-      using I = decltype(idx);
-      const auto oc = detail::make_offset_calc<4, I>(out, ops, op);
-      elementwise3_strided<I><<<grid_for(n, threads, out.device().index), threads, 0, s>>>(static_cast<I>(n), oc, f,
-                                                                                           po, pa, pb, pc);
-    });
+    std::array<const Tensor*, K + 1> ops{&out};
+    for (int k = 0; k < K; ++k) ops[k + 1] = in[k];
+    const bool small = detail::fits_32bit<K + 1>(ops);
+    std::apply(
+        [&](const In*... p) {
+          if (small) detail::launch_strided<uint32_t>(out, ops, f, po, s, op, p...);
+          else detail::launch_strided<int64_t>(out, ops, f, po, s, op, p...);
+        },
+        ptrs);
   }
   check_launch(op);
 }

@@ -1,4 +1,4 @@
-// Elementwise kernels: out[i] = f(in0[i], ..., inK[i]) over one (broadcast) shape, for 1 to 3 inputs.
+// Elementwise kernels: out[i] = f(in0[i], ..., inK[i]) over one (broadcast) shape, any number of inputs.
 //
 // Two paths, chosen on the host (src/cuda/elementwise.h):
 //  - contiguous: every operand dense in the same order and 16-byte aligned: each thread moves Vec
@@ -9,7 +9,10 @@
 // KILN_HD functor with the conversions), so these kernels know nothing about ops.
 #pragma once
 
+#include <cuda/std/tuple>
+
 #include <cstdint>
+#include <utility>
 
 #include "kiln/scalar_types.h"
 
@@ -39,89 +42,50 @@ struct alignas(sizeof(T) * Vec) Pack {
   T v[Vec];
 };
 
+template <class T, int Vec>
+__device__ __forceinline__ Pack<T, Vec> load_pack(const T* p, int64_t i) {
+  return reinterpret_cast<const Pack<T, Vec>*>(p)[i];
+}
+
+// f applied to element j of each input pack.
+template <class F, class Tuple, size_t... I>
+__device__ __forceinline__ auto call_lane(const F& f, const Tuple& packs, int j, std::index_sequence<I...>) {
+  return f(::cuda::std::get<I>(packs).v[j]...);
+}
+
 // ---- contiguous ----------------------------------------------------------------------------------------
 
-template <int Vec, class Out, class A, class F>
-__global__ void elementwise1_contig(int64_t n, F f, Out* __restrict__ out, const A* __restrict__ a) {
+template <int Vec, class Out, class F, class... In>
+__global__ void elementwise_contig(int64_t n, F f, Out* __restrict__ out, const In* __restrict__... in) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t packs = n / Vec;
   for (int64_t p = tid; p < packs; p += stride) {
-    const Pack<A, Vec> x = reinterpret_cast<const Pack<A, Vec>*>(a)[p];
+    const auto loaded = ::cuda::std::make_tuple(load_pack<In, Vec>(in, p)...);  // all loads before any use
     Pack<Out, Vec> y;
 #pragma unroll
-    for (int j = 0; j < Vec; ++j) y.v[j] = f(x.v[j]);
+    for (int j = 0; j < Vec; ++j) y.v[j] = call_lane(f, loaded, j, std::index_sequence_for<In...>{});
     reinterpret_cast<Pack<Out, Vec>*>(out)[p] = y;
   }
-  for (int64_t i = packs * Vec + tid; i < n; i += stride) out[i] = f(a[i]);
-}
-
-template <int Vec, class Out, class A, class B, class F>
-__global__ void elementwise2_contig(int64_t n, F f, Out* __restrict__ out, const A* __restrict__ a,
-                                    const B* __restrict__ b) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t packs = n / Vec;
-  for (int64_t p = tid; p < packs; p += stride) {
-    const Pack<A, Vec> x = reinterpret_cast<const Pack<A, Vec>*>(a)[p];
-    const Pack<B, Vec> z = reinterpret_cast<const Pack<B, Vec>*>(b)[p];
-    Pack<Out, Vec> y;
-#pragma unroll
-    for (int j = 0; j < Vec; ++j) y.v[j] = f(x.v[j], z.v[j]);
-    reinterpret_cast<Pack<Out, Vec>*>(out)[p] = y;
-  }
-  for (int64_t i = packs * Vec + tid; i < n; i += stride) out[i] = f(a[i], b[i]);
-}
-
-template <int Vec, class Out, class A, class B, class C, class F>
-__global__ void elementwise3_contig(int64_t n, F f, Out* __restrict__ out, const A* __restrict__ a,
-                                    const B* __restrict__ b, const C* __restrict__ c) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t packs = n / Vec;
-  for (int64_t p = tid; p < packs; p += stride) {
-    const Pack<A, Vec> x = reinterpret_cast<const Pack<A, Vec>*>(a)[p];
-    const Pack<B, Vec> z = reinterpret_cast<const Pack<B, Vec>*>(b)[p];
-    const Pack<C, Vec> w = reinterpret_cast<const Pack<C, Vec>*>(c)[p];
-    Pack<Out, Vec> y;
-#pragma unroll
-    for (int j = 0; j < Vec; ++j) y.v[j] = f(x.v[j], z.v[j], w.v[j]);
-    reinterpret_cast<Pack<Out, Vec>*>(out)[p] = y;
-  }
-  for (int64_t i = packs * Vec + tid; i < n; i += stride) out[i] = f(a[i], b[i], c[i]);
+  for (int64_t i = packs * Vec + tid; i < n; i += stride) out[i] = f(in[i]...);
 }
 
 // ---- strided -------------------------------------------------------------------------------------------
 
-template <class IndexT, class Out, class A, class F>
-__global__ void elementwise1_strided(IndexT n, OffsetCalc<2, IndexT> oc, F f, Out* out, const A* a) {
-  const IndexT stride = static_cast<IndexT>(gridDim.x) * blockDim.x;
-  for (IndexT i = static_cast<IndexT>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    IndexT off[2];
-    oc.get(i, off);
-    out[off[0]] = f(a[off[1]]);
-  }
+template <class IndexT, class Out, class F, class... In, size_t... I>
+__device__ __forceinline__ void strided_one(const OffsetCalc<1 + sizeof...(In), IndexT>& oc, IndexT i, const F& f,
+                                            Out* out, std::index_sequence<I...>, const In*... in) {
+  IndexT off[1 + sizeof...(In)];
+  oc.get(i, off);
+  out[off[0]] = f(in[off[I + 1]]...);
 }
 
-template <class IndexT, class Out, class A, class B, class F>
-__global__ void elementwise2_strided(IndexT n, OffsetCalc<3, IndexT> oc, F f, Out* out, const A* a, const B* b) {
+template <class IndexT, class Out, class F, class... In>
+__global__ void elementwise_strided(IndexT n, OffsetCalc<1 + sizeof...(In), IndexT> oc, F f, Out* out,
+                                    const In*... in) {
   const IndexT stride = static_cast<IndexT>(gridDim.x) * blockDim.x;
-  for (IndexT i = static_cast<IndexT>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    IndexT off[3];
-    oc.get(i, off);
-    out[off[0]] = f(a[off[1]], b[off[2]]);
-  }
-}
-
-template <class IndexT, class Out, class A, class B, class C, class F>
-__global__ void elementwise3_strided(IndexT n, OffsetCalc<4, IndexT> oc, F f, Out* out, const A* a, const B* b,
-                                     const C* c) {
-  const IndexT stride = static_cast<IndexT>(gridDim.x) * blockDim.x;
-  for (IndexT i = static_cast<IndexT>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    IndexT off[4];
-    oc.get(i, off);
-    out[off[0]] = f(a[off[1]], b[off[2]], c[off[3]]);
-  }
+  for (IndexT i = static_cast<IndexT>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    strided_one(oc, i, f, out, std::index_sequence_for<In...>{}, in...);
 }
 
 }  // namespace kiln::cuda
