@@ -1,10 +1,23 @@
 // Matrix products: mm, bmm, matmul (numpy semantics), addmm. Shapes and dtypes are checked here and every
 // product is brought to one batched form [B, n, k] x [B, k, m] for the CPU kernel (src/cpu/matmul.cpp).
+#include <atomic>
+
 #include "core/dispatch.h"
 #include "cpu/matmul.h"
+#include "kiln/cuda_options.h"
 #include "kiln/ops.h"
+#if KILN_HAVE_CUDA
+#include "cuda/matmul.h"
+#endif
 
 namespace kiln {
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -17,12 +30,21 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
              " and ", b.meta());
   KILN_CHECK((kMatmulTypes & dset(a.dtype())) != 0, op, ": dtype ", dtype_name(a.dtype()),
              " is not supported (supported: ", dtype_set_str(kMatmulTypes), ")");
+#if KILN_HAVE_CUDA
+  // cuBLAS has no integer GEMM (and PyTorch's CUDA backend refuses integer matmul too).
+  KILN_CHECK(a.is_cpu() || !is_integral(a.dtype(), true), op, ": integer matmul is CPU-only (got ", a.meta(),
+             " and ", b.meta(), "); on CUDA use a floating dtype (f16, bf16, f32, f64) or c64");
+#else
   KILN_CHECK(a.is_cpu(), op, ": no CUDA implementation yet (got ", a.meta(), ")");
+#endif
 }
 
 // beta * input + alpha * a @ b over batches: a [B, n, k], b [B, k, m], input broadcastable to [B, n, m]
 // (or undefined). Half types compute in f32 and round once at the end.
 Tensor batched(const Tensor& a, const Tensor& b, const Tensor& input, const Scalar& beta, const Scalar& alpha) {
+#if KILN_HAVE_CUDA
+  if (a.is_cuda()) return cuda::gemm(a, b, input, beta, alpha);  // half types natively, f32 accumulation
+#endif
   const DType t = a.dtype();
   if (t == DType::F16 || t == DType::BF16) {
     Tensor in32 = input.defined() ? input.to(DType::F32) : input;
@@ -102,6 +124,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Shape out_shape = batch;
   if (a.dim() > 1) out_shape.push_back(n);
   if (b.dim() > 1) out_shape.push_back(m);
+#if KILN_HAVE_CUDA
+  if (a.is_cuda()) {
+    // The CUDA path takes the broadcast operands as they are (views) and itself folds, reads strided or
+    // copies; Tensor::reshape could need a strided device copy the core does not have.
+    Shape sa = batch, sb = batch;
+    sa.insert(sa.end(), {n, k});
+    sb.insert(sb.end(), {k, m});
+    return cuda::gemm(a2.expand(sa), b2.expand(sb), Tensor(), 0, 1).reshape(out_shape);
+  }
+#endif
   Tensor c;
   if (batch_b.empty() && !batch_a.empty()) {
     // [..., n, k] x [k, m]: fold a's batch dims into its rows (a view when a's layout allows), one product.

@@ -1,0 +1,18 @@
+// CUDA matrix products (cuBLAS) for mm, bmm, matmul and addmm. Only in KILN_HAVE_CUDA builds.
+#pragma once
+
+#include "kiln/tensor.h"
+
+namespace kiln::cuda {
+
+// out = beta * input + alpha * a @ b over batches, as a new contiguous [batch..., n, m] tensor of a's dtype
+// on a's device. a: [batch..., n, k], b: [batch..., k, m] with the same batch sizes (broadcasting already
+// expanded: any strides, 0 included); input: undefined, or [batch..., n, m] with any strides. With beta == 0
+// (or no input) input is not read, so NaN in it does not propagate. Dtypes f16, bf16, f32, f64, c64; half
+// types accumulate in f32 and round once. Asynchronous on the current stream; graph-capture safe.
+Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& input, const Scalar& beta, const Scalar& alpha);
+
+// dst (contiguous, same sizes and dtype as src) = src, or beta * src when `beta` is given; src any strides.
+void gather_contiguous(const Tensor& dst, const Tensor& src, const Scalar* beta);
+
+}  // namespace kiln::cuda
