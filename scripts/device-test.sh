@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine: build (Release, all 16 cores), run the whole test suite, and write logs to $OUT.
-# Prints a one-line summary last. Usage: scripts/device-test.sh [build-dir]
+# On the GPU machine: build (Release, all 16 cores), run the whole test suite, then a Debug build of the CUDA
+# test executables under compute-sanitizer memcheck (unless KILN_SANITIZER=0). Logs go to $OUT; a summary
+# line comes last. Usage: scripts/device-test.sh [build-dir]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -28,5 +29,25 @@ grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/ctest.log" | tail -20
 skipped=$(grep -c "Skipped" "$OUT/ctest.log" || true)
 
 "$BUILD/bin/kiln" info --memory > "$OUT/info.txt" 2>&1; cat "$OUT/info.txt"
-echo "SUMMARY: ctest rc=$rc; $(grep -E 'tests passed' "$OUT/ctest.log" | tail -1); skipped: $skipped"
+
+san="not run"
+if [ "${KILN_SANITIZER:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  DBG=${BUILD}-debug
+  if cmake -G Ninja -S . -B "$DBG" -DCMAKE_BUILD_TYPE=Debug -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF > "$OUT/configure-debug.log" 2>&1 &&
+     cmake --build "$DBG" -j 16 > "$OUT/build-debug.log" 2>&1; then
+    san_fail=0
+    : > "$OUT/sanitizer.log"
+    for t in "$DBG"/tests/kiln_cuda*_tests; do
+      # API errors are expected where tests provoke them (out of memory, a sync inside a capture); memory
+      # errors (out-of-bounds, misaligned, uninitialised device reads) are what this run looks for.
+      compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 "$t" >> "$OUT/sanitizer.log" 2>&1
+      r=$?
+      if [ $r -ne 0 ]; then san_fail=$((san_fail + 1)); echo "sanitizer: $(basename "$t") rc=$r"; fi
+    done
+    san="$(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer.log") clean runs, $san_fail failing executables"
+  else
+    san="debug build failed"
+  fi
+fi
+echo "SUMMARY: ctest rc=$rc; $(grep -E 'tests passed' "$OUT/ctest.log" | tail -1); skipped: $skipped; compute-sanitizer: $san"
 exit $rc
