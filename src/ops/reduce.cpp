@@ -1,11 +1,14 @@
 // Reductions: sum, mean, prod, amax/amin, max/min (all elements, or along a dim with indices),
 // argmax/argmin, all/any, var/std, norm, logsumexp. Argument checks, result dtypes (as PyTorch) and output
-// allocation; the kernels are in src/cpu/reduce*.cpp.
+// allocation; the kernels are in src/cpu/reduce*.cpp and src/cuda/reduce*.cu (chosen by the input's device).
 #include <cmath>
 #include <string>
 
 #include "cpu/reduce.h"
 #include "kiln/ops.h"
+#if KILN_HAVE_CUDA
+#include "cuda/reduce.h"
+#endif
 
 namespace kiln {
 
@@ -13,8 +16,19 @@ namespace {
 
 void check_input(const Tensor& x, const char* op) {
   KILN_CHECK(x.defined(), op, ": input tensor is undefined");
+#if !KILN_HAVE_CUDA
   KILN_CHECK(!x.is_cuda(), op, ": no CUDA implementation yet (input ", x.meta(), ")");
+#endif
 }
+
+// The kernel of x's device. Each backend's function has the same contract (src/cpu/reduce.h,
+// src/cuda/reduce.h); in a build without CUDA no CUDA tensor reaches here (check_input).
+using Mask = std::vector<bool>;
+#if KILN_HAVE_CUDA
+#define KILN_REDUCE_BACKEND(x, fn, ...) ((x).is_cuda() ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
+#else
+#define KILN_REDUCE_BACKEND(x, fn, ...) cpu::fn(__VA_ARGS__)
+#endif
 
 std::string dims_str(const std::vector<int64_t>& dims) { return shape_str(dims); }
 
@@ -77,7 +91,7 @@ Tensor sum_like(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepd
   const std::vector<bool> mask = reduce_mask(x_in, dims, op);
   const Tensor x = dtype ? x_in.to(*dtype) : x_in;
   const DType kdt = sum_kernel_dtype(x.dtype());
-  Tensor out = empty(kept_shape(x, mask), kdt);
+  Tensor out = empty(kept_shape(x, mask), kdt, x.device());
   kernel(out, x, mask);
   // A narrower integer dtype= (sum(i32, dtype=i32)) wraps the i64 result, as PyTorch does.
   if (dtype && *dtype != kdt) out = out.to(*dtype);
@@ -93,9 +107,9 @@ Tensor extreme_all(const Tensor& x, const char* op, bool is_max) {
   check_input(x, op);
   const std::vector<bool> mask(static_cast<size_t>(x.dim()), true);
   check_nonempty(x, mask, false, op);
-  Tensor out = empty({}, x.dtype());
-  if (is_max) cpu::amax_kernel(out, x, mask);
-  else cpu::amin_kernel(out, x, mask);
+  Tensor out = empty({}, x.dtype(), x.device());
+  if (is_max) KILN_REDUCE_BACKEND(x, amax_kernel, out, x, mask);
+  else KILN_REDUCE_BACKEND(x, amin_kernel, out, x, mask);
   return out;
 }
 
@@ -104,9 +118,9 @@ Tensor extreme_dims(const Tensor& x, const std::vector<int64_t>& dims, bool keep
   check_input(x, op);
   const std::vector<bool> mask = reduce_mask(x, dims, op);
   check_nonempty(x, mask, !dims.empty(), op);
-  Tensor out = empty(kept_shape(x, mask), x.dtype());
-  if (is_max) cpu::amax_kernel(out, x, mask);
-  else cpu::amin_kernel(out, x, mask);
+  Tensor out = empty(kept_shape(x, mask), x.dtype(), x.device());
+  if (is_max) KILN_REDUCE_BACKEND(x, amax_kernel, out, x, mask);
+  else KILN_REDUCE_BACKEND(x, amin_kernel, out, x, mask);
   return finish(out, x, mask, keepdim);
 }
 
@@ -118,9 +132,9 @@ std::pair<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim, bool keepdim
   if (x.dim() > 0) mask[static_cast<size_t>(d)] = true;
   check_nonempty(x, mask, true, op);
   const Shape s = kept_shape(x, mask);
-  Tensor values = want_values ? empty(s, x.dtype()) : Tensor();
-  Tensor indices = empty(s, DType::I64);
-  cpu::max_with_index_kernel(values, indices, x, d, is_max);
+  Tensor values = want_values ? empty(s, x.dtype(), x.device()) : Tensor();
+  Tensor indices = empty(s, DType::I64, x.device());
+  KILN_REDUCE_BACKEND(x, max_with_index_kernel, values, indices, x, d, is_max);
   return {want_values ? finish(values, x, mask, keepdim) : values, finish(indices, x, mask, keepdim)};
 }
 
@@ -141,9 +155,9 @@ Tensor logical(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, 
   check_input(x, op);
   const std::vector<bool> mask = reduce_mask(x, dims, op);
   // PyTorch keeps uint8 for uint8 inputs (a legacy rule); every other dtype gives bool.
-  Tensor out = empty(kept_shape(x, mask), x.dtype() == DType::U8 ? DType::U8 : DType::Bool);
-  if (is_all) cpu::all_kernel(out, x, mask);
-  else cpu::any_kernel(out, x, mask);
+  Tensor out = empty(kept_shape(x, mask), x.dtype() == DType::U8 ? DType::U8 : DType::Bool, x.device());
+  if (is_all) KILN_REDUCE_BACKEND(x, all_kernel, out, x, mask);
+  else KILN_REDUCE_BACKEND(x, any_kernel, out, x, mask);
   return finish(out, x, mask, keepdim);
 }
 
@@ -152,19 +166,23 @@ Tensor var_std(const Tensor& x, const std::vector<int64_t>& dims, double correct
   check_input(x, op);
   check_floating(x, op, "std and var only support floating point dtypes");
   const std::vector<bool> mask = reduce_mask(x, dims, op);
-  Tensor out = empty(kept_shape(x, mask), x.dtype());
-  cpu::var_kernel(out, x, mask, correction, take_sqrt);
+  Tensor out = empty(kept_shape(x, mask), x.dtype(), x.device());
+  KILN_REDUCE_BACKEND(x, var_kernel, out, x, mask, correction, take_sqrt);
   return finish(out, x, mask, keepdim);
 }
 
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, std::optional<DType> dtype) {
-  return sum_like(x, dims, keepdim, dtype, "sum", cpu::sum_kernel);
+  return sum_like(x, dims, keepdim, dtype, "sum", [](const Tensor& out, const Tensor& in, const Mask& mask) {
+    KILN_REDUCE_BACKEND(in, sum_kernel, out, in, mask);
+  });
 }
 
 Tensor prod(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim, std::optional<DType> dtype) {
-  return sum_like(x, dims, keepdim, dtype, "prod", cpu::prod_kernel);
+  return sum_like(x, dims, keepdim, dtype, "prod", [](const Tensor& out, const Tensor& in, const Mask& mask) {
+    KILN_REDUCE_BACKEND(in, prod_kernel, out, in, mask);
+  });
 }
 
 Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim, std::optional<DType> dtype) {
@@ -175,8 +193,8 @@ Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim, 
              dtype_name(t), " (input ", x_in.meta(), "); pass dtype=float32 to average integers");
   const std::vector<bool> mask = reduce_mask(x_in, dims, "mean");
   const Tensor x = x_in.to(t);
-  Tensor out = empty(kept_shape(x, mask), t);
-  cpu::mean_kernel(out, x, mask);
+  Tensor out = empty(kept_shape(x, mask), t, x.device());
+  KILN_REDUCE_BACKEND(x, mean_kernel, out, x, mask);
   return finish(out, x, mask, keepdim);
 }
 
@@ -225,8 +243,8 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims, bool ke
       KILN_CHECK(!mask[static_cast<size_t>(d)] || x.sizes()[static_cast<size_t>(d)] != 0, "norm: cannot compute the ",
                  p, " norm over dim ", d, " of ", x.meta(), ": it is empty and the operation has no identity");
   }
-  Tensor out = empty(kept_shape(x, mask), x.dtype());
-  cpu::norm_kernel(out, x, mask, p);
+  Tensor out = empty(kept_shape(x, mask), x.dtype(), x.device());
+  KILN_REDUCE_BACKEND(x, norm_kernel, out, x, mask, p);
   return finish(out, x, mask, keepdim);
 }
 
@@ -237,9 +255,11 @@ Tensor logsumexp(const Tensor& x_in, const std::vector<int64_t>& dims, bool keep
   KILN_CHECK(!is_complex(x_in.dtype()) && !is_float8(x_in.dtype()), "logsumexp: unsupported input ", x_in.meta(),
              "; supported: bool, integers, float16, bfloat16, float32, float64");
   const Tensor x = is_floating(x_in.dtype()) ? x_in : x_in.to(kDefaultFloat);
-  Tensor out = empty(kept_shape(x, mask), x.dtype());
-  cpu::logsumexp_kernel(out, x, mask);
+  Tensor out = empty(kept_shape(x, mask), x.dtype(), x.device());
+  KILN_REDUCE_BACKEND(x, logsumexp_kernel, out, x, mask);
   return finish(out, x, mask, keepdim);
 }
+
+#undef KILN_REDUCE_BACKEND
 
 }  // namespace kiln
