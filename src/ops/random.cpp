@@ -33,8 +33,8 @@ void check_backend(Device device, const char* op) {
 #if !KILN_HAVE_CUDA
   KILN_CHECK(!device.is_cuda(), op, ": no CUDA implementation yet (device ", device, ")");
 #else
-  (void)device;
-  (void)op;
+  // Say which op wanted the GPU (the allocator's error would not).
+  if (device.is_cuda()) KILN_CHECK(cuda_available(), op, ": CUDA is not available (device ", device, ")");
 #endif
 }
 
