@@ -26,48 +26,22 @@ constexpr DTypeSet kRangeTypes = kFloatTypes | kIntTypes;
 void arange_fill(Tensor& out, const Scalar& start, const Scalar& step) {
   visit_dtypes<kRangeTypes>(out.dtype(), "arange", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using acc = arange_acc_t<T>;
-    ArangeOp<T> op;
-    if constexpr (std::is_same_v<acc, int64_t>) {
-      op.start = start.to_int64();
-      op.step = step.to_int64();
-    } else {
-      op.start = static_cast<acc>(start.to_double());
-      op.step = static_cast<acc>(step.to_double());
-    }
-    op.n = out.numel();
+    const ArangeOp<T> op = make_arange_op<T>(start, step, out.numel());
     fill_indexed<T>(out, op);
   });
 }
 
-namespace {
-template <class T>
-LinspaceOp<T> make_linspace(double start, double end, int64_t steps) {
-  using step_t = typename LinspaceOp<T>::step_t;
-  LinspaceOp<T> op;
-  // PyTorch first converts start and end to the output type, then computes the step in step_t.
-  const T s = convert<T>(start), e = convert<T>(end);
-  {
-    op.start = static_cast<step_t>(s);
-    op.end = static_cast<step_t>(e);
-    op.step = steps > 1 ? (op.end - op.start) / static_cast<step_t>(steps - 1) : step_t(0);
-  }
-  op.steps = steps;
-  return op;
-}
-}  // namespace
-
 void linspace_fill(Tensor& out, double start, double end) {
   visit_dtypes<kRangeTypes>(out.dtype(), "linspace", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    fill_indexed<T>(out, make_linspace<T>(start, end, out.numel()));
+    fill_indexed<T>(out, make_linspace_op<T>(start, end, out.numel()));
   });
 }
 
 void logspace_fill(Tensor& out, double start, double end, double base) {
   visit_dtypes<kRangeTypes>(out.dtype(), "logspace", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    LogspaceOp<T> op{make_linspace<T>(start, end, out.numel()), base};
+    LogspaceOp<T> op{make_linspace_op<T>(start, end, out.numel()), base};
     fill_indexed<T>(out, op);
   });
 }

@@ -8,6 +8,10 @@
 #include "cpu/creation.h"
 #include "kiln/ops.h"
 
+#if KILN_HAVE_CUDA
+#include "cuda/creation.h"
+#endif
+
 namespace kiln {
 
 Tensor empty(const Shape& sizes, DType dtype, Device device) {
@@ -101,8 +105,14 @@ KILN_INSTANTIATE_FROM_VECTOR(Float8_e5m2)
 namespace kiln {
 
 namespace {
-void check_cpu_device(Device device, const char* op) {
+// Only a build without the CUDA backend refuses CUDA devices.
+void check_backend(Device device, const char* op) {
+#if !KILN_HAVE_CUDA
   KILN_CHECK(!device.is_cuda(), op, ": no CUDA implementation yet (device ", device, ")");
+#else
+  // Say which op wanted the GPU (the allocator's error would not).
+  if (device.is_cuda()) KILN_CHECK(cuda_available(), op, ": CUDA is not available (device ", device, ")");
+#endif
 }
 constexpr DTypeSet kRangeTypes = kFloatTypes | kIntTypes;
 void check_range_dtype(DType dtype, const char* op) {
@@ -143,7 +153,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
              step.str(), ")");
   const DType dt = dtype.value_or(all_int ? DType::I64 : kDefaultFloat);
   check_range_dtype(dt, "arange");
-  check_cpu_device(device, "arange");
+  check_backend(device, "arange");
   // Length as PyTorch computes it: in int64 for an int64 output (values truncated to integers first), in
   // double otherwise.
   double size_d;
@@ -175,6 +185,12 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
   const auto n = static_cast<int64_t>(size_d);
   check_length(n, dt, "arange");
   Tensor out = empty({n}, dt, device);
+#if KILN_HAVE_CUDA
+  if (out.is_cuda()) {
+    cuda::arange_fill(out, start, step);
+    return out;
+  }
+#endif
   cpu::arange_fill(out, start, step);
   return out;
 }
@@ -182,11 +198,17 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, std::o
 Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
   KILN_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got ", steps);
   check_range_dtype(dtype, "linspace");
-  check_cpu_device(device, "linspace");
+  check_backend(device, "linspace");
   check_length(steps, dtype, "linspace");
   check_int_bounds(start, end, dtype, "linspace");
   Tensor out = empty({steps}, dtype, device);
   if (steps == 1) return out.fill_(start);  // PyTorch gives start (the symmetric formula would give end)
+#if KILN_HAVE_CUDA
+  if (out.is_cuda()) {
+    cuda::linspace_fill(out, start, end);
+    return out;
+  }
+#endif
   cpu::linspace_fill(out, start, end);
   return out;
 }
@@ -194,11 +216,17 @@ Tensor linspace(double start, double end, int64_t steps, DType dtype, Device dev
 Tensor logspace(double start, double end, int64_t steps, double base, DType dtype, Device device) {
   KILN_CHECK(steps >= 0, "logspace: number of steps must be non-negative, got ", steps);
   check_range_dtype(dtype, "logspace");
-  check_cpu_device(device, "logspace");
+  check_backend(device, "logspace");
   check_length(steps, dtype, "logspace");
   check_int_bounds(start, end, dtype, "logspace");
   Tensor out = empty({steps}, dtype, device);
   if (steps == 1) return out.fill_(std::pow(base, start));  // as linspace: the start
+#if KILN_HAVE_CUDA
+  if (out.is_cuda()) {
+    cuda::logspace_fill(out, start, end, base);
+    return out;
+  }
+#endif
   cpu::logspace_fill(out, start, end, base);
   return out;
 }
@@ -207,9 +235,16 @@ Tensor eye(int64_t n, std::optional<int64_t> m, DType dtype, Device device) {
   const int64_t cols = m.value_or(n);
   KILN_CHECK(n >= 0, "eye: n must be greater or equal to 0, got ", n);
   KILN_CHECK(cols >= 0, "eye: m must be greater or equal to 0, got ", cols);
-  check_cpu_device(device, "eye");
+  check_backend(device, "eye");
   Tensor out = zeros({n, cols}, dtype, device);
-  if (out.numel() > 0) cpu::eye_fill(out);
+  if (out.numel() == 0) return out;
+#if KILN_HAVE_CUDA
+  if (out.is_cuda()) {
+    cuda::eye_fill(out);
+    return out;
+  }
+#endif
+  cpu::eye_fill(out);
   return out;
 }
 

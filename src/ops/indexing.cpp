@@ -2,8 +2,9 @@
 // scatter_add, take, masked_fill. Argument checks, output allocation and restriding happen here; the CPU
 // kernels in src/cpu/indexing.cpp only move elements.
 //
-// cat/stack/split/chunk are built from views and copy_ alone, so they work on every device; the ops that
-// need an index kernel throw for CUDA tensors until the CUDA backend has one.
+// cat/stack/split/chunk are built from views and copy_ alone, so they work on every device. index_select,
+// gather, take and scatter* run on CUDA through src/cuda/indexing.h: there the kernels check the index
+// values (reporting a bad one at the next synchronisation) instead of this file reading them on the host.
 #include <cfloat>
 #include <cstring>
 #include <limits>
@@ -13,12 +14,34 @@
 #include "cpu/indexing.h"
 #include "kiln/ops.h"
 
+#if KILN_HAVE_CUDA
+#include "cuda/indexing.h"
+#endif
+
 namespace kiln {
 
 namespace {
 
 void check_cpu(const char* op, const Tensor& t) {
   KILN_CHECK(t.is_cpu(), op, ": no CUDA implementation yet (got ", t.meta(), ")");
+}
+
+// For the ops with a CUDA path: only a build without the CUDA backend refuses CUDA tensors.
+void check_backend(const char* op, const Tensor& t) {
+#if !KILN_HAVE_CUDA
+  check_cpu(op, t);
+#else
+  (void)op;
+  (void)t;
+#endif
+}
+
+// A contiguous copy of x on its device (the CUDA backend's clone needs a contiguous source).
+Tensor clone_on_device(const Tensor& x) {
+#if KILN_HAVE_CUDA
+  if (x.is_cuda() && !x.is_contiguous()) return cuda::contiguous_copy(x);
+#endif
+  return x.clone();
 }
 
 void check_index_dtype(const char* op, const Tensor& index) {
@@ -215,18 +238,24 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_index_dtype("index_select", index);
   check_same_device("index_select", x, index);
   KILN_CHECK(index.dim() <= 1, "index_select: index must be a vector (0-d or 1-d), got ", index.meta());
-  check_cpu("index_select", x);
+  check_backend("index_select", x);
   dim = wrap_dim(dim, x.dim(), "index_select");
   Tensor xs = as_1d_if_0d(x), idx = as_1d_if_0d(index);
   const int64_t size = xs.size(dim);
-  check_indices_in_range("index_select", idx, dim, size, false);
+  if (x.is_cpu()) check_indices_in_range("index_select", idx, dim, size, false);
   Shape shape = xs.sizes();
   shape[dim] = idx.numel();
-  Tensor out = empty(shape, x.dtype());
+  Tensor out = empty(shape, x.dtype(), x.device());
   if (out.numel() > 0) {
     Shape ist(shape.size(), 0);
     ist[dim] = idx.stride(0);
-    cpu::gather_elements(out, restride_dim0(xs, shape, dim), idx.as_strided(shape, ist), xs.stride(dim));
+    const Tensor src_r = restride_dim0(xs, shape, dim), idx_r = idx.as_strided(shape, ist);
+#if KILN_HAVE_CUDA
+    if (x.is_cuda())
+      cuda::gather_elements(out, src_r, idx_r, xs.stride(dim), size, cuda::OpId::IndexSelect);
+    else
+#endif
+      cpu::gather_elements(out, src_r, idx_r, xs.stride(dim));
   }
   if (x.dim() == 0) return out.reshape({});
   return out;
@@ -235,16 +264,23 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   check_index_dtype("gather", index);
   check_same_device("gather", x, index);
-  check_cpu("gather", x);
+  check_backend("gather", x);
   Tensor xs = as_1d_if_0d(x), idx = as_1d_if_0d(index);
   dim = wrap_dim(dim, xs.dim(), "gather");
-  if (index.numel() == 0) return empty(index.sizes(), x.dtype());
+  if (index.numel() == 0) return empty(index.sizes(), x.dtype(), x.device());
   KILN_CHECK(idx.dim() == xs.dim(), "gather: index ", index.meta(), " must have as many dims as input ", x.meta());
   for (int64_t d = 0; d < xs.dim(); ++d)
     KILN_CHECK(d == dim || idx.size(d) <= xs.size(d), "gather: index ", index.sizes(),
                " must be no larger than input ", x.sizes(), " in every dim but ", dim, " (dim ", d, ")");
-  check_indices_in_range("gather", idx, dim, xs.size(dim), false);
-  Tensor out = empty(idx.sizes(), x.dtype());
+  if (x.is_cpu()) check_indices_in_range("gather", idx, dim, xs.size(dim), false);
+  Tensor out = empty(idx.sizes(), x.dtype(), x.device());
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    cuda::gather_elements(out, restride_dim0(xs, idx.sizes(), dim), idx, xs.stride(dim), xs.size(dim),
+                          cuda::OpId::Gather);
+    return out.reshape(index.sizes());
+  }
+#endif
   cpu::gather_elements(out, restride_dim0(xs, idx.sizes(), dim), idx, xs.stride(dim));
   return out.reshape(index.sizes());
 }
@@ -252,13 +288,19 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 Tensor take(const Tensor& x, const Tensor& index) {
   check_index_dtype("take", index);
   check_same_device("take", x, index);
-  check_cpu("take", x);
+  check_backend("take", x);
   const int64_t n = x.numel();
   KILN_CHECK(n > 0 || index.numel() == 0, "take: cannot take from an empty tensor ", x.meta(), " (index ",
              index.meta(), ")");
-  check_indices_in_range("take", index, -1, n, true);
-  Tensor out = empty(index.sizes(), x.dtype());
+  if (x.is_cpu()) check_indices_in_range("take", index, -1, n, true);
+  Tensor out = empty(index.sizes(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    cuda::take(out, x, index);  // reads x through its strides: no contiguous copy
+    return out;
+  }
+#endif
   Tensor flat = x.contiguous().reshape({n});
   cpu::gather_elements(out, flat.as_strided(index.sizes(), Shape(index.dim(), 0)), index, 1, n);
   return out;
@@ -277,7 +319,7 @@ void check_scatter(const char* op, const Tensor& self, int64_t& dim, const Tenso
     KILN_CHECK(src->dtype() == self.dtype(), op, ": expected self and src to have the same dtype, got ",
                self.meta(), " and ", src->meta());
   }
-  check_cpu(op, self);
+  check_backend(op, self);
   const int64_t nd = std::max<int64_t>(self.dim(), 1);
   dim = wrap_dim(dim, nd, op);
   if (index.numel() == 0) return;
@@ -293,12 +335,22 @@ void check_scatter(const char* op, const Tensor& self, int64_t& dim, const Tenso
                " apart from dim ", dim, src ? " and no larger than src " : "", src ? src->sizes() : Shape{},
                " (dim ", d, ")");
   }
-  check_indices_in_range(op, i1, dim, s1.size(dim), false);
+  if (self.is_cpu()) check_indices_in_range(op, i1, dim, s1.size(dim), false);
 }
 
 void scatter_into(const char* op, Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
                   const void* value, bool add) {
   if (index.numel() == 0) return;
+  KILN_CHECK(!add || (self.dtype() != DType::F8E4M3 && self.dtype() != DType::F8E5M2), op,
+             ": float8 dtypes are not supported, got ", self.meta());
+#if KILN_HAVE_CUDA
+  if (self.is_cuda()) {
+    // The launcher handles f16/bf16 sums itself (in an f32 copy on the device, rounded once).
+    cuda::scatter_elements(as_1d_if_0d(self), dim, as_1d_if_0d(index), src.defined() ? as_1d_if_0d(src) : src,
+                           value, add);
+    return;
+  }
+#endif
   if (add && (self.dtype() == DType::F16 || self.dtype() == DType::BF16)) {
     // PyTorch 2.11's CPU scatter_add accumulates half types in float and rounds each element once
     // (3000 f16 ones into one slot give 3000, not the 2048 of per-addition rounding).
@@ -307,8 +359,6 @@ void scatter_into(const char* op, Tensor& self, int64_t dim, const Tensor& index
     self.copy_(self32);
     return;
   }
-  KILN_CHECK(!add || (self.dtype() != DType::F8E4M3 && self.dtype() != DType::F8E5M2), op,
-             ": float8 dtypes are not supported, got ", self.meta());
   cpu::scatter_elements(as_1d_if_0d(self), dim, as_1d_if_0d(index), src.defined() ? as_1d_if_0d(src) : src,
                         value, add);
 }
@@ -331,7 +381,7 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   check_scatter("scatter", x, dim, index, &src);
-  Tensor out = x.clone();
+  Tensor out = clone_on_device(x);
   scatter_into("scatter", out, dim, index, src, nullptr, false);
   return out;
 }
@@ -340,14 +390,14 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& 
   check_scatter("scatter", x, dim, index, nullptr);
   unsigned char bytes[8];
   value_bytes("scatter", value, x.dtype(), bytes);
-  Tensor out = x.clone();
+  Tensor out = clone_on_device(x);
   scatter_into("scatter", out, dim, index, Tensor(), bytes, false);
   return out;
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   check_scatter("scatter_add", x, dim, index, &src);
-  Tensor out = x.clone();
+  Tensor out = clone_on_device(x);
   scatter_into("scatter_add", out, dim, index, src, nullptr, true);
   return out;
 }

@@ -7,6 +7,10 @@
 #include "cpu/random.h"
 #include "kiln/ops.h"
 
+#if KILN_HAVE_CUDA
+#include "cuda/random.h"
+#endif
+
 namespace kiln {
 
 namespace {
@@ -24,8 +28,14 @@ std::pair<uint64_t, uint64_t> take_offset(Generator* gen) {
   return {g.seed(), g.next_offset()};
 }
 
-void check_cpu(const Tensor& t, const char* op) {
-  KILN_CHECK(!t.is_cuda(), op, ": no CUDA implementation yet (tensor ", t.meta(), ")");
+// Only a build without the CUDA backend refuses CUDA tensors.
+void check_backend(Device device, const char* op) {
+#if !KILN_HAVE_CUDA
+  KILN_CHECK(!device.is_cuda(), op, ": no CUDA implementation yet (device ", device, ")");
+#else
+  // Say which op wanted the GPU (the allocator's error would not).
+  if (device.is_cuda()) KILN_CHECK(cuda_available(), op, ": CUDA is not available (device ", device, ")");
+#endif
 }
 
 void check_float_dtype(DType dtype, const char* op) {
@@ -62,8 +72,14 @@ Tensor& uniform_(Tensor& t, double from, double to, Generator* gen) {
   KILN_CHECK(std::isfinite(from) && std::isfinite(to), "uniform_: from and to must be finite, got from=", from,
              " to=", to);
   KILN_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
-  check_cpu(t, "uniform_");
+  check_backend(t.device(), "uniform_");
   const auto [seed, offset] = take_offset(gen);
+#if KILN_HAVE_CUDA
+  if (t.is_cuda()) {
+    cuda::uniform_fill(t, from, to, seed, offset);  // writes through t's strides
+    return t;
+  }
+#endif
   fill_logical(t, [&](Tensor& c) { cpu::uniform_fill(c, from, to, seed, offset); });
   return t;
 }
@@ -71,22 +87,28 @@ Tensor& uniform_(Tensor& t, double from, double to, Generator* gen) {
 Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
   check_float_dtype(t.dtype(), "normal_");
   KILN_CHECK(std >= 0.0, "normal_ expects std >= 0.0, but found std ", std);
-  check_cpu(t, "normal_");
+  check_backend(t.device(), "normal_");
   const auto [seed, offset] = take_offset(gen);
+#if KILN_HAVE_CUDA
+  if (t.is_cuda()) {
+    cuda::normal_fill(t, mean, std, seed, offset);  // writes through t's strides
+    return t;
+  }
+#endif
   fill_logical(t, [&](Tensor& c) { cpu::normal_fill(c, mean, std, seed, offset); });
   return t;
 }
 
 Tensor rand(const Shape& sizes, DType dtype, Device device, Generator* gen) {
   check_float_dtype(dtype, "rand");
-  KILN_CHECK(!device.is_cuda(), "rand: no CUDA implementation yet (device ", device, ")");
+  check_backend(device, "rand");
   Tensor t = empty(sizes, dtype, device);
   return uniform_(t, 0.0, 1.0, gen);
 }
 
 Tensor randn(const Shape& sizes, DType dtype, Device device, Generator* gen) {
   check_float_dtype(dtype, "randn");
-  KILN_CHECK(!device.is_cuda(), "randn: no CUDA implementation yet (device ", device, ")");
+  check_backend(device, "randn");
   Tensor t = empty(sizes, dtype, device);
   return normal_(t, 0.0, 1.0, gen);
 }
@@ -109,10 +131,16 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, DType dtype, Devic
     });
     KILN_CHECK(ok, "randint: range [", low, ", ", high, ") is out of bounds for dtype ", dtype_name(dtype));
   }
-  KILN_CHECK(!device.is_cuda(), "randint: no CUDA implementation yet (device ", device, ")");
+  check_backend(device, "randint");
   Tensor t = empty(sizes, dtype, device);
   const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   const auto [seed, offset] = take_offset(gen);
+#if KILN_HAVE_CUDA
+  if (t.is_cuda()) {
+    cuda::randint_fill(t, low, range, seed, offset);
+    return t;
+  }
+#endif
   cpu::randint_fill(t, low, range, seed, offset);
   return t;
 }

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "kiln/scalar_types.h"
+#include "kiln/tensor.h"  // Scalar
 
 namespace kiln {
 
@@ -104,5 +105,36 @@ struct LogspaceOp {
     }
   }
 };
+
+// ---- host-side construction (both backends build the functors the same way) ----------------------------
+
+// ArangeOp for an output of n elements: integer outputs step in int64, floats in arange_acc_t<T>.
+template <class T>
+ArangeOp<T> make_arange_op(const Scalar& start, const Scalar& step, int64_t n) {
+  using acc = arange_acc_t<T>;
+  ArangeOp<T> op;
+  if constexpr (std::is_same_v<acc, int64_t>) {
+    op.start = start.to_int64();
+    op.step = step.to_int64();
+  } else {
+    op.start = static_cast<acc>(start.to_double());
+    op.step = static_cast<acc>(step.to_double());
+  }
+  op.n = n;
+  return op;
+}
+
+template <class T>
+LinspaceOp<T> make_linspace_op(double start, double end, int64_t steps) {
+  using step_t = typename LinspaceOp<T>::step_t;
+  LinspaceOp<T> op;
+  // PyTorch first converts start and end to the output type, then computes the step in step_t.
+  const T s = convert<T>(start), e = convert<T>(end);
+  op.start = static_cast<step_t>(s);
+  op.end = static_cast<step_t>(e);
+  op.step = steps > 1 ? (op.end - op.start) / static_cast<step_t>(steps - 1) : step_t(0);
+  op.steps = steps;
+  return op;
+}
 
 }  // namespace kiln
