@@ -61,20 +61,4 @@ void take(const Tensor& out, const Tensor& x, const Tensor& index) {
   check_launch("take");
 }
 
-Tensor contiguous_copy(const Tensor& x) {
-  Tensor out = empty(x.sizes(), x.dtype(), x.device());
-  const int64_t n = x.numel();
-  if (n == 0) return out;
-  DeviceGuard guard(x.device());
-  const auto off = make_offsets<2>("copy", x.sizes(), {out.strides(), x.strides()});
-  const cudaStream_t stream = stream_of(x.device());
-  visit_itemsize(x.itemsize(), "copy", [&](auto utag) {
-    using U = typename decltype(utag)::type;
-    convert_strided_kernel<U, U><<<grid_for(n, kThreads, x.device().index), kThreads, 0, stream>>>(
-        static_cast<U*>(out.data_ptr()), static_cast<const U*>(x.data_ptr()), off, n);
-  });
-  check_launch("copy (strided)");
-  return out;
-}
-
 }  // namespace kiln::cuda

@@ -26,8 +26,5 @@ void take(const Tensor& out, const Tensor& x, const Tensor& index);
 void scatter_elements(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
                       const void* value, bool add);
 
-// A contiguous copy of a CUDA tensor of any strides (the backend's copy_ handles only contiguous device
-// operands without going through the host).
-Tensor contiguous_copy(const Tensor& x);
 
 }  // namespace kiln::cuda

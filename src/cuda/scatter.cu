@@ -2,6 +2,7 @@
 // scatter_add accumulates with atomics (so float sums over duplicate indices are not in index order).
 #include <cstring>
 
+#include "core/copy.h"
 #include "core/dispatch.h"
 #include "cuda/indexing.h"
 #include "cuda/kernels/indexing.cuh"
@@ -15,17 +16,6 @@ namespace kiln::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// dst = convert(src) elementwise, both CUDA tensors of one shape with any strides.
-template <class D, class S>
-void convert_into(const Tensor& dst, const Tensor& src) {
-  const int64_t n = dst.numel();
-  if (n == 0) return;
-  const auto off = make_offsets<2>("scatter_add", dst.sizes(), {dst.strides(), src.strides()});
-  convert_strided_kernel<D, S><<<grid_for(n, kThreads, dst.device().index), kThreads, 0, stream_of(dst.device())>>>(
-      static_cast<D*>(dst.data_ptr()), static_cast<const S*>(src.data_ptr()), off, n);
-  check_launch("scatter_add (conversion)");
-}
 
 // Strides of `self` seen over index's shape with stride 0 along dim (the line start of each position).
 Shape line_strides(const Tensor& self, int64_t dim) {
@@ -79,7 +69,7 @@ void scatter_elements(const Tensor& self, int64_t dim, const Tensor& index, cons
     Tensor acc = self;
     if constexpr (!std::is_same_v<A, T>) {
       acc = empty(self.sizes(), DType::F32, dev);
-      convert_into<float, T>(acc, self);
+      ::kiln::copy_tensor(acc, self);
     }
     const auto off = make_offsets<3>(name, index.sizes(), {index.strides(), src_strides, line_strides(acc, dim)});
     visit_index(index.dtype(), name, [&](auto itag) {
@@ -89,7 +79,7 @@ void scatter_elements(const Tensor& self, int64_t dim, const Tensor& index, cons
           static_cast<const I*>(index.data_ptr()), off, n, acc.stride(dim), bound, err);
     });
     check_launch(name);
-    if constexpr (!std::is_same_v<A, T>) convert_into<T, float>(self, acc);
+    if constexpr (!std::is_same_v<A, T>) ::kiln::copy_tensor(self, acc);
   });
 }
 

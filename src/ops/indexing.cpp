@@ -36,13 +36,6 @@ void check_backend(const char* op, const Tensor& t) {
 #endif
 }
 
-// A contiguous copy of x on its device (the CUDA backend's clone needs a contiguous source).
-Tensor clone_on_device(const Tensor& x) {
-#if KILN_HAVE_CUDA
-  if (x.is_cuda() && !x.is_contiguous()) return cuda::contiguous_copy(x);
-#endif
-  return x.clone();
-}
 
 void check_index_dtype(const char* op, const Tensor& index) {
   KILN_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32, op,
@@ -381,7 +374,7 @@ Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tenso
 
 Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   check_scatter("scatter", x, dim, index, &src);
-  Tensor out = clone_on_device(x);
+  Tensor out = x.clone();
   scatter_into("scatter", out, dim, index, src, nullptr, false);
   return out;
 }
@@ -390,14 +383,14 @@ Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Scalar& 
   check_scatter("scatter", x, dim, index, nullptr);
   unsigned char bytes[8];
   value_bytes("scatter", value, x.dtype(), bytes);
-  Tensor out = clone_on_device(x);
+  Tensor out = x.clone();
   scatter_into("scatter", out, dim, index, Tensor(), bytes, false);
   return out;
 }
 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   check_scatter("scatter_add", x, dim, index, &src);
-  Tensor out = clone_on_device(x);
+  Tensor out = x.clone();
   scatter_into("scatter_add", out, dim, index, src, nullptr, true);
   return out;
 }

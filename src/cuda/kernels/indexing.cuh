@@ -126,16 +126,4 @@ __global__ void scatter_add_kernel(A* acc, const T* __restrict__ src, const I* _
   }
 }
 
-// dst[dst_off(i)] = convert<D>(src[src_off(i)]) over n elements; off = {dst, src}. With D == S this is a
-// strided copy (used where the backend's copy_ needs contiguous operands).
-template <class D, class S>
-__global__ void convert_strided_kernel(D* __restrict__ dst, const S* __restrict__ src, Offsets<2> off, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += grid_stride()) {
-    int64_t o[2];
-    off.get(i, o);
-    if constexpr (std::is_same_v<D, S>) dst[o[0]] = src[o[1]];
-    else dst[o[0]] = convert<D>(src[o[1]]);
-  }
-}
-
 }  // namespace kiln::cuda
