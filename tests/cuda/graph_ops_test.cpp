@@ -37,12 +37,14 @@ TEST(CudaGraph, ASequenceOfOpsFromEveryFamilyCapturesAndReplays) {
     out = step(x, w, idx);
     (void)rand({16}, DType::F32, kGpu);  // RNG too
   });
+  synchronize(kGpu);  // the inputs were written on the default stream; the graph runs on s
   g.replay();
   s.synchronize();
   EXPECT_TRUE(test::equal(out.to(kCPU), eager));
   // New inputs in place, replay again: the graph reads the same buffers.
   x.copy_(test::random_tensor({64, 96}, DType::F32).to(kGpu));
   const Tensor eager2 = step(x, w, idx).to(kCPU);
+  synchronize(kGpu);
   g.replay();
   s.synchronize();
   EXPECT_TRUE(test::equal(out.to(kCPU), eager2));
