@@ -40,16 +40,13 @@ void prepare_dst(const char* op, Tensor& dst, const Shape& shape, DType result, 
 }
 
 // The kernel of out's device.
-void binary_on_device(const char* op, BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b,
-                      const Scalar& alpha) {
-  if (out.is_cuda()) {
+void binary_on_device(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) {
 #if KILN_HAVE_CUDA
+  if (out.is_cuda()) {
     cuda::binary(kind, out, a, b, alpha);
     return;
-#else
-    check_cpu_only(op, out);
-#endif
   }
+#endif
   cpu::binary(kind, out, a, b, alpha);
 }
 
@@ -61,6 +58,9 @@ Tensor run_binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& 
   else check_same_device(op, {&a, &b});
   const Shape shape = broadcast_for(op, a.sizes(), b.sizes());
   if (dst) prepare_dst(op, *dst, shape, result, inplace);
+#if !KILN_HAVE_CUDA
+  check_cpu_only(op, a);
+#endif
   Tensor ac = a.to(compute), bc = b.to(compute);
   // On CUDA the kernel reports a zero divisor itself (raised at the next synchronisation): scanning the
   // divisor here would read device memory on the host.
@@ -69,11 +69,11 @@ Tensor run_binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& 
   ac = ac.expand(shape);
   bc = bc.expand(shape);
   if (dst && dst->dtype() == result && safe_to_write_into(*dst, ac) && safe_to_write_into(*dst, bc)) {
-    binary_on_device(op, kind, *dst, ac, bc, alpha);
+    binary_on_device(kind, *dst, ac, bc, alpha);
     return *dst;
   }
   Tensor out = empty(shape, result, a.device());
-  binary_on_device(op, kind, out, ac, bc, alpha);
+  binary_on_device(kind, out, ac, bc, alpha);
   if (dst) {
     dst->copy_(out);
     return *dst;

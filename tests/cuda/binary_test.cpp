@@ -563,7 +563,9 @@ TEST(CudaBinary, InPlaceFormsMatchCpu) {
       {"div_ scalar", [](Tensor& s, const Tensor&) { div_(s, Scalar(4)); }},
   };
   for (DType t : kNumeric) {
-    for (DType other : {t, DType::I16}) {
+    // other of the same dtype, and of another one (the result is computed in the promoted dtype, then cast
+    // into self); uint64 with a signed type would promote to float64, which does not cast back.
+    for (DType other : {t, t == DType::U64 ? DType::U8 : DType::I16}) {
       const Pair o = pair_from({53}, other, Layout::Contiguous, uniform(1, 9));
       for (const auto& [name, f] : ops) {
         const bool div_int = name.rfind("div_", 0) == 0 && is_integral(t, true);  // float into int: refused
