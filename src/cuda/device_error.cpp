@@ -27,6 +27,9 @@ const char* op_name(int32_t op) {
     case OpId::Take: return "take";
     case OpId::Embedding: return "embedding";
     case OpId::GroupedMm: return "grouped_mm";
+    case OpId::Div: return "div";
+    case OpId::Fmod: return "fmod";
+    case OpId::Remainder: return "remainder";
     default: return "a CUDA op";
   }
 }
@@ -68,6 +71,9 @@ void check_device_errors(int device) {
     case DeviceErrorCode::InvalidOffsets:
       throw Error(str(op_name(e.op), ": invalid group offset ", e.value, " (offsets must be non-decreasing and ",
                       "at most ", e.bound, "; found on cuda:", device, " by an earlier asynchronous kernel)"));
+    case DeviceErrorCode::DivisionByZero:
+      throw Error(str(op_name(e.op), ": ZeroDivisionError (integer division by zero, found on cuda:", device,
+                      " by an earlier asynchronous kernel; the affected elements were set to 0)"));
     default: throw Error(str("cuda:", device, ": a kernel reported error code ", e.code));
   }
 }

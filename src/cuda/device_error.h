@@ -17,6 +17,7 @@ enum class DeviceErrorCode : int32_t {
   None = 0,
   IndexOutOfRange = 1,   // value = index, bound = size of the indexed dim
   InvalidOffsets = 2,    // value = offending offset, bound = rows
+  DivisionByZero = 3,    // integer division or remainder by zero (the element's result is 0); no value
 };
 
 struct DeviceErrorRecord {
@@ -28,7 +29,8 @@ struct DeviceErrorRecord {
 
 // Ops that can report errors from a kernel (their names live in device_error.cpp).
 enum class OpId : int32_t {
-  IndexSelect = 1, Gather, Scatter, ScatterAdd, Take, Embedding, GroupedMm, Other
+  IndexSelect = 1, Gather, Scatter, ScatterAdd, Take, Embedding, GroupedMm, Other,
+  Div, Fmod, Remainder
 };
 
 #if defined(__CUDACC__)

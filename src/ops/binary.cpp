@@ -3,6 +3,10 @@
 #include "cpu/binary.h"
 #include "ops/elementwise.h"
 
+#if KILN_HAVE_CUDA
+#include "cuda/binary.h"
+#endif
+
 namespace kiln {
 
 namespace {
@@ -35,6 +39,17 @@ void prepare_dst(const char* op, Tensor& dst, const Shape& shape, DType result, 
                "of the written-to tensor ", dst.meta(), " refers to a single memory location (an expanded view)");
 }
 
+// The kernel of out's device.
+void binary_on_device(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, const Scalar& alpha) {
+#if KILN_HAVE_CUDA
+  if (out.is_cuda()) {
+    cuda::binary(kind, out, a, b, alpha);
+    return;
+  }
+#endif
+  cpu::binary(kind, out, a, b, alpha);
+}
+
 // The common path of every binary op: a and b converted to `compute`, the result of dtype `result` (compute,
 // or bool for the logical ops), written into *dst when given.
 Tensor run_binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& b, DType compute, DType result,
@@ -43,18 +58,22 @@ Tensor run_binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& 
   else check_same_device(op, {&a, &b});
   const Shape shape = broadcast_for(op, a.sizes(), b.sizes());
   if (dst) prepare_dst(op, *dst, shape, result, inplace);
+#if !KILN_HAVE_CUDA
   check_cpu_only(op, a);
+#endif
   Tensor ac = a.to(compute), bc = b.to(compute);
-  if (is_int_division(kind) && is_integral(compute, true))
+  // On CUDA the kernel reports a zero divisor itself (raised at the next synchronisation): scanning the
+  // divisor here would read device memory on the host.
+  if (a.is_cpu() && is_int_division(kind) && is_integral(compute, true))
     KILN_CHECK(!cpu::any_zero(bc), op, ": ZeroDivisionError (integer division by zero; divisor ", b.meta(), ")");
   ac = ac.expand(shape);
   bc = bc.expand(shape);
   if (dst && dst->dtype() == result && safe_to_write_into(*dst, ac) && safe_to_write_into(*dst, bc)) {
-    cpu::binary(kind, *dst, ac, bc, alpha);
+    binary_on_device(kind, *dst, ac, bc, alpha);
     return *dst;
   }
   Tensor out = empty(shape, result, a.device());
-  cpu::binary(kind, out, ac, bc, alpha);
+  binary_on_device(kind, out, ac, bc, alpha);
   if (dst) {
     dst->copy_(out);
     return *dst;

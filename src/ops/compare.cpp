@@ -10,6 +10,10 @@
 #include "cpu/binary.h"
 #include "ops/elementwise.h"
 
+#if KILN_HAVE_CUDA
+#include "cuda/binary.h"
+#endif
+
 namespace kiln {
 
 namespace {
@@ -19,7 +23,15 @@ using fn::CmpOp;
 Tensor run_compare(const char* op, CmpOp cmp, const Tensor& a, const Tensor& b, DType da, DType db) {
   check_same_device(op, {&a, &b});
   const Shape shape = broadcast_for(op, a.sizes(), b.sizes());
+#if KILN_HAVE_CUDA
+  if (a.is_cuda()) {
+    Tensor out = empty(shape, DType::Bool, a.device());
+    cuda::compare(cmp, out, a.to(da).expand(shape), b.to(db).expand(shape));
+    return out;
+  }
+#else
   check_cpu_only(op, a);
+#endif
   Tensor out = empty(shape, DType::Bool, a.device());
   cpu::compare(cmp, out, a.to(da).expand(shape), b.to(db).expand(shape));
   return out;
@@ -67,7 +79,9 @@ Tensor compare(const char* op, CmpOp cmp, const Tensor& a, const Scalar& b) {
     const bool below = neg && b.to_int64() < lo;
     const bool above = !neg && b.to_uint64() > hi;
     if (below || above) {
+#if !KILN_HAVE_CUDA
       check_cpu_only(op, a);
+#endif
       // below: every element is greater than b; above: every element is less.
       bool v = false;
       switch (cmp) {
@@ -108,7 +122,15 @@ Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor& b, DType t)
   check_same_device("where", {&cond, &a, &b});
   KILN_CHECK(cond.dtype() == DType::Bool, "where: expected condition to be a bool tensor, but got ", cond.meta());
   const Shape shape = broadcast_for("where", broadcast_for("where", cond.sizes(), a.sizes()), b.sizes());
+#if KILN_HAVE_CUDA
+  if (a.is_cuda()) {
+    Tensor out = empty(shape, t, a.device());
+    cuda::where(out, cond.expand(shape), a.to(t).expand(shape), b.to(t).expand(shape));
+    return out;
+  }
+#else
   check_cpu_only("where", cond);
+#endif
   Tensor out = empty(shape, t, a.device());
   cpu::where(out, cond.expand(shape), a.to(t).expand(shape), b.to(t).expand(shape));
   return out;
@@ -132,7 +154,9 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   if (min) bounds.push_back(*min);
   if (max) bounds.push_back(*max);
   const DType t = result_type({x}, bounds);
+#if !KILN_HAVE_CUDA
   check_cpu_only("clamp", x);
+#endif
   Tensor r = x.to(t);
   if (min) r = maximum(r, scalar_operand(*min, t, x.device()));
   if (max) r = minimum(r, scalar_operand(*max, t, x.device()));
@@ -172,8 +196,17 @@ Tensor& masked_fill_(Tensor& self, const Tensor& mask, const Scalar& value) {
   const Shape shape = broadcast_for("masked_fill_", self.sizes(), mask.sizes());
   KILN_CHECK(shape == self.sizes(), "masked_fill_: mask ", mask.meta(), " does not broadcast to self ",
              self.meta(), " (broadcast shape ", shape, ")");
+  // The value converted on the host (a CPU 0-d tensor), as the CPU kernel converts it.
+  const Tensor v = scalar_operand(value, self.dtype(), kCPU);
+#if KILN_HAVE_CUDA
+  if (self.is_cuda()) {
+    cuda::masked_fill(self, mask.expand(shape), v.data_ptr());
+    return self;
+  }
+#else
   check_cpu_only("masked_fill_", self);
-  cpu::masked_fill(self, mask.expand(shape), scalar_operand(value, self.dtype(), kCPU));
+#endif
+  cpu::masked_fill(self, mask.expand(shape), v);
   return self;
 }
 

@@ -15,6 +15,7 @@
 #include "kiln/ops.h"
 
 #if KILN_HAVE_CUDA
+#include "cuda/binary.h"
 #include "cuda/indexing.h"
 #endif
 
@@ -400,14 +401,22 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   KILN_CHECK(mask.dtype() == DType::Bool, "masked_fill: only boolean masks are supported, got mask ", mask.meta());
   check_same_device("masked_fill", x, mask);
+#if !KILN_HAVE_CUDA
   check_cpu("masked_fill", x);
+#endif
   unsigned char bytes[8];
   value_bytes("masked_fill", value, x.dtype(), bytes);
   // Out of place, x and mask broadcast together (as torch.masked_fill does).
   const Shape shape = broadcast_shapes(x.sizes(), mask.sizes());
-  Tensor out = empty(shape, x.dtype());
+  Tensor out = empty(shape, x.dtype(), x.device());
   if (out.numel() == 0) return out;
   copy_tensor(out, x.expand(shape));
+#if KILN_HAVE_CUDA
+  if (out.is_cuda()) {
+    cuda::masked_fill(out, mask.expand(shape), bytes);  // the CUDA kernel of the binary family (src/cuda/compare.cu)
+    return out;
+  }
+#endif
   cpu::masked_fill(out, mask.expand(shape), bytes);
   return out;
 }

@@ -645,7 +645,10 @@ TEST(Errors, NameOpShapesDtypesAndDevices) {
   EXPECT_TRUE(throws_error([&] { add(ones({2}), gpu); }, {"add", "same device", "cpu", "cuda"}));
   EXPECT_TRUE(throws_error([&] { lt(gpu, ones({2})); }, {"lt", "same device"}));
   EXPECT_TRUE(throws_error([&] { where(ones({2}, DType::Bool), gpu, ones({2})); }, {"where", "same device"}));
-  EXPECT_TRUE(throws_error([&] { add(gpu, gpu); }, {"add", "no CUDA implementation"}));
+#if !KILN_HAVE_CUDA
+  // With the CUDA backend built this would launch a real kernel on the fake storage (tests/cuda covers it).
+  EXPECT_TRUE(throws_error([&] { add(gpu, gpu); }, {"add", "no CUDA"}));
+#endif
 }
 
 }  // namespace
