@@ -1,10 +1,11 @@
-// CUDA matrix products through cuBLAS (host code only: the one kernel of the family, the strided gather,
-// lives in matmul_gather.cu).
+// CUDA matrix products through cuBLAS (host code only). Operands cuBLAS cannot read in place are made
+// contiguous with the backend's device copies.
 //
 // cuBLAS is column-major. A row-major [r, c] matrix with row stride ld is the column-major [c, r] matrix
 // with leading dimension ld, i.e. its transpose; so the row-major C = A B is computed as the column-major
 // C^T = B^T A^T: cuBLAS's "A" is our b, its "B" is our a, and its m, n are our m, n swapped. An operand
 // stored transposed (unit stride along rows) is passed with CUBLAS_OP_T instead of being copied.
+#include "core/copy.h"
 #include "cuda/matmul.h"
 
 #include <cublas_v2.h>
@@ -162,18 +163,12 @@ struct Operand {
   int64_t batch_stride;
 };
 
-Tensor contiguous_on_device(const Tensor& t) {
-  Tensor c = empty(t.sizes(), t.dtype(), t.device());
-  gather_contiguous(c, t, nullptr);
-  return c;
-}
-
 Operand operand(const Tensor& t, int64_t rows, int64_t cols) {
   const int64_t nd = t.dim();
   auto view = mat_view(t.stride(nd - 2), t.stride(nd - 1), rows, cols);
   auto bs = collapsed_stride(t, 0, nd - 2);
   if (view && bs) return Operand{t, *view, *bs};
-  Tensor c = contiguous_on_device(t);
+  Tensor c = t.contiguous();
   return Operand{c, *mat_view(c.stride(nd - 2), c.stride(nd - 1), rows, cols), *collapsed_stride(c, 0, nd - 2)};
 }
 
@@ -217,12 +212,16 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& input, const Scalar&
   const bool use_input = input.defined() && !is_zero(beta);
   if (k == 0) {
     // No products: beta * input, or zeros. cuBLAS is not asked to handle k = 0.
-    if (use_input) gather_contiguous(c, input, &beta);
-    else c.zero_();
+    if (use_input) {
+      ::kiln::copy_tensor(c, input);
+      mul_(c, beta);
+    } else {
+      c.zero_();
+    }
     return c;
   }
   // cuBLAS accumulates onto C with its beta; with beta = 0 it does not read C (uninitialised here).
-  if (use_input) gather_contiguous(c, input, nullptr);
+  if (use_input) ::kiln::copy_tensor(c, input);
 
   // [..., n, k] x [k, m] broadcast over b: one product of (batch * n) rows when a's rows fold into one stride.
   int64_t rows = n, count = batch;

@@ -12,7 +12,5 @@ namespace kiln::cuda {
 // types accumulate in f32 and round once. Asynchronous on the current stream; graph-capture safe.
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& input, const Scalar& beta, const Scalar& alpha);
 
-// dst (contiguous, same sizes and dtype as src) = src, or beta * src when `beta` is given; src any strides.
-void gather_contiguous(const Tensor& dst, const Tensor& src, const Scalar* beta);
 
 }  // namespace kiln::cuda
