@@ -66,7 +66,11 @@ void check_device(Device device) {
   static std::once_flag flags[64];
   static bool runnable[64];
   if (device.index < 64) {
-    std::call_once(flags[device.index], [&] { runnable[device.index] = kernels_runnable(device.index); });
+    std::call_once(flags[device.index], [&] {
+      runnable[device.index] = kernels_runnable(device.index);
+      // The kernel error record is pinned host memory: take it now, not in the middle of a graph capture.
+      if (runnable[device.index]) device_error_record(device.index);
+    });
     if (!runnable[device.index]) {
       cudaDeviceProp p{};
       cudaGetDeviceProperties(&p, device.index);
