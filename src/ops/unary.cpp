@@ -6,6 +6,10 @@
 #include "cpu/unary.h"
 #include "kiln/ops.h"
 
+#if KILN_HAVE_CUDA
+#include "cuda/unary.h"
+#endif
+
 namespace kiln {
 namespace {
 
@@ -73,8 +77,22 @@ constexpr OpDesc kIsFinite{UnaryOp::IsFinite, "isfinite", kReal | kComplexTypes,
 constexpr OpDesc kLogicalNot{UnaryOp::LogicalNot, "logical_not", kReal | kComplexTypes, Rule::Bool};
 constexpr OpDesc kBitwiseNot{UnaryOp::BitwiseNot, "bitwise_not", kIntTypes | kBoolType, Rule::Same};
 
-void check_cpu(const Tensor& x, const std::string& name) {
+// Both backends take every op here; a build without the CUDA backend says so for a CUDA tensor.
+void check_backend(const Tensor& x, const std::string& name) {
+#if !KILN_HAVE_CUDA
   KILN_CHECK(!x.is_cuda(), name, ": no CUDA implementation yet (input ", x.meta(), ")");
+#else
+  (void)x;
+  (void)name;
+#endif
+}
+
+// The kernels of out's device: out and in live on one device (the op allocated out there).
+void run_unary(UnaryOp op, const Tensor& out, const Tensor& in, int64_t decimals = 0) {
+#if KILN_HAVE_CUDA
+  if (out.is_cuda()) return cuda::unary(op, out, in, decimals);
+#endif
+  cpu::unary(op, out, in, decimals);
 }
 
 // Throws for dtypes the op does not support, with what would be valid.
@@ -106,12 +124,12 @@ DType compute_dtype(const OpDesc& d, DType t) {
 }
 
 Tensor apply(const OpDesc& d, const Tensor& x, int64_t decimals = 0) {
-  check_cpu(x, d.name);
+  check_backend(x, d.name);
   check_dtype(d, x.dtype(), d.name);
   if (d.rule == Rule::IntIdentity && is_integral(x.dtype(), false)) return x.clone();
   const Tensor in = x.to(compute_dtype(d, x.dtype()));
   Tensor out = empty(x.sizes(), result_dtype(d, x.dtype()), x.device());
-  cpu::unary(d.op, out, in, decimals);
+  run_unary(d.op, out, in, decimals);
   return out;
 }
 
@@ -125,14 +143,14 @@ void check_no_internal_overlap(const Tensor& t, const std::string& name) {
 
 Tensor& apply_(const OpDesc& d, Tensor& x) {
   const std::string name = std::string(d.name) + "_";
-  check_cpu(x, name);
+  check_backend(x, name);
   check_dtype(d, x.dtype(), name);
   const DType rt = result_dtype(d, x.dtype());
   KILN_CHECK(rt == x.dtype(), name, ": result type ", dtype_name(rt), " can't be cast to the desired output type ",
              dtype_name(x.dtype()), " (self is ", x.meta(), "); use the out-of-place ", d.name, " instead");
   check_no_internal_overlap(x, name);
   if (d.rule == Rule::IntIdentity && is_integral(x.dtype(), false)) return x;
-  cpu::unary(d.op, x, x);
+  run_unary(d.op, x, x);
   return x;
 }
 
@@ -191,19 +209,25 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 
 Tensor round(const Tensor& x, int64_t decimals) {
   if (decimals == 0) return apply(kRound, x);
-  if (is_integral(x.dtype(), true) && !x.is_cuda())
+  if (is_integral(x.dtype(), true))
     throw Error(str("round: decimals=", decimals, " needs a floating input (f16, bf16, f32, f64); got ", x.meta(),
                     " (PyTorch has no integer kernel for it either)"));
   return apply(kRoundDecimals, x, decimals);
 }
 
 std::pair<Tensor, Tensor> frexp(const Tensor& x) {
-  check_cpu(x, "frexp");
+  check_backend(x, "frexp");
   KILN_CHECK((kFloatTypes & dset(x.dtype())) != 0, "frexp: only floating-point inputs are supported (",
              dtype_set_str(kFloatTypes), "), got ", x.meta(),
              is_float8(x.dtype()) ? "; convert float8 first, e.g. x.to(DType::F32)" : "");
   Tensor mantissa = empty(x.sizes(), x.dtype(), x.device());
   Tensor exponent = empty(x.sizes(), DType::I32, x.device());
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    cuda::frexp(mantissa, exponent, x);
+    return {mantissa, exponent};
+  }
+#endif
   cpu::frexp(mantissa, exponent, x);
   return {mantissa, exponent};
 }
@@ -224,8 +248,10 @@ Tensor& round_(Tensor& x) { return apply_(kRound, x); }
 
 Tensor& exp_out(Tensor& out, const Tensor& x) {
   KILN_CHECK(out.defined(), "exp_out: out is an undefined tensor");
-  check_cpu(x, "exp_out");
-  check_cpu(out, "exp_out");
+  check_backend(x, "exp_out");
+  check_backend(out, "exp_out");
+  KILN_CHECK(out.device() == x.device(), "exp_out: out ", out.meta(), " and x ", x.meta(),
+             " must be on the same device");
   check_dtype(kExp, x.dtype(), "exp_out");
   const DType rt = result_dtype(kExp, x.dtype());
   KILN_CHECK(can_cast(rt, out.dtype()), "exp_out: result type ", dtype_name(rt),
@@ -244,10 +270,10 @@ Tensor& exp_out(Tensor& out, const Tensor& x) {
   // Write straight into out unless a cast is needed or out overlaps the input at other positions.
   const bool same_layout = in.data_ptr() == out.data_ptr() && in.strides() == out.strides();
   if (out.dtype() == rt && (!out.is_alias_of(in) || same_layout)) {
-    cpu::unary(UnaryOp::Exp, out, in);
+    run_unary(UnaryOp::Exp, out, in);
   } else {
     Tensor tmp = empty(x.sizes(), rt, x.device());
-    cpu::unary(UnaryOp::Exp, tmp, in);
+    run_unary(UnaryOp::Exp, tmp, in);
     out.copy_(tmp);
   }
   return out;
