@@ -137,13 +137,15 @@ void frexp(const Tensor& mantissa, const Tensor& exponent, const Tensor& in) {
     // One strided kernel serves every layout: contiguous operands merge into a single dim, so the offset
     // arithmetic is one division per element (frexp is not worth a vectorised two-output path).
     const std::array<const Tensor*, 3> ops{&mantissa, &exponent, &in};
-    detail::with_index_type(detail::fits_32bit<3>(ops), [&](auto idx) {
+    auto launch = [&](auto idx) {
       using I = decltype(idx);
       const auto oc = detail::make_offset_calc<3, I>(mantissa, ops, "frexp");
       frexp_strided<I, T><<<grid_for(n, threads, in.device().index), threads, 0, s>>>(
           static_cast<I>(n), oc, static_cast<T*>(mantissa.data_ptr()), static_cast<int32_t*>(exponent.data_ptr()),
           static_cast<const T*>(in.data_ptr()));
-    });
+    };
+    if (detail::fits_32bit<3>(ops)) launch(uint32_t{});
+    else launch(int64_t{});
     check_launch("frexp");
   });
 }
