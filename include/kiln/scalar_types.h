@@ -193,6 +193,27 @@ struct alignas(8) Complex64 {
   KILN_HD constexpr Complex64(float r, float i = 0.f) : re(r), im(i) {}
 };
 
+// complex64 arithmetic (c10::complex's definitions: Smith's algorithm for division avoids overflow in
+// |b|^2 for large operands).
+KILN_HD Complex64 operator+(Complex64 a, Complex64 b) { return {a.re + b.re, a.im + b.im}; }
+KILN_HD Complex64 operator-(Complex64 a, Complex64 b) { return {a.re - b.re, a.im - b.im}; }
+KILN_HD Complex64 operator-(Complex64 a) { return {-a.re, -a.im}; }
+KILN_HD Complex64 operator*(Complex64 a, Complex64 b) {
+  return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+}
+KILN_HD Complex64 operator/(Complex64 a, Complex64 b) {
+  const float abs_re = b.re < 0 ? -b.re : b.re, abs_im = b.im < 0 ? -b.im : b.im;
+  if (abs_re >= abs_im) {
+    if (abs_re == 0.f && abs_im == 0.f) return {a.re / abs_re, a.im / abs_im};  // inf/nan as IEEE gives
+    const float r = b.im / b.re, d = b.re + b.im * r;
+    return {(a.re + a.im * r) / d, (a.im - a.re * r) / d};
+  }
+  const float r = b.re / b.im, d = b.im + b.re * r;
+  return {(a.re * r + a.im) / d, (a.im * r - a.re) / d};
+}
+KILN_HD bool operator==(Complex64 a, Complex64 b) { return a.re == b.re && a.im == b.im; }
+KILN_HD bool operator!=(Complex64 a, Complex64 b) { return !(a == b); }
+
 template <class T>
 inline constexpr bool is_reduced_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> ||
                                            std::is_same_v<T, Float8_e4m3fn> || std::is_same_v<T, Float8_e5m2>;

@@ -29,13 +29,6 @@ void dispatch(const char* name, const Tensor& out, const Tensor& a, const Tensor
   });
 }
 
-template <class M>
-M scalar_as(const Scalar& s) {
-  if constexpr (std::is_same_v<M, bool>) return s.to_double() != 0.0 || s.to_int64() != 0;
-  else if constexpr (std::is_unsigned_v<M>) return static_cast<M>(s.to_uint64());
-  else if constexpr (std::is_integral_v<M>) return static_cast<M>(s.to_int64());
-  else return static_cast<M>(s.to_double());
-}
 
 }  // namespace
 
@@ -43,14 +36,14 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, co
   if (out.numel() == 0) return;
   switch (op) {
     case BinaryOp::Add:
-      visit_dtypes<kArith>(out.dtype(), "add", [&](auto tag) {
+      visit_dtypes<kArith | kComplexTypes>(out.dtype(), "add", [&](auto tag) {
         using S = typename decltype(tag)::type;
         using M = opmath_t<S>;
-        run<S>(out, a, b, fn::AddFn<M>{scalar_as<M>(alpha)});
+        run<S>(out, a, b, fn::AddFn<M>{fn::scalar_as<M>(alpha)});
       });
       return;
-    case BinaryOp::Mul: return dispatch<kArith, fn::MulFn>("mul", out, a, b);
-    case BinaryOp::Div: return dispatch<kFloatTypes, fn::DivFn>("div", out, a, b);
+    case BinaryOp::Mul: return dispatch<kArith | kComplexTypes, fn::MulFn>("mul", out, a, b);
+    case BinaryOp::Div: return dispatch<kFloatTypes | kComplexTypes, fn::DivFn>("div", out, a, b);
     case BinaryOp::DivTrunc: return dispatch<kNumeric, fn::DivTruncFn>("div", out, a, b);
     case BinaryOp::DivFloor: return dispatch<kNumeric, fn::DivFloorFn>("div", out, a, b);
     case BinaryOp::Pow: return dispatch<kNumeric, fn::PowFn>("pow", out, a, b);

@@ -9,14 +9,6 @@ namespace {
 
 using cpu::BinaryOp;
 
-// alpha in the compute type, converted as the CPU backend converts it (src/cpu/binary.cpp).
-template <class M>
-M alpha_as(const Scalar& s) {
-  if constexpr (std::is_same_v<M, bool>) return s.to_double() != 0.0 || s.to_int64() != 0;
-  else if constexpr (std::is_unsigned_v<M>) return static_cast<M>(s.to_uint64());
-  else if constexpr (std::is_integral_v<M>) return static_cast<M>(s.to_int64());
-  else return static_cast<M>(s.to_double());
-}
 
 }  // namespace
 
@@ -25,14 +17,14 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, co
   if (out.numel() == 0) return;
   switch (op) {
     case BinaryOp::Add:
-      visit_dtypes<kArith>(out.dtype(), "add", [&](auto tag) {
+      visit_dtypes<kArith | kComplexTypes>(out.dtype(), "add", [&](auto tag) {
         using S = typename decltype(tag)::type;
         using M = opmath_t<S>;
-        run_binary<S>(out, a, b, fn::AddFn<M>{alpha_as<M>(alpha)}, "add");
+        run_binary<S>(out, a, b, fn::AddFn<M>{fn::scalar_as<M>(alpha)}, "add");
       });
       return;
-    case BinaryOp::Mul: return dispatch_binary<kArith, fn::MulFn>("mul", out, a, b);
-    case BinaryOp::Div: return dispatch_binary<kFloatTypes, fn::DivFn>("div", out, a, b);
+    case BinaryOp::Mul: return dispatch_binary<kArith | kComplexTypes, fn::MulFn>("mul", out, a, b);
+    case BinaryOp::Div: return dispatch_binary<kFloatTypes | kComplexTypes, fn::DivFn>("div", out, a, b);
     case BinaryOp::Maximum: return dispatch_binary<kArith, fn::MaximumFn>("maximum", out, a, b);
     case BinaryOp::Minimum: return dispatch_binary<kArith, fn::MinimumFn>("minimum", out, a, b);
     case BinaryOp::Atan2: return dispatch_binary<kFloatTypes, fn::Atan2Fn>("atan2", out, a, b);

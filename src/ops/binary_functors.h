@@ -8,9 +8,20 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kiln/tensor.h"
 #include "ops/math.h"
 
 namespace kiln::fn {
+
+// A Scalar argument (add's alpha) in the compute type M, the same way on both backends (host code).
+template <class M>
+M scalar_as(const Scalar& s) {
+  if constexpr (std::is_same_v<M, bool>) return s.to_double() != 0.0 || s.to_int64() != 0;
+  else if constexpr (std::is_same_v<M, Complex64>) return s.to_complex();
+  else if constexpr (std::is_unsigned_v<M>) return static_cast<M>(s.to_uint64());
+  else if constexpr (std::is_integral_v<M>) return static_cast<M>(s.to_int64());
+  else return static_cast<M>(s.to_double());
+}
 
 template <class T>
 inline constexpr bool is_int_v = std::is_integral_v<T> && !std::is_same_v<T, bool>;

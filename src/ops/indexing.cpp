@@ -232,6 +232,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_index_dtype("index_select", index);
   check_same_device("index_select", x, index);
   KILN_CHECK(index.dim() <= 1, "index_select: index must be a vector (0-d or 1-d), got ", index.meta());
+  KILN_CHECK(x.dim() > 0 || index.numel() == 1, "index_select: index to a 0-d tensor can have only 1 value, got ",
+             index.numel(), " values");
   check_backend("index_select", x);
   dim = wrap_dim(dim, x.dim(), "index_select");
   Tensor xs = as_1d_if_0d(x), idx = as_1d_if_0d(index);

@@ -10,14 +10,14 @@ const Device kGpu = cuda_device(0);
 
 Tensor step(const Tensor& x, const Tensor& w, const Tensor& idx) {
   Tensor h = matmul(x, w);                                  // cuBLAS
-  h = add(h, full({}, 0.5, DType::F32, kGpu));              // broadcast elementwise
+  h = add(h, full({}, 0.5, DType::F32, x.device()));              // broadcast elementwise
   h = silu(h);                                              // unary
   Tensor g = index_select(h, 0, idx);                       // indexing
   Tensor s = sum(g, {1}, true);                             // reduction
   Tensor m = amax(g, {1}, true);
   Tensor e = exp(sub(g, m));                                // softmax by hand
   Tensor p = div(e, sum(e, {1}, true));
-  Tensor r = where(gt(p, full({}, 0.1, DType::F32, kGpu)), p, mul(s, 0.0));
+  Tensor r = where(gt(p, full({}, 0.1, DType::F32, x.device())), p, mul(s, 0.0));
   return cat({r, p.to(DType::BF16).to(DType::F32)}, 1);
 }
 

@@ -112,7 +112,7 @@ TEST(CudaIndexSelect, MatchesCpuOverDtypesLayoutsAndIndexTypes) {
       for (DType it : {DType::I64, DType::I32})
         for (int64_t dim : {int64_t{0}, int64_t{-1}}) {
           const int64_t size = shape.empty() ? 1 : shape[dim < 0 ? shape.size() - 1 : dim];
-          const int64_t count = size == 0 ? 0 : 23;
+          const int64_t count = size == 0 ? 0 : shape.empty() ? 1 : 23;  // a 0-d input takes one index
           const int64_t hi = std::max<int64_t>(size - 1, 0);
           Pair idx = l == Layout::Sliced ? index_pair({count}, it, 0, hi, Layout::Sliced) : index_pair({count}, it, 0, hi);
           test::expect_conformant(

@@ -416,9 +416,14 @@ TEST(CudaReduce, VarOfLargeOffsetInputIsAccurate) {
       expect_same("var offset " + shape_str(c.shape) + " " + dtype_name(dt),
                   [&](const Tensor& x) { return test::one(var(x, c.dims)); }, p);
       const Tensor v = var(p.cuda, c.dims).to(kCPU).to(DType::F64);
-      // f32 inputs near 1e4 are quantised to 2^-10, which changes the variance by < 1e-6.
-      EXPECT_TRUE(all_close(v, full(v.sizes(), 1.0 / 3.0, DType::F64), Tolerance{0.1, 0}))
-          << shape_str(c.shape) << " " << dtype_name(dt);
+      // And near the true 1/3 of U(-1, 1) where enough samples make that a sharp check: the sample
+      // variance of n uniforms has a relative spread of about 0.9 / sqrt(n), so only reductions over
+      // >= 10^5 elements (spread < 0.3%) are held to 10%. f32 inputs near 1e4 are quantised to 2^-10, which
+      // changes the variance by < 1e-6.
+      const int64_t n = p.cpu.numel() / std::max<int64_t>(v.numel(), 1);
+      if (n >= 100000)
+        EXPECT_TRUE(all_close(v, full(v.sizes(), 1.0 / 3.0, DType::F64), Tolerance{0.1, 0}))
+            << shape_str(c.shape) << " " << dtype_name(dt);
     }
   }
 }

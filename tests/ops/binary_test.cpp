@@ -653,3 +653,50 @@ TEST(Errors, NameOpShapesDtypesAndDevices) {
 
 }  // namespace
 }  // namespace kiln::test
+
+namespace kiln {
+namespace {
+
+TEST(BinaryComplex, ArithmeticMatchesStdComplex) {
+  const int64_t n = 257;
+  std::vector<Complex64> av(n), bv(n);
+  std::uniform_real_distribution<float> d(-3.f, 3.f);
+  for (int64_t i = 0; i < n; ++i) {
+    av[i] = Complex64(d(test::rng()), d(test::rng()));
+    bv[i] = Complex64(d(test::rng()), d(test::rng()));
+  }
+  const Tensor a = from_vector<Complex64>(av), b = from_vector<Complex64>(bv);
+  struct Case {
+    const char* name;
+    Tensor got;
+    std::complex<double> (*ref)(std::complex<double>, std::complex<double>);
+  };
+  const Case cases[] = {
+      {"add", add(a, b, Complex64(0.5f, -1.f)), [](std::complex<double> x, std::complex<double> y) {
+         return x + std::complex<double>(0.5, -1.0) * y;
+       }},
+      {"sub", sub(a, b), [](std::complex<double> x, std::complex<double> y) { return x - y; }},
+      {"mul", mul(a, b), [](std::complex<double> x, std::complex<double> y) { return x * y; }},
+      {"div", div(a, b), [](std::complex<double> x, std::complex<double> y) { return x / y; }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(c.got.dtype(), DType::C64);
+    std::vector<Complex64> want(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto r = c.ref({av[i].re, av[i].im}, {bv[i].re, bv[i].im});
+      want[i] = Complex64(static_cast<float>(r.real()), static_cast<float>(r.imag()));
+    }
+    // A few f32 roundings per element (and cancellation in a*d - b*c): relative to the magnitude.
+    EXPECT_TRUE(test::all_close(c.got, from_vector<Complex64>(want), test::Tolerance{1e-5, 1e-5}));
+  }
+  EXPECT_EQ(mul(a, 2).dtype(), DType::C64);
+  // Smith's division: no overflow in |b|^2 for large operands (3e30+1e30j) / (1e30-2e30j) = 0.2+1.4j.
+  const Complex64 q = div(from_vector<Complex64>({Complex64(3e30f, 1e30f)}),
+                          from_vector<Complex64>({Complex64(1e30f, -2e30f)})).item<Complex64>();
+  EXPECT_NEAR(q.re, 0.2f, 1e-6f);
+  EXPECT_NEAR(q.im, 1.4f, 1e-6f);
+}
+
+}  // namespace
+}  // namespace kiln
