@@ -78,8 +78,6 @@ CachingAllocator::Block* CachingAllocator::find_free(uint64_t pool, bool small, 
   if (it == free_.end()) return nullptr;
   Block* b = *it;
   if (b->pool != pool || b->small != small || b->stream != stream) return nullptr;
-  // A huge cached block is not carved up for a much smaller large request: it would pin the segment.
-  if (!small && size < kLargeAlone && b->size >= kLargeAlone * 2) return nullptr;
   free_.erase(it);
   return b;
 }

@@ -107,6 +107,18 @@ TEST(CudaAllocator, FreedBlocksAreReusedOnTheSameStream) {
   EXPECT_EQ(u.data_ptr(), first);
 }
 
+TEST(CudaAllocator, RepeatedMidSizeAllocationsReuseTheCache) {
+  KILN_REQUIRE_CUDA();
+  // 6 MiB requests share 20 MiB segments: a loop that frees each one must not grow the reservation.
+  { Tensor warm = empty({6 << 20}, DType::U8, kGpu); }
+  const int64_t reserved = memory_stats(kGpu).reserved;
+  for (int i = 0; i < 50; ++i) {
+    Tensor t = empty({(6 << 20) + 4096 * i}, DType::U8, kGpu);
+    t.fill_(1);
+  }
+  EXPECT_EQ(memory_stats(kGpu).reserved, reserved);
+}
+
 TEST(CudaAllocator, RecordStreamProtectsABlockInUseOnAnotherStream) {
   KILN_REQUIRE_CUDA();
   Stream side = Stream::create(kGpu);
