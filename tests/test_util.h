@@ -125,6 +125,18 @@ template <class F>
   return ::testing::AssertionFailure() << "did not throw";
 }
 
+// The raw bits of every element (row-major), widened to u64: for bit-exact comparisons of floats.
+inline std::vector<uint64_t> raw_bits(const Tensor& t) {
+  std::vector<uint64_t> out;
+  switch (itemsize(t.dtype())) {
+    case 1: for (auto v : t.view_as_dtype(DType::U8).to_vector<uint8_t>()) out.push_back(v); break;
+    case 2: for (auto v : t.view_as_dtype(DType::U16).to_vector<uint16_t>()) out.push_back(v); break;
+    case 4: for (auto v : t.view_as_dtype(DType::U32).to_vector<uint32_t>()) out.push_back(v); break;
+    default: for (auto v : t.view_as_dtype(DType::U64).to_vector<uint64_t>()) out.push_back(v); break;
+  }
+  return out;
+}
+
 // Skips a CUDA test with a visible reason when no GPU can be used.
 #define KILN_REQUIRE_CUDA()                                                        \
   do {                                                                             \

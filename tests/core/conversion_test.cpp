@@ -44,17 +44,6 @@ uint64_t bits_of(S v) {
   else return static_cast<uint64_t>(v) & (sizeof(S) == 8 ? ~0ull : ((1ull << (8 * sizeof(S))) - 1));
 }
 
-// Raw bits of a contiguous tensor, widened.
-std::vector<uint64_t> tensor_bits(const Tensor& t) {
-  std::vector<uint64_t> out;
-  switch (itemsize(t.dtype())) {
-    case 1: for (auto v : t.view_as_dtype(DType::U8).to_vector<uint8_t>()) out.push_back(v); break;
-    case 2: for (auto v : t.view_as_dtype(DType::U16).to_vector<uint16_t>()) out.push_back(v); break;
-    case 4: for (auto v : t.view_as_dtype(DType::U32).to_vector<uint32_t>()) out.push_back(v); break;
-    default: for (auto v : t.view_as_dtype(DType::U64).to_vector<uint64_t>()) out.push_back(v); break;
-  }
-  return out;
-}
 
 // Checks convert<To>(from) and Tensor::to() for every input against PyTorch's bits.
 template <class From, class To>
@@ -69,7 +58,7 @@ void check_table(const std::vector<From>& inputs, const char* key, DType to_dtyp
       ADD_FAILURE() << "convert: input bits 0x" << std::hex << bits_of(inputs[i]) << " -> 0x" << got
                     << ", torch 0x" << want[i];
   }
-  const auto tb = tensor_bits(from_vector<From>(inputs).to(to_dtype));
+  const auto tb = test::raw_bits(from_vector<From>(inputs).to(to_dtype));
   int tbad = 0;
   for (size_t i = 0; i < inputs.size(); ++i)
     if (tb[i] != want[i] && ++tbad <= 10)
@@ -133,7 +122,7 @@ TEST(Conversion, FloatToIntegerOutOfRangeLikeTorch) {
         EXPECT_EQ(got, want[i]) << "input " << d[i];
       }
       const Tensor in = src[1] == '3' ? from_vector<float>(f) : from_vector<double>(d);
-      EXPECT_EQ(tensor_bits(in.to(dt)), want);
+      EXPECT_EQ(test::raw_bits(in.to(dt)), want);
     }
   };
   run(TypeTag<uint8_t>{}, "u8", DType::U8);
@@ -155,7 +144,7 @@ TEST(Conversion, CudaConvertsLikeTheCpuTable) {
   auto check = [&](const Tensor& in, const char* key, DType dt) {
     SCOPED_TRACE(key);
     const auto want = u64s(cpu().at(key));
-    const auto got = tensor_bits(in.to(gpu).to(dt).to(kCPU));
+    const auto got = test::raw_bits(in.to(gpu).to(dt).to(kCPU));
     ASSERT_EQ(got.size(), want.size());
     int bad = 0;
     for (size_t i = 0; i < want.size(); ++i)
@@ -182,7 +171,7 @@ TEST(Conversion, CudaConvertsLikeTheCpuTable) {
            {"i32", DType::I32}, {"u32", DType::U32}, {"i64", DType::I64}, {"u8", DType::U8}, {"i16", DType::I16}}) {
     const std::string key = "f64_to_" + name;
     if (!t.at(key).is_array()) continue;
-    EXPECT_EQ(tensor_bits(oor.to(gpu).to(dt).to(kCPU)), u64s(t.at(key))) << key;
+    EXPECT_EQ(test::raw_bits(oor.to(gpu).to(dt).to(kCPU)), u64s(t.at(key))) << key;
   }
 }
 

@@ -11,17 +11,6 @@ namespace {
 using test::equal;
 using test::throws_error;
 
-// Raw bits (floats) or values (integers) of a 1-d tensor, widened to u64.
-std::vector<uint64_t> bits_of(const Tensor& t) {
-  std::vector<uint64_t> out;
-  switch (itemsize(t.dtype())) {
-    case 1: for (auto v : t.view_as_dtype(DType::U8).to_vector<uint8_t>()) out.push_back(v); break;
-    case 2: for (auto v : t.view_as_dtype(DType::U16).to_vector<uint16_t>()) out.push_back(v); break;
-    case 4: for (auto v : t.view_as_dtype(DType::U32).to_vector<uint32_t>()) out.push_back(v); break;
-    default: for (auto v : t.view_as_dtype(DType::U64).to_vector<uint64_t>()) out.push_back(v); break;
-  }
-  return out;
-}
 
 struct TorchCase {
   const char* name;
@@ -49,7 +38,7 @@ TEST(RangeFactories, MatchTorchBitForBit) {
     const size_t sz = itemsize(c.dtype);
     if (sz < 8)
       for (auto& w : want) w &= (uint64_t{1} << (8 * sz)) - 1;  // negative integers were written as values
-    const auto got = bits_of(t);
+    const auto got = test::raw_bits(t);
     const std::string name = c.name;
     if (name == "LinspaceF16" || name == "LinspaceBF16") {
       // Known deviation: PyTorch's f16/bf16 linspace kernel rounds differently from kiln's per-element
