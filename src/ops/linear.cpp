@@ -1,1 +1,30 @@
-// Placeholder: filled in by its op family.
+// linear: y = x @ weight^T + bias. The general path composes the matrix-product ops (OpenBLAS on the CPU,
+// cuBLAS on CUDA, bias through addmm's beta). The specialised decode kernels (one to sixteen rows) are the
+// decode-kernels work.
+#include "kiln/nn.h"
+
+namespace kiln {
+
+Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
+  KILN_CHECK(x.dim() >= 1, "linear: input must have at least 1 dim, got ", x.meta());
+  KILN_CHECK(weight.dim() == 2, "linear: weight must be [N, K], got ", weight.meta());
+  const int64_t k = x.size(-1), n = weight.size(0);
+  KILN_CHECK(weight.size(1) == k, "linear: input ", x.meta(), " has K = ", k, " but weight ", weight.meta(),
+             " expects K = ", weight.size(1));
+  KILN_CHECK(x.dtype() == weight.dtype(), "linear: input ", x.meta(), " and weight ", weight.meta(),
+             " must have the same dtype");
+  KILN_CHECK(x.device() == weight.device(), "linear: input ", x.meta(), " and weight ", weight.meta(),
+             " are on different devices");
+  if (bias) {
+    KILN_CHECK(bias->dim() == 1 && bias->size(0) == n, "linear: bias must be [", n, "], got ", bias->meta());
+    KILN_CHECK(bias->dtype() == x.dtype() && bias->device() == x.device(), "linear: bias ", bias->meta(),
+               " must match the input ", x.meta(), " in dtype and device");
+  }
+  Shape out_shape = x.sizes();
+  out_shape.back() = n;
+  const Tensor x2 = x.reshape({-1, k});
+  const Tensor y = bias ? addmm(*bias, x2, weight.t()) : mm(x2, weight.t());
+  return y.view(out_shape);
+}
+
+}  // namespace kiln

@@ -1,1 +1,70 @@
+#include "kiln/nn.h"
 #include "test_util.h"
+
+namespace kiln {
+namespace {
+
+// Reference in double: y[m, n] = sum_k x[m, k] w[n, k] + b[n].
+Tensor linear_ref(const Tensor& x, const Tensor& w, const std::optional<Tensor>& b) {
+  const int64_t k = x.size(-1), n = w.size(0), m = x.numel() / std::max<int64_t>(k, 1);
+  const auto xv = x.contiguous().to_vector<double>(), wv = w.contiguous().to_vector<double>();
+  const std::vector<double> bv = b ? b->to_vector<double>() : std::vector<double>(n, 0.0);
+  std::vector<double> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = bv[j];
+      for (int64_t t = 0; t < k; ++t) s += xv[i * k + t] * wv[j * k + t];
+      y[i * n + j] = s;
+    }
+  Shape shape = x.sizes();
+  shape.back() = n;
+  return from_vector<double>(y, shape);
+}
+
+TEST(Linear, MatchesDoubleReferenceWithAndWithoutBias) {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
+    for (const Shape& xs : {Shape{1, 96}, Shape{4, 96}, Shape{2, 3, 96}, Shape{96}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + shape_str(xs));
+      const Tensor x = test::random_tensor(xs, dt, -1, 1), w = test::random_tensor({33, 96}, dt, -1, 1);
+      const Tensor b = test::random_tensor({33}, dt, -1, 1);
+      // 96-term dot products: the f32 result differs from the double sum by accumulation order, a few ulp of
+      // the magnitudes involved (|x w| <= 1), hence the absolute term.
+      const test::Tolerance tol = dt == DType::F32 ? test::Tolerance{1e-5, 1e-5} : test::default_tolerance(dt);
+      for (bool with_bias : {false, true}) {
+        const std::optional<Tensor> bias = with_bias ? std::optional<Tensor>(b) : std::nullopt;
+        const Tensor y = linear(x, w, bias);
+        ASSERT_EQ(y.dtype(), dt);
+        EXPECT_TRUE(test::all_close(y, linear_ref(x, w, bias).to(dt), tol));
+      }
+    }
+  }
+}
+
+TEST(Linear, TransposedInputAndZeroRows) {
+  const Tensor xt = test::random_tensor({40, 5}, DType::F32).t();  // [5, 40], not contiguous
+  const Tensor w = test::random_tensor({7, 40}, DType::F32);
+  EXPECT_TRUE(test::all_close(linear(xt, w), linear_ref(xt, w, std::nullopt).to(DType::F32),
+                              test::Tolerance{1e-5, 1e-5}));
+  EXPECT_EQ(linear(empty({0, 40}), w).sizes(), (Shape{0, 7}));
+}
+
+TEST(Linear, InvalidCallsNameTheShapes) {
+  const Tensor x = zeros({2, 8}), w = zeros({4, 8});
+  EXPECT_TRUE(test::throws_error([&] { linear(x, zeros({4, 9})); }, {"linear", "K = 8", "[4, 9]"}));
+  EXPECT_TRUE(test::throws_error([&] { linear(x, w, zeros({5})); }, {"linear", "bias must be [4]"}));
+  EXPECT_TRUE(test::throws_error([&] { linear(x, w.to(DType::BF16)); }, {"linear", "same dtype"}));
+  EXPECT_TRUE(test::throws_error([&] { linear(x, zeros({8})); }, {"linear", "weight must be [N, K]"}));
+}
+
+TEST(Linear, CudaMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  const Tensor x = test::random_tensor({4, 256}, DType::BF16), w = test::random_tensor({64, 256}, DType::BF16);
+  const Tensor b = test::random_tensor({64}, DType::BF16);
+  const Device gpu = cuda_device(0);
+  // Both sides accumulate in f32 but in different orders; one bf16 ulp of the result covers it.
+  EXPECT_TRUE(test::all_close(linear(x.to(gpu), w.to(gpu), b.to(gpu)).to(kCPU), linear(x, w, b),
+                              test::Tolerance{1.6e-2, 1e-2}));
+}
+
+}  // namespace
+}  // namespace kiln
