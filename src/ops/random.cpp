@@ -6,6 +6,7 @@
 #include "core/dispatch.h"
 #include "cpu/random.h"
 #include "kiln/ops.h"
+#include "ops/generator_offset.h"
 
 #if KILN_HAVE_CUDA
 #include "cuda/random.h"
@@ -56,6 +57,8 @@ void fill_logical(Tensor& t, Fill&& fill) {
   }
 }
 }  // namespace
+
+std::pair<uint64_t, uint64_t> take_generator_offset(Generator* gen) { return take_offset(gen); }
 
 Generator& default_generator() {
   static Generator g;

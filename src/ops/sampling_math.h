@@ -1,0 +1,74 @@
+// The per-element and per-row definitions of topk and sample, shared by the CPU reference and (later) the
+// CUDA kernels so that both backends give the same results for the same seed.
+//
+// ---- topk ordering ---------------------------------------------------------------------------------------
+// Element (a, ia) comes before (b, ib) when a > b, or a == b and ia < ib. NaN counts as larger than every
+// number (PyTorch's rule) and NaNs tie with each other. Half types compare in float (exact).
+//
+// ---- sample(logits, params, gen): the definition ---------------------------------------------------------
+// One (seed, offset) per call: offset = gen->next_offset() (the default generator's under its lock). For
+// row r of logits [B, V] (logits converted to f32, l_i):
+//   u = (w0 >> 8) * 2^-24 in [0, 1), where (w0, ..) = philox4x32_10(counter = {lo32(r), hi32(r),
+//       lo32(offset), hi32(offset)}, key = {lo32(seed), hi32(seed)})      (= philox_element(seed, offset, r))
+//   temperature == 0: the token is argmax_i l_i (first index on ties, NaN counts as largest); u is unused.
+//   otherwise (all arithmetic in f32):
+//     m = max_i l_i; it must be finite and no l_i NaN (else an error: the distribution is undefined).
+//     e_i = exp((l_i - m) / T)                    (softmax(l / T) up to the factor 1 / sum; e_max = 1)
+//     order tokens by (e_i descending, i ascending)                      (topk's order)
+//     top_k  (top_k > 0 and < V): keep the first top_k tokens in that order.
+//     top_p  (top_p < 1): S = sum of the kept e in that order; keep the smallest prefix of that order whose
+//            running sum c_n (added in that order) satisfies c_n >= top_p * S; at least one token.
+//     min_p  (min_p > 0): drop kept tokens with e_i < min_p (= min_p * e_max, e_max = 1 is always kept).
+//     draw:  W = sum of the kept e_i in ascending index order; t = u * W; the token is the first kept i (in
+//            ascending index order) whose running sum exceeds t (strictly); if rounding leaves none, the last
+//            kept i with e_i > 0.
+// Sums are f32. The CPU adds sequentially; a parallel reduction on the GPU may round differently in the last
+// bits, which changes a draw only when u falls within rounding distance of a CDF step.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/philox.h"
+#include "kiln/scalar_types.h"
+
+namespace kiln {
+
+// The value topk compares: integers as themselves, floating types in float (double for f64).
+template <class T>
+KILN_HD auto topk_key(T v) {
+  if constexpr (std::is_integral_v<T>) return v;
+  else if constexpr (std::is_same_v<T, double>) return v;
+  else return convert<float>(v);
+}
+
+template <class K>
+KILN_HD bool topk_is_nan(K v) {
+  if constexpr (std::is_integral_v<K>) return false;
+  else return v != v;
+}
+
+// True when (a, ia) comes before (b, ib) in topk's order.
+template <class K>
+KILN_HD bool topk_before(K a, int64_t ia, K b, int64_t ib) {
+  const bool na = topk_is_nan(a), nb = topk_is_nan(b);
+  if (na || nb) return na && (!nb || ia < ib);
+  if (a != b) return a > b;
+  return ia < ib;
+}
+
+// The uniform number of row `row` of a sample() call with (seed, offset).
+KILN_HD float sample_uniform(uint64_t seed, uint64_t offset, uint64_t row) {
+  return philox_uniform_float(philox_element(seed, offset, row), 24);
+}
+
+// Unnormalised probability of a logit: exp((l - m) / T) with m the row's maximum.
+KILN_HD float sample_weight(float logit, float row_max, float temperature) {
+#if defined(__CUDA_ARCH__)
+  return ::expf((logit - row_max) / temperature);
+#else
+  return std::exp((logit - row_max) / temperature);
+#endif
+}
+
+}  // namespace kiln
