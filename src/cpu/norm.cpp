@@ -1,1 +1,119 @@
-// Placeholder: filled in by its op family.
+#include "cpu/norm.h"
+
+#include "core/dispatch.h"
+#include "cpu/loops.h"
+
+#include <string>
+#include <type_traits>
+#include "ops/norm_math.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+// Rows of length d: parallel over rows once the whole tensor is large enough to pay for threads.
+template <class F>
+void for_rows(int64_t rows, int64_t d, F f) {
+  if (rows * d >= kParallelGrain && rows > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) f(r);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) f(r);
+  }
+}
+
+template <class X, class P>
+void rms_norm_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, double eps) {
+  // Compute type: f32, f64 for f64 input (Hugging Face's hidden_states.to(torch.float32) otherwise).
+  using C = std::conditional_t<std::is_same_v<X, double>, double, float>;
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  const X* xp = x.data<const X>();
+  const P* wp = weight.data<const P>();
+  X* op = out.data<X>();
+  for_rows(rows, d, [&](int64_t r) {
+    const X* xr = xp + r * d;
+    X* orow = op + r * d;
+    // The sum of squares accumulates in double so it is (nearly) the correctly rounded f32 sum, as torch's
+    // cascaded f32 reduction is to within an ulp; a naive f32 loop drifts on long rows.
+    double acc = 0;
+    for (int64_t i = 0; i < d; ++i) {
+      const C h = convert<C>(xr[i]);
+      acc += static_cast<double>(h * h);  // torch squares in f32 (pow(2)), then sums
+    }
+    const C inv = norm_math::rms_inv<C>(static_cast<C>(acc), d, eps);
+    for (int64_t i = 0; i < d; ++i) orow[i] = norm_math::rms_apply<X, P, C>(xr[i], inv, wp[i]);
+  });
+}
+
+}  // namespace
+
+void rms_norm(const Tensor& out, const Tensor& x, const Tensor& weight, double eps) {
+  if (x.numel() == 0) return;
+  visit_dtypes<kFloatTypes>(x.dtype(), "rms_norm", [&](auto tag) {
+    using X = typename decltype(tag)::type;
+    // weight is in promote_types(weight, x), which is x's dtype, f32 or f64.
+    if (weight.dtype() == x.dtype()) rms_norm_kernel<X, X>(out, x, weight, eps);
+    else if (weight.dtype() == DType::F32) rms_norm_kernel<X, float>(out, x, weight, eps);
+    else if (weight.dtype() == DType::F64) rms_norm_kernel<X, double>(out, x, weight, eps);
+    else throw Error(std::string("rms_norm: internal error: weight dtype ") + dtype_name(weight.dtype()));
+  });
+}
+
+void silu_and_mul(const Tensor& out, const Tensor& in) {
+  if (out.numel() == 0) return;
+  visit_dtypes<kFloatTypes>(in.dtype(), "silu_and_mul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = opmath_t<T>;
+    const int64_t i_dim = out.size(-1), rows = out.numel() / i_dim;
+    const T* ip = in.data<const T>();
+    T* op = out.data<T>();
+    for_rows(rows, i_dim, [&](int64_t r) {
+      const T* g = ip + r * 2 * i_dim;
+      const T* u = g + i_dim;
+      T* o = op + r * i_dim;
+      for (int64_t i = 0; i < i_dim; ++i) o[i] = norm_math::silu_mul<T, C>(g[i], u[i]);
+    });
+  });
+}
+
+void rope_cos_sin(const Tensor& cos, const Tensor& sin, const Tensor& positions, const Tensor& inv_freq,
+                  double scaling) {
+  const int64_t t_len = cos.size(0), half = cos.size(1);
+  if (t_len == 0 || half == 0) return;
+  const float* f = inv_freq.data<const float>();
+  float* cp = cos.data<float>();
+  float* sp = sin.data<float>();
+  const float sc = static_cast<float>(scaling);  // torch multiplies an f32 tensor by the scalar in f32
+  visit_dtypes<dset(DType::I32, DType::I64)>(positions.dtype(), "rope_", [&](auto tag) {
+    using I = typename decltype(tag)::type;
+    const I* pp = positions.data<const I>();
+    const int64_t ps = positions.stride(0);
+    for_rows(t_len, half, [&](int64_t t) {
+      const float pos = convert<float>(pp[t * ps]);  // positions.float()
+      for (int64_t j = 0; j < half; ++j)
+        norm_math::rope_cos_sin(pos, f[j], sc, cp[t * half + j], sp[t * half + j]);
+    });
+  });
+}
+
+void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const int64_t t_len = x.size(0), heads = x.size(1), half = cos.size(1);
+  if (x.numel() == 0 || half == 0) return;
+  visit_dtypes<kFloatTypes>(x.dtype(), "rope_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* base = x.data<T>();
+    const int64_t st = x.stride(0), sh = x.stride(1), sd = x.stride(2);
+    const float* cp = cos.data<const float>();
+    const float* sp = sin.data<const float>();
+    for_rows(t_len, heads * half * 2, [&](int64_t t) {
+      const float* c = cp + t * half;
+      const float* s = sp + t * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        T* row = base + t * st + h * sh;
+        for (int64_t j = 0; j < half; ++j) norm_math::rope_pair<T>(row[j * sd], row[(j + half) * sd], c[j], s[j]);
+      }
+    });
+  });
+}
+
+}  // namespace kiln::cpu
