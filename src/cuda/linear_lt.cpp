@@ -9,7 +9,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda/launch.h"
@@ -76,6 +79,29 @@ uint32_t alignment_of(std::initializer_list<uintptr_t> v) {
     while (a > 1 && x % a != 0) a /= 2;
   return a;
 }
+
+// Everything cuBLASLt's algorithm choice depends on for one call (the workspace size is fixed per device).
+struct AlgoKey {
+  int device;
+  int64_t m, n, k, ldw, ldx;
+  int dtype, compute;
+  bool bias;
+  uint32_t align_a, align_b, align_d, align_bias;
+  bool operator==(const AlgoKey&) const = default;
+};
+struct AlgoKeyHash {
+  size_t operator()(const AlgoKey& key) const {
+    size_t h = 0;
+    auto mix = [&h](uint64_t v) { h ^= std::hash<uint64_t>{}(v) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2); };
+    for (int64_t v : {key.m, key.n, key.k, key.ldw, key.ldx}) mix(static_cast<uint64_t>(v));
+    mix(static_cast<uint64_t>(key.device) << 40 | static_cast<uint64_t>(key.dtype) << 20 |
+        static_cast<uint64_t>(key.compute) << 1 | (key.bias ? 1 : 0));
+    mix(static_cast<uint64_t>(key.align_a) << 48 | static_cast<uint64_t>(key.align_b) << 32 |
+        static_cast<uint64_t>(key.align_d) << 16 | key.align_bias);
+    return h;
+  }
+};
+thread_local std::unordered_map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>, AlgoKeyHash> t_algos;
 
 // RAII for the descriptors of one call.
 struct LtDescs {
@@ -179,17 +205,27 @@ bool linear_cublaslt(const Tensor& y, const Tensor& x2, const Tensor& weight, co
                                                 sizeof(align_d)),
            "set MIN_ALIGNMENT_D_BYTES");
 
-  // TUNE: the heuristic query costs host time on every call; a per-shape cache of the chosen algorithm
-  // would remove it if the prefill benchmark shows it.
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(h, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &result, &found);
-  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return false;  // e.g. an alignment no kernel takes
+  // The heuristic query costs host time; its answer depends only on what the key holds, so it is asked once
+  // per key and thread (a rejected key is remembered too).
+  const uint32_t align_bias = bias ? alignment_of({reinterpret_cast<uintptr_t>(bias_c.data_ptr())}) : 0;
+  const AlgoKey key{dev.index, m, n, k, ldw, ldx, static_cast<int>(t), static_cast<int>(compute), bias != nullptr,
+                    align_a, align_b, align_d, align_bias};
+  auto it = t_algos.find(key);
+  if (it == t_algos.end()) {
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(h, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &result, &found);
+    std::optional<cublasLtMatmulAlgo_t> algo;
+    if (hs == CUBLAS_STATUS_SUCCESS && found > 0) algo = result.algo;
+    if (t_algos.size() >= 4096) t_algos.clear();  // a bound, for processes that see endless shapes
+    it = t_algos.emplace(key, algo).first;
+  }
+  if (!it->second) return false;  // e.g. an alignment no kernel takes
 
   const float alpha = 1.f, beta = 0.f;  // beta 0: y (uninitialised) is not read
   check_lt(cublasLtMatmul(h, ds.op, &alpha, weight.data_ptr(), ds.a, xr.data_ptr(), ds.b, &beta, y.data_ptr(),
-                          ds.d, y.data_ptr(), ds.d, &result.algo, ws.data_ptr(), ws_bytes, stream),
+                          ds.d, y.data_ptr(), ds.d, &*it->second, ws.data_ptr(), ws_bytes, stream),
            "cublasLtMatmul");
   return true;
 }
