@@ -71,7 +71,6 @@ OpCase softmax_case(bool log, DType d, int64_t rows, int64_t cols) {
   c.name = std::string(log ? "log_softmax/" : "softmax/") + dtype_tag(d) + "/" + str(rows) + "x" + str(cols);
   c.copy_bytes = nb(rows * cols, d);
   c.bytes = 2 * c.copy_bytes;
-  c.max_copies = 1024;
   c.make = [=](Device dev) -> BenchCall {
     Tensor x = rnd({rows, cols}, d, dev, 4.0);
     if (log) return [x] { (void)log_softmax(x, -1); };
