@@ -6,12 +6,14 @@
 // fma contraction, so results are bit-identical except where a library function or a summation order
 // differs:
 //  - rms_norm: the sum of squares is accumulated in f64 on both, in a different order; the f64 sums can
-//    differ in their last bits and, very rarely (~1e-5 per row), round to neighbouring f32 values. So: every
-//    element within 1 ulp, and at most one row of a tensor not bit-identical.
-//  - silu_and_mul: device expf (<= 2 ulp) vs glibc's: f32 within 4 ulp; f16/bf16 within 1 ulp, and at most
-//    1% of the elements not bit-identical.
+//    differ in their last bits and, very rarely (~1e-5 per row), round to neighbouring f32 values; 1/sqrt
+//    and the two products of that row can then move by an ulp each. So: at most one row of a tensor not
+//    bit-identical, and that row within 2 ulp.
+//  - silu_and_mul: device expf (<= 2 ulp) vs glibc's: f32 within 8 ulp; f16/bf16 within 1 ulp, and at most
+//    1% of the elements (or 2) not bit-identical.
 //  - rope_: device cosf/sinf (<= 2 ulp, full range reduction, positions up to 131071) vs glibc's: f32
-//    within rtol = atol = 1e-5, f16/bf16 within 1 ulp.
+//    within rtol = atol = 1e-5, f16/bf16 within 1 ulp (and at most 1% of the elements, or 2, not identical).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -67,13 +69,16 @@ int64_t ulp_distance(uint64_t a, uint64_t b, int bits) {
     if (u > worst) worst = u, worst_at = static_cast<int64_t>(i);
   }
   if (worst > max_ulp || static_cast<int64_t>(rows.size()) > max_rows ||
-      static_cast<double>(differing) > max_fraction * static_cast<double>(gb.size()))
+      static_cast<double>(differing) > std::max(2.0, max_fraction * static_cast<double>(gb.size())))
     return ::testing::AssertionFailure()
            << differing << " of " << gb.size() << " elements differ in " << rows.size() << " rows; worst " << worst
            << " ulp at flat index " << worst_at << " (got " << (worst_at >= 0 ? gv[worst_at] : 0.0) << ", want "
-           << (worst_at >= 0 ? wv[worst_at] : 0.0) << "); allowed " << max_ulp << " ulp in " << max_rows << " rows";
+           << (worst_at >= 0 ? wv[worst_at] : 0.0) << "); allowed " << max_ulp << " ulp in " << max_rows << " rows, a fraction " << max_fraction;
   return ::testing::AssertionSuccess();
 }
+
+// rms_norm: bit-identical but for at most one row (see the top of the file).
+::testing::AssertionResult rms_close(const Tensor& got, const Tensor& want) { return near_bits(got, want, 2, 1); }
 
 // A contiguous [sizes] tensor on the GPU whose data starts `offset` elements into a larger buffer (so
 // offset 1 is not 16-byte aligned); the buffer is returned too.
@@ -103,7 +108,7 @@ TEST(CudaRmsNorm, MatchesCpuOnDecodeAndOddShapes) {
         const Tensor want = rms_norm(x, w, 1e-6);
         const Tensor got = rms_norm(x.to(kGpu), w.to(kGpu), 1e-6);
         EXPECT_TRUE(got.is_cuda());
-        EXPECT_TRUE(near_bits(got, want, 1, 1));
+        EXPECT_TRUE(rms_close(got, want));
       }
     }
   }
@@ -115,7 +120,7 @@ TEST(CudaRmsNorm, F64AndF64Weight) {
     SCOPED_TRACE(dtype_name(dt));
     const Tensor x = random_tensor({3, 520}, dt);
     const Tensor w = random_tensor({520}, DType::F64, 0.5, 1.5);
-    EXPECT_TRUE(near_bits(rms_norm(x.to(kGpu), w.to(kGpu), 1e-5), rms_norm(x, w, 1e-5), 1, 1));
+    EXPECT_TRUE(rms_close(rms_norm(x.to(kGpu), w.to(kGpu), 1e-5), rms_norm(x, w, 1e-5)));
   }
 }
 
@@ -129,12 +134,12 @@ TEST(CudaRmsNorm, MisalignedWeightAndInput) {
       const Tensor w = random_tensor({d}, dt, 0.5, 1.5);
       const Tensor want = rms_norm(x, w, 1e-6);
       auto [wg, wbuf] = offset_tensor(w, 1);  // weight from a slice at element 1
-      EXPECT_TRUE(near_bits(rms_norm(x.to(kGpu), wg, 1e-6), want, 1, 1));
+      EXPECT_TRUE(rms_close(rms_norm(x.to(kGpu), wg, 1e-6), want));
       auto [xg, xbuf] = offset_tensor(x, 3);  // x misaligned as well
-      EXPECT_TRUE(near_bits(rms_norm(xg, wg, 1e-6), want, 1, 1));
+      EXPECT_TRUE(rms_close(rms_norm(xg, wg, 1e-6), want));
       // A non-contiguous x (the normalised dim strided) is copied first.
       const Tensor xt = x.to(kGpu).transpose(0, 1).contiguous().transpose(0, 1);
-      EXPECT_TRUE(near_bits(rms_norm(xt, w.to(kGpu), 1e-6), want, 1, 1));
+      EXPECT_TRUE(rms_close(rms_norm(xt, w.to(kGpu), 1e-6), want));
     }
   }
 }
@@ -162,7 +167,7 @@ TEST(CudaRmsNorm, LauncherWritesEveryOutputElementAndNothingElse) {
         auto [out, buf] = offset_tensor(zeros(shape, dt), off);
         poison(buf);
         cuda::rms_norm(out, x.to(kGpu), w.to(kGpu), 1e-6);
-        EXPECT_TRUE(near_bits(out, want, 1, 1));
+        EXPECT_TRUE(rms_close(out, want));
         const Tensor b = buf.cpu();
         EXPECT_TRUE(std::isnan(b.narrow(0, b.numel() - 1, 1).to_vector<double>()[0]));
         if (off > 0) EXPECT_TRUE(std::isnan(b.narrow(0, off - 1, 1).to_vector<double>()[0]));
@@ -188,7 +193,7 @@ TEST(CudaAddRmsNorm, MatchesCpuAndUpdatesResidual) {
         Tensor rg = r0.to(kGpu);
         const Tensor got = add_rms_norm(x.to(kGpu), rg, w.to(kGpu), 1e-6);
         EXPECT_TRUE(equal(rg.cpu(), rc));  // the add rounds the same way on both: bit for bit
-        EXPECT_TRUE(near_bits(got, want, 1, 1));
+        EXPECT_TRUE(rms_close(got, want));
       }
     }
   }
@@ -206,7 +211,7 @@ TEST(CudaAddRmsNorm, AliasingAsTheCpuDefinesIt) {
       const Tensor want = add_rms_norm(rc, rc, w, 1e-6);
       const Tensor got = add_rms_norm(rg, rg, w.to(kGpu), 1e-6);
       EXPECT_TRUE(equal(rg.cpu(), rc));
-      EXPECT_TRUE(near_bits(got, want, 1, 1));
+      EXPECT_TRUE(rms_close(got, want));
     }
     // x overlaps residual shifted by one row: the old x is added (add_ computes into a temporary).
     {
@@ -216,7 +221,7 @@ TEST(CudaAddRmsNorm, AliasingAsTheCpuDefinesIt) {
       const Tensor want = add_rms_norm(bc.narrow(0, 1, 4), rc, w, 1e-6);
       const Tensor got = add_rms_norm(bg.narrow(0, 1, 4), rg, w.to(kGpu), 1e-6);
       EXPECT_TRUE(equal(bg.cpu(), bc));
-      EXPECT_TRUE(near_bits(got, want, 1, 1));
+      EXPECT_TRUE(rms_close(got, want));
     }
   }
 }
@@ -231,7 +236,7 @@ TEST(CudaAddRmsNorm, MixedDtypesAndStridedResidualTakeTheTwoStepPath) {
     const Tensor want = add_rms_norm(x, rc, w, 1e-6);
     const Tensor got = add_rms_norm(x.to(kGpu), rg, w.to(kGpu), 1e-6);
     EXPECT_TRUE(equal(rg.cpu(), rc));
-    EXPECT_TRUE(near_bits(got, want, 1, 1));
+    EXPECT_TRUE(rms_close(got, want));
   }
   {
     const Tensor x = random_tensor({4, 256}, DType::BF16);
@@ -241,7 +246,7 @@ TEST(CudaAddRmsNorm, MixedDtypesAndStridedResidualTakeTheTwoStepPath) {
     const Tensor want = add_rms_norm(x, rc, w, 1e-6);
     const Tensor got = add_rms_norm(x.to(kGpu), rg, w.to(kGpu), 1e-6);
     EXPECT_TRUE(equal(bg.cpu(), bc));
-    EXPECT_TRUE(near_bits(got, want, 1, 1));
+    EXPECT_TRUE(rms_close(got, want));
   }
 }
 
@@ -261,7 +266,7 @@ TEST(CudaAddRmsNorm, LauncherWritesEveryOutputElementAndNothingElse) {
       Tensor rg = r0.to(kGpu);
       cuda::add_rms_norm(out, rg, x.to(kGpu), w.to(kGpu), 1e-6);
       EXPECT_TRUE(equal(rg.cpu(), rc));
-      EXPECT_TRUE(near_bits(out, want, 1, 1));
+      EXPECT_TRUE(rms_close(out, want));
       const auto b = buf.cpu().to_vector<double>();
       EXPECT_TRUE(std::isnan(b.front()) && std::isnan(b.back()));
     }
@@ -271,7 +276,7 @@ TEST(CudaAddRmsNorm, LauncherWritesEveryOutputElementAndNothingElse) {
 
 // ---- silu_and_mul ---------------------------------------------------------------------------------------
 
-int64_t silu_ulps(DType dt) { return dt == DType::F32 || dt == DType::F64 ? 4 : 1; }
+int64_t silu_ulps(DType dt) { return dt == DType::F32 || dt == DType::F64 ? 8 : 1; }
 double silu_fraction(DType dt) { return dt == DType::F32 || dt == DType::F64 ? 1.0 : 0.01; }
 
 TEST(CudaSiluAndMul, MatchesCpu) {
@@ -341,7 +346,7 @@ TEST(CudaSiluAndMul, LauncherWritesEveryOutputElementAndNothingElse) {
 // The device's cosf/sinf may differ from glibc's by an ulp or two (see the top of the file).
 ::testing::AssertionResult rope_close(const Tensor& got, const Tensor& want) {
   if (want.dtype() == DType::F32 || want.dtype() == DType::F64) return all_close(got.cpu(), want, Tolerance{1e-5, 1e-5});
-  return near_bits(got, want, 1, INT64_MAX);
+  return near_bits(got, want, 1, INT64_MAX, 0.01);
 }
 
 struct RopeCase {
