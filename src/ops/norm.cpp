@@ -144,6 +144,11 @@ void rope_(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq
                  // is that they are different tensors. Rotating the same memory twice would be wrong.
                  q.data_ptr() != k.data_ptr(),
              "rope_: q and k must not be the same memory, got q ", q.meta(), ", k ", k.meta());
+  for (const Tensor* t : {&q, &k})
+    for (int64_t d = 0; d < 3; ++d)
+      KILN_CHECK(t->stride(d) != 0 || t->size(d) <= 1, "rope_: q and k are updated in place and must not be "
+                 "expanded views (several elements in one memory location), got ", t->meta(), " with strides ",
+                 t->strides());
   require_cpu("rope_", q);
 #if KILN_HAVE_CUDA
   if (q.is_cuda()) {

@@ -197,41 +197,83 @@ struct RopeHeads {
 
 // Block (t, y): token t, heads [y * heads_per_block, ...) of the concatenation q heads ++ k heads. The
 // block computes cos/sin of its token's angles once into shared memory ([2 * half] floats, dynamic), then
-// rotates the pairs (j, j + half) of its heads. VEC > 1: VEC consecutive channels per access (sd == 1,
-// half % VEC == 0, strides multiples of VEC and bases aligned, checked on the host).
+// rotates the pairs (j, j + half) of its heads. Each thread loads its first pair before the cos/sin work so
+// the memory latency overlaps it. VEC > 1: VEC consecutive channels per access (sd == 1, half % VEC == 0,
+// strides multiples of VEC and bases aligned, checked on the host).
+template <class T, int VEC>
+struct RopeItem {
+  T* lo;  // channel j of the row; channel j + half is at lo + half * sd
+  int j;
+  int64_t sd;
+};
+
+template <class T, int VEC>
+__device__ __forceinline__ RopeItem<T, VEC> rope_item(const RopeHeads<T>& q, const RopeHeads<T>& k, int64_t t, int h0,
+                                                      int per_head, int w) {
+  const int hl = w / per_head;
+  const int j = (w - hl * per_head) * VEC;
+  const int h = h0 + hl;
+  const bool is_q = h < q.heads;
+  T* const base = is_q ? q.base : k.base;
+  const int64_t st = is_q ? q.st : k.st, sh = is_q ? q.sh : k.sh, sd = is_q ? q.sd : k.sd;
+  T* row = base + t * st + static_cast<int64_t>(is_q ? h : h - q.heads) * sh;
+  return {row + j * sd, j, sd};
+}
+
+template <class T, int VEC>
+__device__ __forceinline__ void rope_rotate(const RopeItem<T, VEC>& it, int half, const float* cos_sin,
+                                            NormPack<T, VEC> lo, NormPack<T, VEC> hi) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) norm_math::rope_pair<T>(lo.v[e], hi.v[e], cos_sin[it.j + e], cos_sin[half + it.j + e]);
+  if constexpr (VEC == 1) {
+    it.lo[0] = lo.v[0];
+    it.lo[half * it.sd] = hi.v[0];
+  } else {
+    norm_store<T, VEC>(it.lo, lo);
+    norm_store<T, VEC>(it.lo + half, hi);
+  }
+}
+
+template <class T, int VEC>
+__device__ __forceinline__ void rope_load(const RopeItem<T, VEC>& it, int half, NormPack<T, VEC>& lo,
+                                          NormPack<T, VEC>& hi) {
+  if constexpr (VEC == 1) {
+    lo.v[0] = it.lo[0];
+    hi.v[0] = it.lo[half * it.sd];
+  } else {
+    lo = norm_load<T, VEC>(it.lo);
+    hi = norm_load<T, VEC>(it.lo + half);
+  }
+}
+
 template <class T, class I, int VEC>
 __global__ void rope_heads(RopeHeads<T> q, RopeHeads<T> k, const I* __restrict__ positions, int64_t pos_stride,
                            const float* __restrict__ inv_freq, int half, float scaling, int heads_per_block) {
   extern __shared__ float cos_sin[];
   const int64_t t = blockIdx.x;
-  const float pos = convert<float>(positions[t * pos_stride]);  // positions.float()
-  for (int j = threadIdx.x; j < half; j += blockDim.x)
-    norm_math::rope_cos_sin(pos, inv_freq[j], scaling, cos_sin[j], cos_sin[half + j]);
-  __syncthreads();
   const int total = q.heads + k.heads;
   const int h0 = blockIdx.y * heads_per_block;
   const int h1 = min(total, h0 + heads_per_block);
   const int per_head = half / VEC;
   const int items = (h1 - h0) * per_head;
-  for (int w = threadIdx.x; w < items; w += blockDim.x) {
-    const int hl = w / per_head;
-    const int j = (w - hl * per_head) * VEC;
-    const int h = h0 + hl;
-    const bool is_q = h < q.heads;
-    T* const base = is_q ? q.base : k.base;
-    const int64_t st = is_q ? q.st : k.st, sh = is_q ? q.sh : k.sh;
-    T* row = base + t * st + static_cast<int64_t>(is_q ? h : h - q.heads) * sh;
-    if constexpr (VEC == 1) {
-      const int64_t sd = is_q ? q.sd : k.sd;
-      norm_math::rope_pair<T>(row[j * sd], row[(j + half) * sd], cos_sin[j], cos_sin[half + j]);
-    } else {
-      NormPack<T, VEC> lo = norm_load<T, VEC>(row + j);
-      NormPack<T, VEC> hi = norm_load<T, VEC>(row + j + half);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) norm_math::rope_pair<T>(lo.v[e], hi.v[e], cos_sin[j + e], cos_sin[half + j + e]);
-      norm_store<T, VEC>(row + j, lo);
-      norm_store<T, VEC>(row + j + half, hi);
-    }
+
+  const int w0 = threadIdx.x;
+  RopeItem<T, VEC> first{};
+  NormPack<T, VEC> lo0, hi0;
+  if (w0 < items) {
+    first = rope_item<T, VEC>(q, k, t, h0, per_head, w0);
+    rope_load<T, VEC>(first, half, lo0, hi0);
+  }
+  const float pos = convert<float>(positions[t * pos_stride]);  // positions.float()
+  for (int j = threadIdx.x; j < half; j += blockDim.x)
+    norm_math::rope_cos_sin(pos, inv_freq[j], scaling, cos_sin[j], cos_sin[half + j]);
+  __syncthreads();
+  if (w0 < items) rope_rotate<T, VEC>(first, half, cos_sin, lo0, hi0);
+  for (int w = w0 + blockDim.x; w < items; w += blockDim.x) {
+    const RopeItem<T, VEC> it = rope_item<T, VEC>(q, k, t, h0, per_head, w);
+    NormPack<T, VEC> lo, hi;
+    rope_load<T, VEC>(it, half, lo, hi);
+    rope_rotate<T, VEC>(it, half, cos_sin, lo, hi);
   }
 }
 
