@@ -407,6 +407,7 @@ TEST(CudaRope, PartialRotaryScalingAndManyTokens) {
     check_rope_on_qkv({300, 8, 2, 64, 64, dt, DType::I64, 1.0}, many);
     check_rope_on_qkv({3, 40, 0, 128, 128, dt, DType::I64, 1.0}, {7, 8, 9});  // no k heads
   }
+  check_rope_on_qkv({4, 8, 2, 64, 64, DType::F64, DType::I64, 1.0}, {0, 5, 1000, 131071});
 }
 
 TEST(CudaRope, MisalignedTransposedAndStridedPositions) {
