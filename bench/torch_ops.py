@@ -195,7 +195,7 @@ def cases():
     out = []
     for k, n in LINEAR:
         out += [linear_case(1, k, n, False), linear_case(1, k, n, True)]
-    for m in (4, 16):
+    for m in (2, 4, 16):
         out += [linear_case(m, k, n, False) for k, n in LINEAR_BATCHED]
     for log in (False, True):
         for tag in ("f32", "bf16"):

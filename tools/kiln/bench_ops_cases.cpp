@@ -181,7 +181,7 @@ std::vector<OpCase> op_cases() {
   }
   // A few rows: speculative decoding and small batches.
   constexpr int64_t kLinearBatched[][2] = {{4096, 4096}, {4096, 14336}, {2048, 151936}, {14336, 4096}};
-  for (const int64_t m : {4, 16})
+  for (const int64_t m : {2, 4, 16})
     for (const auto& kn : kLinearBatched) cases.push_back(linear_case(m, kn[0], kn[1], false));
 
   constexpr int64_t kSoftmax[][2] = {{1, 128256}, {1, 151936}, {4, 128256}, {64, 32000}};
