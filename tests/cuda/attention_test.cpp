@@ -88,6 +88,11 @@ TEST(CudaAttention, FlashPrefillStridedAndBroadcastInputs) {
     const Tensor q2 = random_tensor({3, 1, 9, 64}, dt), k2 = random_tensor({1, 4, 20, 64}, dt), v2 = random_tensor({1, 4, 20, 64}, dt);
     const Tensor c2 = scaled_dot_product_attention(q2, k2, v2, std::nullopt, true);
     EXPECT_TRUE(all_close(sdpa_gpu(q2, k2, v2, std::nullopt, true, false, c2.sizes()), c2, tol(dt)));
+    // Large logits (|q.k| * scale up to ~1e3): the online softmax must not overflow.
+    const Tensor q4 = random_tensor({1, 2, 70, 64}, dt, -20, 20), k4 = random_tensor({1, 2, 90, 64}, dt, -20, 20);
+    const Tensor v4 = random_tensor({1, 2, 90, 64}, dt);
+    const Tensor c4 = scaled_dot_product_attention(q4, k4, v4, std::nullopt, true);
+    EXPECT_TRUE(all_close(sdpa_gpu(q4, k4, v4, std::nullopt, true, false, c4.sizes()), c4, tol(dt)));
     // Unaligned rows (a slice starting at element 1 of rows of 129): the general kernel.
     const Tensor k3 = random_tensor({1, 2, 40, 129}, dt).narrow(-1, 1, 128), v3 = random_tensor({1, 2, 40, 128}, dt);
     const Tensor q3 = random_tensor({1, 2, 30, 128}, dt);
