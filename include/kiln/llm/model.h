@@ -1,0 +1,101 @@
+// The LLM engine: a decoder-only transformer (Qwen3, Qwen3-MoE, Llama) computed with kiln's ops, exactly
+// as transformers computes it, on the CPU or one CUDA device, with a preallocated KV cache.
+//
+// Prefill runs the prompt through matrix products and causal attention; decode runs one token through the
+// matrix-vector, grouped-expert and split-KV attention kernels. On CUDA the whole decode step (all layers,
+// logits and sampling) is captured once as a graph: its inputs (the token, its position, the cache length)
+// live in device buffers the step itself advances, so every replay is the next token and the host only reads
+// the sampled id back.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/llm/config.h"
+#include "kiln/llm/weights.h"
+#include "kiln/nn.h"
+#include "kiln/runtime.h"
+
+namespace kiln::llm {
+
+struct ModelOptions {
+  Device device = kCPU;
+  // Activation and weight dtype (FP8 weights stay FP8). Default: bf16 on CUDA, f32 on the CPU.
+  std::optional<DType> dtype;
+  int64_t max_context = 4096;  // KV cache length (prompt + generated tokens)
+  bool use_graph = true;       // CUDA: capture the decode step as a graph
+};
+
+// Per-layer hidden states of one forward pass (for `kiln check`): the residual stream after each layer and
+// the final logits, as f32 CPU tensors [T, H] / [T, V].
+struct Trace {
+  std::vector<Tensor> hidden;
+  Tensor logits;
+};
+
+class Model {
+ public:
+  Model(ModelConfig config, ModelWeights weights, const ModelOptions& options);
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  Device device() const { return options_.device; }
+  DType dtype() const { return dtype_; }
+  int64_t max_context() const { return options_.max_context; }
+  int64_t position() const { return position_; }  // tokens in the cache
+
+  // Clears the cache (the next prefill starts at position 0).
+  void reset();
+
+  // Runs `ids` (appended after the tokens already in the cache) and returns the f32 logits: of every new
+  // position [T, V] when all_logits, else of the last one [V]. trace (optional) records hidden states.
+  Tensor prefill(const std::vector<int64_t>& ids, bool all_logits = false, Trace* trace = nullptr);
+
+  // Samples the next token from `logits` [V] (as prefill returns them) on the model's device.
+  int64_t sample_first(const Tensor& logits, const SamplingParams& params, Generator* gen);
+
+  // One decode step: feeds `token` (at position()) and returns the f32 logits [V] of the next position, on
+  // the model's device. On CUDA with graphs, the first call after a prefill captures the step and later calls
+  // replay it (the returned tensor is the graph's output buffer: valid until the next step).
+  Tensor step(int64_t token);
+  // step() then sample: the next token.
+  int64_t decode(int64_t token, const SamplingParams& params, Generator* gen);
+
+  // Bytes of weights read per decoded token (the dense weights, plus top_k of E experts for MoE layers).
+  int64_t bytes_per_token() const;
+
+  struct State;  // the KV cache, RoPE tables and decode-step buffers (src/llm/model.cpp)
+
+ private:
+  Tensor forward(const Tensor& ids, int64_t start, bool all_logits, Trace* trace);
+  Tensor forward_decode_step();
+  void build_decode_buffers();
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  ModelOptions options_;
+  DType dtype_;
+  int64_t position_ = 0;
+  std::unique_ptr<State> s_;
+};
+
+// Loads DIR (config.json, generation_config.json, safetensors) onto options.device.
+Model load_model(const std::string& dir, const ModelOptions& options,
+                 const std::function<void(int64_t, int64_t)>& progress = nullptr);
+
+// Random weights at the real shapes of a known model (no download): qwen3-30b-a3b, qwen3-8b, qwen3-0.6b,
+// llama-3-8b, each optionally with "-fp8" (block-quantised FP8 weights). Throws for an unknown name,
+// listing the known ones.
+ModelConfig preset_config(const std::string& name);
+std::vector<std::string> preset_names();
+// Weights drawn on the device directly (N(0, 0.02), norms near 1), in `dtype`, FP8 when the config says so.
+ModelWeights random_weights(const ModelConfig& config, Device device, DType dtype, uint64_t seed = 0);
+
+}  // namespace kiln::llm

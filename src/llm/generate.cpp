@@ -1,0 +1,42 @@
+#include "kiln/llm/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace kiln::llm {
+
+std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, const GenerateOptions& o,
+                              GenerateStats* stats) {
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  KILN_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", o.max_new_tokens);
+  KILN_CHECK(static_cast<int64_t>(prompt.size()) + o.max_new_tokens <= model.max_context(), "generate: the prompt (",
+             prompt.size(), " tokens) plus ", o.max_new_tokens, " new tokens exceed the context of ", model.max_context(),
+             " (raise --ctx)");
+  model.reset();
+  Generator gen(o.seed);
+  std::vector<int64_t> out;
+  GenerateStats st;
+  st.prompt_tokens = static_cast<int64_t>(prompt.size());
+  auto is_stop = [&](int64_t t) { return std::find(o.stop_ids.begin(), o.stop_ids.end(), t) != o.stop_ids.end(); };
+  const auto t0 = clock::now();
+  if (o.max_new_tokens > 0) {
+    const Tensor logits = model.prefill(prompt);
+    int64_t tok = model.sample_first(logits, o.sampling, &gen);  // reads the token back: the prefill is done
+    const auto t1 = clock::now();
+    st.prefill_seconds = seconds(t0, t1);
+    out.push_back(tok);
+    if (o.on_token) o.on_token(tok);
+    while (static_cast<int64_t>(out.size()) < o.max_new_tokens && !is_stop(tok)) {
+      tok = model.decode(tok, o.sampling, &gen);
+      out.push_back(tok);
+      if (o.on_token) o.on_token(tok);
+    }
+    st.decode_seconds = seconds(t1, clock::now());
+  }
+  st.generated = static_cast<int64_t>(out.size());
+  if (stats) *stats = st;
+  return out;
+}
+
+}  // namespace kiln::llm

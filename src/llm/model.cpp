@@ -1,0 +1,252 @@
+// The transformer forward pass (Qwen3 / Qwen3-MoE / Llama as transformers computes them), the KV cache and
+// the CUDA-graph decode step.
+#include "kiln/llm/model.h"
+
+#include <algorithm>
+
+#include "kiln/error.h"
+
+namespace kiln::llm {
+
+struct Model::State {
+  std::vector<Tensor> k_cache, v_cache;  // per layer [1, Hkv, max_context, D]
+  Tensor inv_freq;                        // f32 [rotary_dim / 2] on the device
+  float attention_scaling = 1.0f;
+  // Decode-step inputs the step advances itself (device): the token, its position, the cache length after it.
+  Tensor tok, pos, len;
+  Tensor logits;  // [V] f32: the step's output
+  Graph graph;
+  bool graph_ready = false;
+  Stream stream;
+};
+
+namespace {
+
+Tensor i32_scalar_buffer(int64_t v, Device d) { return full({1}, v, DType::I32, d); }
+
+}  // namespace
+
+Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& options)
+    : config_(std::move(config)), weights_(std::move(weights)), options_(options), s_(std::make_unique<State>()) {
+  dtype_ = options.dtype.value_or(options.device.is_cuda() ? DType::BF16 : DType::F32);
+  KILN_CHECK(options.max_context >= 1 && options.max_context <= (int64_t{1} << 22), "model: max_context must be in ",
+             "[1, 4194304], got ", options.max_context);
+  const ModelConfig& c = config_;
+  const Device dev = options.device;
+  const RopeFrequencies rf = rope_frequencies(c);
+  s_->inv_freq = from_vector<float>(rf.inv_freq).to(dev);
+  s_->attention_scaling = rf.attention_scaling;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    s_->k_cache.push_back(empty({1, c.num_kv_heads, options.max_context, c.head_dim}, dtype_, dev));
+    s_->v_cache.push_back(empty({1, c.num_kv_heads, options.max_context, c.head_dim}, dtype_, dev));
+  }
+  // FP8 experts have no grouped FP8 kernel yet: they run dequantised (the dense FP8 layers stay FP8).
+  for (LayerWeights& L : weights_.layers) {
+    if (!L.moe || !L.moe->gate_up_scales) continue;
+    auto deq = [&](const Tensor& v, const Tensor& s) {
+      const int64_t E = v.size(0);
+      Tensor out = empty(v.sizes(), dtype_, dev);
+      for (int64_t e = 0; e < E; ++e) {
+        const Fp8Tensor q{v.select(0, e).cpu(), s.select(0, e).cpu()};
+        out.select(0, e).copy_(dequantize_fp8(q, ScaleRecipe::BlockWise, DType::F32, false, c.fp8->block_n));
+      }
+      return out;
+    };
+    L.moe->gate_up = deq(L.moe->gate_up, *L.moe->gate_up_scales);
+    L.moe->down = deq(L.moe->down, *L.moe->down_scales);
+    L.moe->gate_up_scales.reset();
+    L.moe->down_scales.reset();
+  }
+  if (dev.is_cuda()) s_->stream = current_stream(dev);
+  reset();
+}
+
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+void Model::reset() {
+  position_ = 0;
+  s_->graph_ready = false;
+  s_->graph = Graph();
+}
+
+namespace {
+
+struct StepInputs {
+  Tensor ids;        // [T] i64
+  Tensor positions;  // [T] i32: rope positions
+  Tensor at;         // [1] i32: where the new k/v go in the cache
+  Tensor lengths;    // [1] i32: cache length after this step
+  int64_t start = -1;  // host copy of the start position when known (prefill), else -1 (graph step)
+};
+
+}  // namespace
+
+// One pass over all layers for T new tokens; returns the hidden state after the final norm [T, H].
+static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, Model::State& s, const StepInputs& in,
+                         DType dtype, Trace* trace) {
+  const int64_t T = in.ids.numel(), Hq = c.num_heads, Hk = c.num_kv_heads, D = c.head_dim;
+  const int64_t qs = c.q_size(), kvs = c.kv_size();
+  Tensor residual = index_select(w.embed, 0, in.ids);
+  if (residual.dtype() != dtype) residual = residual.to(dtype);
+  Tensor h = rms_norm(residual, w.layers[0].input_norm, c.rms_norm_eps);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const LayerWeights& L = w.layers[static_cast<size_t>(i)];
+    // ---- attention
+    const Tensor qkv = L.attn.qkv(h);  // [T, q + 2 kv]
+    Tensor q = qkv.narrow(1, 0, qs).view({T, Hq, D});
+    Tensor k = qkv.narrow(1, qs, kvs).view({T, Hk, D});
+    const Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, Hk, D});
+    if (c.qk_norm) {
+      q = rms_norm(q, L.attn.q_norm, c.rms_norm_eps);
+      k = rms_norm(k, L.attn.k_norm, c.rms_norm_eps);
+    }
+    rope_(q, k, in.positions, s.inv_freq, s.attention_scaling);
+    const Tensor k_new = k.view({1, T, Hk, D}).transpose(1, 2);
+    const Tensor v_new = v.view({1, T, Hk, D}).transpose(1, 2);
+    Tensor& kc = s.k_cache[static_cast<size_t>(i)];
+    Tensor& vc = s.v_cache[static_cast<size_t>(i)];
+    kv_cache_append_(kc, vc, k_new, v_new, in.at);
+    const Tensor q4 = q.view({1, T, Hq, D}).transpose(1, 2);  // [1, Hq, T, D]
+    Tensor attn;
+    if (in.start == 0 && T > 8) {
+      // A prompt from position 0: causal attention over the new keys only (flash path on CUDA).
+      attn = scaled_dot_product_attention(q4, k_new, v_new, std::nullopt, true, std::nullopt, true);
+    } else {
+      // Decode (and prompts continuing a cache): new queries against the cache, bottom-right causal.
+      attn = decode_attention(q4, kc, vc, in.lengths);
+    }
+    const Tensor o = L.attn.o(attn.transpose(1, 2).reshape({T, qs}));
+    h = add_rms_norm(o, residual, L.post_norm, c.rms_norm_eps);
+    // ---- MLP
+    Tensor m;
+    if (L.moe) {
+      m = moe_forward(h, L.moe->router, L.moe->gate_up, L.moe->down, c.num_experts_per_tok, c.norm_topk_prob);
+    } else {
+      m = L.mlp->down(silu_and_mul(L.mlp->gate_up(h)));
+    }
+    const Tensor& next_norm = i + 1 < c.num_layers ? w.layers[static_cast<size_t>(i + 1)].input_norm : w.final_norm;
+    h = add_rms_norm(m, residual, next_norm, c.rms_norm_eps);
+    if (trace) trace->hidden.push_back(residual.to(kCPU, DType::F32).clone());
+  }
+  return h;
+}
+
+Tensor Model::forward(const Tensor& ids, int64_t start, bool all_logits, Trace* trace) {
+  const Device dev = options_.device;
+  const int64_t T = ids.numel();
+  StepInputs in;
+  in.ids = ids;
+  in.start = start;
+  in.positions = arange(start, start + T, 1, DType::I32, dev);
+  in.at = i32_scalar_buffer(start, dev);
+  in.lengths = i32_scalar_buffer(start + T, dev);
+  const Tensor h = run_layers(config_, weights_, *s_, in, dtype_, trace);
+  const Tensor rows = all_logits ? h : h.narrow(0, T - 1, 1);
+  Tensor logits = weights_.lm_head(rows).to(DType::F32);
+  if (trace) trace->logits = logits.to(kCPU).clone();
+  return all_logits ? logits : logits.view({config_.vocab_size});
+}
+
+Tensor Model::prefill(const std::vector<int64_t>& ids, bool all_logits, Trace* trace) {
+  KILN_CHECK(!ids.empty(), "prefill: the prompt is empty");
+  KILN_CHECK(position_ + static_cast<int64_t>(ids.size()) <= options_.max_context, "prefill: ", ids.size(),
+             " tokens after ", position_, " in the cache exceed the context of ", options_.max_context,
+             " (raise --ctx)");
+  for (int64_t id : ids)
+    KILN_CHECK(id >= 0 && id < config_.vocab_size, "prefill: token id ", id, " is outside the vocabulary [0, ",
+               config_.vocab_size, ")");
+  const Tensor t = from_vector<int64_t>(ids).to(options_.device);
+  Tensor logits = forward(t, position_, all_logits, trace);
+  position_ += static_cast<int64_t>(ids.size());
+  s_->graph_ready = false;  // the step's device position must be rewritten
+  return logits;
+}
+
+int64_t Model::sample_first(const Tensor& logits, const SamplingParams& params, Generator* gen) {
+  return sample(logits.to(options_.device), params, gen).item().to_int64();
+}
+
+void Model::build_decode_buffers() {
+  const Device dev = options_.device;
+  if (!s_->tok.defined()) {
+    s_->tok = zeros({1}, DType::I64, dev);
+    s_->pos = zeros({1}, DType::I32, dev);
+    s_->len = zeros({1}, DType::I32, dev);
+  }
+}
+
+Tensor Model::forward_decode_step() {
+  StepInputs in;
+  in.ids = s_->tok;
+  in.positions = s_->pos;
+  in.at = s_->pos;
+  in.lengths = s_->len;
+  in.start = -1;
+  const Tensor h = run_layers(config_, weights_, *s_, in, dtype_, nullptr);
+  Tensor logits = weights_.lm_head(h).to(DType::F32).view({config_.vocab_size});
+  // The step advances its own position, so a replay is the next token.
+  add_(s_->pos, 1);
+  add_(s_->len, 1);
+  return logits;
+}
+
+int64_t Model::decode(int64_t token, const SamplingParams& params, Generator* gen) {
+  return sample(step(token), params, gen).item().to_int64();
+}
+
+Tensor Model::step(int64_t token) {
+  KILN_CHECK(token >= 0 && token < config_.vocab_size, "decode: token id ", token, " is outside the vocabulary");
+  KILN_CHECK(position_ < options_.max_context, "decode: the context of ", options_.max_context,
+             " tokens is full (raise --ctx)");
+  const Device dev = options_.device;
+  build_decode_buffers();
+  s_->tok.fill_(token);
+  Tensor logits;
+  if (dev.is_cuda() && options_.use_graph) {
+    if (!s_->graph_ready) {
+      s_->pos.fill_(position_);
+      s_->len.fill_(position_ + 1);
+      synchronize(dev);
+      // Warm-up outside the capture: the first call of each op may allocate workspaces or pick algorithms.
+      s_->logits = forward_decode_step();
+      s_->pos.fill_(position_);
+      s_->len.fill_(position_ + 1);
+      synchronize(dev);
+      s_->graph = Graph();
+      s_->graph.capture(s_->stream, [&] { s_->logits = forward_decode_step(); });
+      s_->graph_ready = true;
+    }
+    s_->graph.replay(s_->stream);
+    logits = s_->logits;
+  } else {
+    const Tensor ids = full({1}, token, DType::I64, dev);
+    logits = forward(ids, position_, false, nullptr);
+  }
+  ++position_;
+  return logits;
+}
+
+int64_t Model::bytes_per_token() const {
+  auto lin = [](const Linear& l) -> int64_t {
+    int64_t b = 0;
+    if (l.fp8) b += static_cast<int64_t>(l.fp8->values.nbytes() + l.fp8->scales.nbytes());
+    else b += static_cast<int64_t>(l.weight.nbytes());
+    if (l.bias) b += static_cast<int64_t>(l.bias->nbytes());
+    return b;
+  };
+  int64_t b = lin(weights_.lm_head) + static_cast<int64_t>(weights_.final_norm.nbytes());
+  for (const LayerWeights& L : weights_.layers) {
+    b += lin(L.attn.qkv) + lin(L.attn.o) + static_cast<int64_t>(L.input_norm.nbytes() + L.post_norm.nbytes());
+    if (L.mlp) b += lin(L.mlp->gate_up) + lin(L.mlp->down);
+    if (L.moe) {
+      const int64_t E = L.moe->gate_up.size(0), k = config_.num_experts_per_tok;
+      b += static_cast<int64_t>(L.moe->router.nbytes()) +
+           static_cast<int64_t>(L.moe->gate_up.nbytes() + L.moe->down.nbytes()) / E * k;
+    }
+  }
+  return b;
+}
+
+}  // namespace kiln::llm

@@ -1,0 +1,115 @@
+// The engine on the CPU: prefill and token-by-token decode agree (KV cache, positions, decode attention),
+// for each architecture; generation is deterministic and stops where asked; bad input is an error.
+#include <gtest/gtest.h>
+
+#include "kiln/llm/generate.h"
+#include "kiln/llm/model.h"
+#include "test_util.h"
+
+namespace kiln::llm {
+namespace {
+
+ModelConfig tiny_config(const std::string& arch) {
+  std::string j = R"({"architectures": [")" + arch + R"("], "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "rms_norm_eps": 1e-6, "vocab_size": 97, "max_position_embeddings": 512, "rope_theta": 10000.0,
+    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true,
+    "mlp_only_layers": [1], "eos_token_id": 2})";
+  if (arch != "Qwen3MoeForCausalLM") {
+    // Dense configs must not carry expert settings.
+    for (const char* k : {R"("num_experts": 4, )", R"("num_experts_per_tok": 2, )", R"("moe_intermediate_size": 32, )",
+                          R"("norm_topk_prob": true,)", R"("mlp_only_layers": [1], )"}) {
+      const auto pos = j.find(k);
+      if (pos != std::string::npos) j.erase(pos, std::string(k).size());
+    }
+  }
+  return parse_config(j, arch);
+}
+
+Model tiny_model(const std::string& arch, int64_t ctx = 64) {
+  const ModelConfig c = tiny_config(arch);
+  ModelWeights w = random_weights(c, kCPU, DType::F32, 7);
+  ModelOptions o;
+  o.max_context = ctx;
+  return Model(c, std::move(w), o);
+}
+
+const std::vector<int64_t> kPrompt = {1, 17, 50, 3, 3, 96, 0, 42, 7, 88, 64, 20};
+
+class Engine : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Engine, PrefillEqualsTokenByTokenDecode) {
+  Model m = tiny_model(GetParam());
+  const Tensor all = m.prefill(kPrompt, true);  // [T, V]
+  ASSERT_EQ(all.sizes(), (Shape{12, 97}));
+  m.reset();
+  // The first 5 tokens as a prompt, the rest one at a time through the decode step.
+  Tensor last = m.prefill(std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + 5));
+  EXPECT_TRUE(test::all_close(last, all.select(0, 4), test::Tolerance{1e-5, 1e-5}));
+  for (size_t t = 5; t < kPrompt.size(); ++t) {
+    last = m.step(kPrompt[t]);
+    EXPECT_TRUE(test::all_close(last, all.select(0, static_cast<int64_t>(t)), test::Tolerance{1e-5, 1e-5})) << t;
+  }
+  EXPECT_EQ(m.position(), 12);
+  // A prompt continuing the cache (prefill after decode) matches too.
+  m.reset();
+  m.prefill(std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + 3));
+  const Tensor rest = m.prefill(std::vector<int64_t>(kPrompt.begin() + 3, kPrompt.end()), true);
+  EXPECT_TRUE(test::all_close(rest, all.narrow(0, 3, 9), test::Tolerance{1e-5, 1e-5}));
+}
+
+TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {
+  Model m = tiny_model(GetParam());
+  GenerateOptions o;
+  o.max_new_tokens = 10;
+  o.sampling.temperature = 0;
+  GenerateStats st;
+  std::vector<int64_t> streamed;
+  o.on_token = [&](int64_t t) { streamed.push_back(t); };
+  const auto a = generate(m, kPrompt, o, &st);
+  EXPECT_EQ(a.size(), 10u);
+  EXPECT_EQ(streamed, a);
+  EXPECT_EQ(st.prompt_tokens, 12);
+  EXPECT_EQ(st.generated, 10);
+  o.on_token = nullptr;
+  EXPECT_EQ(generate(m, kPrompt, o), a);
+  // Greedy = argmax of the logits at each step.
+  m.reset();
+  Tensor logits = m.prefill(kPrompt);
+  EXPECT_EQ(argmax(logits).item().to_int64(), a[0]);
+  // Stop at the third generated token when it is a stop id.
+  o.stop_ids = {a[2]};
+  const auto stopped = generate(m, kPrompt, o);
+  ASSERT_LE(stopped.size(), 3u);
+  EXPECT_EQ(stopped.back(), a[2]);
+  // Sampling with a seed is reproducible.
+  o.stop_ids.clear();
+  o.sampling = SamplingParams{0.8, 20, 0.9, 0.0};
+  o.seed = 5;
+  EXPECT_EQ(generate(m, kPrompt, o), generate(m, kPrompt, o));
+}
+
+INSTANTIATE_TEST_SUITE_P(Arch, Engine, ::testing::Values("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM"),
+                         [](const auto& i) { return i.param.substr(0, i.param.find("For")); });
+
+TEST(EngineErrors, VocabularyAndContext) {
+  Model m = tiny_model("Qwen3ForCausalLM", 16);
+  EXPECT_TRUE(test::throws_error([&] { m.prefill({1, 97}); }, {"token id 97", "[0, 97)"}));
+  EXPECT_TRUE(test::throws_error([&] { m.prefill({}); }, {"empty"}));
+  EXPECT_TRUE(test::throws_error([&] { m.prefill(std::vector<int64_t>(17, 1)); }, {"context of 16"}));
+  GenerateOptions o;
+  o.max_new_tokens = 10;
+  EXPECT_TRUE(test::throws_error([&] { generate(m, std::vector<int64_t>(8, 1), o); }, {"exceed the context of 16"}));
+  EXPECT_TRUE(test::throws_error([] { preset_config("qwen9"); }, {"unknown preset", "qwen3-8b"}));
+}
+
+TEST(Presets, RealShapes) {
+  const ModelConfig c = preset_config("qwen3-30b-a3b");
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.num_layers, 48);
+  EXPECT_TRUE(preset_config("llama-3-8b-fp8").fp8.has_value());
+  EXPECT_EQ(preset_config("qwen3-8b").intermediate_size, 12288);
+}
+
+}  // namespace
+}  // namespace kiln::llm
