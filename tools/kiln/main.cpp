@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "llm.h"
 #include "kiln/error.h"
 
 int main(int argc, char** argv) {
@@ -19,8 +20,8 @@ int main(int argc, char** argv) {
   demo->add_option("--device", device, "cpu, cuda, cuda:N or auto (the best available)");
   demo->add_option("--repeats", repeats, "Timed repeats per operator")->check(CLI::Range(1, 100000));
 
-  auto* bench = app.add_subcommand("bench", "Benchmarks (see docs/benchmarks.md)");
-  bench->require_subcommand(1);
+  auto* bench = app.add_subcommand("bench", "Model decode benchmark (-m DIR | --preset NAME), or `bench ops`");
+  bench->require_subcommand(0, 1);
   auto* bench_ops = bench->add_subcommand("ops", "Time the decode operators on a GPU, eager and graph-replayed");
   kiln::cli::BenchOpsOptions bench_opts;
   bench_ops->add_option("--json", bench_opts.json, "Also write the results as JSON to this file");
@@ -31,8 +32,12 @@ int main(int argc, char** argv) {
   bench_ops->add_option("--device", bench_opts.device, "cuda or cuda:N")->capture_default_str();
   bench_ops->add_flag("--list", bench_opts.list, "Print the cases (name, bytes, copy bytes, max copies) and exit");
 
+  kiln::cli::LlmOptions llm;
+  kiln::cli::add_llm_commands(app, *bench, llm);
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (auto rc = kiln::cli::run_llm_commands(llm)) return *rc;
     if (*info) return kiln::cli::run_info(memory);
     if (*demo) return kiln::cli::run_demo(device, repeats);
     if (*bench_ops) return kiln::cli::run_bench_ops(bench_opts);

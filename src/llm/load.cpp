@@ -1,0 +1,53 @@
+// load_model: a Hugging Face model directory (config.json, generation_config.json, safetensors) onto a
+// device, through the weight loader's checks.
+#include "kiln/io.h"
+#include "kiln/llm/model.h"
+#include "kiln/runtime.h"
+
+namespace kiln::llm {
+
+namespace {
+
+// The tensors of a safetensors checkpoint (single file or shards), as CPU views of the mapped files.
+class CheckpointSource : public WeightSource {
+ public:
+  explicit CheckpointSource(Checkpoint c) : c_(std::move(c)) {}
+  std::vector<std::string> names() const override { return c_.names(); }
+  bool contains(const std::string& name) const override { return c_.contains(name); }
+  Tensor get(const std::string& name) const override { return c_.get(name); }
+  std::string describe() const override { return c_.path(); }
+
+ private:
+  Checkpoint c_;
+};
+
+}  // namespace
+
+Model load_model(const std::string& dir, const ModelOptions& options,
+                 const std::function<void(int64_t, int64_t)>& progress) {
+  ModelConfig config = load_config(dir);
+  const CheckpointSource source(Checkpoint::open(dir));
+  LoadOptions lo;
+  lo.device = options.device;
+  lo.dtype = options.dtype.value_or(options.device.is_cuda() ? DType::BF16 : DType::F32);
+  lo.keep_fp8 = true;
+  lo.progress = progress;
+  if (options.device.is_cuda()) {
+    // Say before loading when the weights cannot fit, rather than failing halfway.
+    int64_t need = 0;
+    for (const std::string& n : source.names()) {
+      const Tensor t = source.get(n);
+      const bool fp8 = t.itemsize() == 1 && config.fp8.has_value();
+      need += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(fp8 ? 1 : itemsize(*lo.dtype));
+    }
+    const MemoryStats m = memory_stats(options.device);
+    // Free = what the driver does not use, plus what kiln's allocator holds cached but unused.
+    const int64_t free_bytes = m.device_total - m.driver_used + (m.reserved - m.allocated);
+    KILN_CHECK(need <= free_bytes, dir, ": the weights need ", need / (1 << 20), " MiB on ", options.device.str(), " but only ",
+               free_bytes / (1 << 20), " MiB are free (", m.driver_used / (1 << 20), " MiB in use)");
+  }
+  ModelWeights w = load_weights(config, source, lo);
+  return Model(std::move(config), std::move(w), options);
+}
+
+}  // namespace kiln::llm

@@ -1,0 +1,388 @@
+// kiln generate / logits / bench (models) / check: the engine's command line.
+#include "llm.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/error.h"
+#include "kiln/llm/generate.h"
+#include "kiln/llm/model.h"
+#include "kiln/runtime.h"
+#include "kiln/tokenizer.h"
+
+namespace kiln::cli {
+
+namespace {
+
+using llm::Model;
+using llm::ModelConfig;
+using llm::ModelOptions;
+
+Device parse_device(const std::string& s) {
+  if (s == "auto") return cuda_device_count() > 0 ? Device(DeviceType::CUDA, 0) : kCPU;
+  if (s == "cpu") return kCPU;
+  if (s == "cuda") return Device(DeviceType::CUDA, 0);
+  if (s.rfind("cuda:", 0) == 0) return Device(DeviceType::CUDA, std::stoi(s.substr(5)));
+  throw Error(str("--device must be cpu, cuda, cuda:N or auto, got \"", s, "\""));
+}
+
+std::vector<int64_t> parse_ids(const std::string& s) {
+  std::vector<int64_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KILN_CHECK(used == item.size() && v >= 0, "token ids must be non-negative integers separated by commas, got \"",
+               item, "\"");
+    ids.push_back(v);
+  }
+  return ids;
+}
+
+std::string join_ids(const std::vector<int64_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024)); }
+
+void check_model_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  KILN_CHECK(fs::is_directory(dir), "model directory \"", dir, "\" does not exist (or is not a directory)");
+  KILN_CHECK(fs::exists(fs::path(dir) / "config.json"), "\"", dir, "\" has no config.json: not a Hugging Face model directory");
+}
+
+// The model from -m DIR or --preset NAME (random weights), with a progress bar for checkpoints.
+Model open_model(const LlmOptions& o, Device dev, int64_t ctx) {
+  ModelOptions mo;
+  mo.device = dev;
+  mo.max_context = ctx;
+  mo.use_graph = !o.no_graph;
+  if (!o.dtype.empty()) mo.dtype = o.dtype == "f32" ? DType::F32 : o.dtype == "f16" ? DType::F16 : DType::BF16;
+  if (!o.preset.empty()) {
+    const ModelConfig c = llm::preset_config(o.preset);
+    const DType dt = mo.dtype.value_or(dev.is_cuda() ? DType::BF16 : DType::F32);
+    std::cerr << "kiln: preset " << o.preset << ": random weights (no checkpoint), " << dtype_name(dt) << "\n";
+    return Model(c, llm::random_weights(c, dev, dt, 1), mo);
+  }
+  KILN_CHECK(!o.model.empty(), "give a model directory (-m DIR) or a preset (--preset NAME)");
+  check_model_dir(o.model);
+  int last = -1;
+  auto progress = [&](int64_t done, int64_t total) {
+    const int pct = total > 0 ? static_cast<int>(100 * done / total) : 100;
+    if (pct == last) return;
+    last = pct;
+    const int bar = pct / 4;
+    std::cerr << "\rloading [" << std::string(static_cast<size_t>(bar), '#') << std::string(static_cast<size_t>(25 - bar), ' ')
+              << "] " << pct << "% " << gib(done) << std::flush;
+  };
+  Model m = llm::load_model(o.model, mo, progress);
+  std::cerr << "\n";
+  return m;
+}
+
+// A chat prompt as the checkpoint's template writes a single user turn (the Qwen and Llama 3 forms).
+std::string apply_chat(const std::string& dir, const std::string& prompt) {
+  std::ifstream in(dir + "/tokenizer_config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string t = ss.str();
+  if (t.find("<|im_start|>") != std::string::npos)
+    return "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n";
+  if (t.find("<|start_header_id|>") != std::string::npos)
+    return "<|start_header_id|>user<|end_header_id|>\n\n" + prompt +
+           "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+  throw Error(str("--chat: ", dir, "/tokenizer_config.json has no chat template kiln knows (the Qwen <|im_start|> ",
+                  "and Llama 3 <|start_header_id|> forms are supported)"));
+}
+
+void print_memory(Device dev) {
+  if (!dev.is_cuda()) return;
+  const MemoryStats m = memory_stats(dev);
+  std::cerr << "peak memory: tensors " << gib(m.allocated_peak) << ", allocator reserved " << gib(m.reserved_peak)
+            << ", driver " << gib(m.driver_used_peak) << "\n";
+}
+
+std::vector<int64_t> prompt_ids(const LlmOptions& o, const Tokenizer* tok) {
+  if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
+  KILN_CHECK(tok != nullptr, "-p TEXT needs a tokenizer (a model directory with tokenizer.json); give --prompt-ids with a preset");
+  const std::string text = o.chat ? apply_chat(o.model, o.prompt) : o.prompt;
+  const auto ids32 = tok->encode(text, !o.chat);
+  return std::vector<int64_t>(ids32.begin(), ids32.end());
+}
+
+int run_generate(const LlmOptions& o) {
+  const Device dev = parse_device(o.device);
+  std::optional<Tokenizer> tok;
+  if (!o.model.empty() && std::filesystem::exists(o.model + "/tokenizer.json")) tok = Tokenizer::from_model_dir(o.model);
+  const std::vector<int64_t> prompt = prompt_ids(o, tok ? &*tok : nullptr);
+  KILN_CHECK(!prompt.empty(), "the prompt is empty");
+  const int64_t ctx = o.ctx > 0 ? o.ctx : static_cast<int64_t>(prompt.size()) + o.n;
+  Model m = open_model(o, dev, ctx);
+  llm::GenerateOptions g;
+  g.max_new_tokens = o.n;
+  g.sampling = SamplingParams{o.temp, o.top_k, o.top_p, o.min_p};
+  g.seed = o.seed;
+  if (!o.ignore_eos) g.stop_ids = m.config().eos_token_ids;
+  std::vector<int64_t> generated;
+  std::string printed;
+  g.on_token = [&](int64_t t) {
+    generated.push_back(t);
+    if (o.ids_only || !tok) return;
+    // Print what the decoded text gained, holding back an incomplete UTF-8 sequence (shown as U+FFFD).
+    const std::vector<int32_t> ids32(generated.begin(), generated.end());
+    const std::string text = tok->decode(ids32, true);
+    if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return;
+    if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+      std::cout << text.substr(printed.size()) << std::flush;
+      printed = text;
+    }
+  };
+  llm::GenerateStats st;
+  llm::generate(m, prompt, g, &st);
+  if (o.ids_only || !tok) std::cout << join_ids(generated) << "\n";
+  else std::cout << "\n";
+  std::cerr << fmt::format("prompt: {} tokens, {:.1f} t/s; generated: {} tokens, {:.1f} t/s ({})\n", st.prompt_tokens,
+                           st.prefill_tps(), st.generated, st.decode_tps(), dev.str());
+  print_memory(dev);
+  return 0;
+}
+
+int run_logits(const LlmOptions& o) {
+  const Device dev = parse_device(o.device);
+  KILN_CHECK(!o.prompt_ids.empty(), "kiln logits needs --prompt-ids");
+  KILN_CHECK(!o.out.empty(), "kiln logits needs --out FILE.json");
+  const std::vector<int64_t> prompt = parse_ids(o.prompt_ids);
+  KILN_CHECK(!prompt.empty(), "the prompt is empty");
+  Model m = open_model(o, dev, static_cast<int64_t>(prompt.size()));
+  const Tensor logits = m.prefill(prompt, true).to(kCPU);
+  nlohmann::json j;
+  j["prompt_ids"] = prompt;
+  j["logits"] = nlohmann::json::array();
+  const int64_t V = logits.size(1);
+  const auto v = logits.contiguous().to_vector<float>();
+  for (int64_t t = 0; t < logits.size(0); ++t)
+    j["logits"].push_back(std::vector<float>(v.begin() + t * V, v.begin() + (t + 1) * V));
+  std::ofstream(o.out) << j.dump();
+  std::cerr << "wrote " << logits.size(0) << " x " << V << " logits to " << o.out << "\n";
+  return 0;
+}
+
+struct Stat {
+  double mean = 0, sd = 0;
+};
+Stat stat_of(const std::vector<double>& v) {
+  Stat s;
+  if (v.empty()) return s;
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  double acc = 0;
+  for (double x : v) acc += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(acc / static_cast<double>(v.size() - 1)) : 0;
+  return s;
+}
+
+int run_bench_model(const LlmOptions& o) {
+  const Device dev = parse_device(o.device);
+  const int64_t ctx = std::max<int64_t>(o.ctx, o.pp + o.tg + 1);
+  Model m = open_model(o, dev, ctx);
+  const ModelConfig& c = m.config();
+  std::mt19937_64 rng(1234);
+  std::uniform_int_distribution<int64_t> tok(0, c.vocab_size - 1);
+  std::vector<int64_t> prompt(static_cast<size_t>(o.pp));
+  for (auto& t : prompt) t = tok(rng);
+  using clock = std::chrono::steady_clock;
+  auto secs = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const SamplingParams greedy{0.0, 0, 1.0, 0.0};
+  Generator gen(1);
+  std::vector<double> pp_tps, tg_tps;
+  // Warm-up: one prefill and a few decode steps (allocations, cuBLAS algorithm choice, the graph capture).
+  m.reset();
+  int64_t t0 = m.sample_first(m.prefill(prompt), greedy, &gen);
+  for (int i = 0; i < 4; ++i) t0 = m.decode(t0, greedy, &gen);
+  if (dev.is_cuda()) reset_peak_memory_stats(dev);
+  for (int r = 0; r < o.repeats; ++r) {
+    m.reset();
+    if (dev.is_cuda()) synchronize(dev);
+    auto a = clock::now();
+    int64_t t = m.sample_first(m.prefill(prompt), greedy, &gen);
+    pp_tps.push_back(static_cast<double>(o.pp) / secs(a, clock::now()));
+    a = clock::now();
+    for (int64_t i = 0; i < o.tg; ++i) t = m.decode(t, greedy, &gen);
+    tg_tps.push_back(static_cast<double>(o.tg) / secs(a, clock::now()));
+  }
+  int64_t params = 0, bytes = 0;
+  auto add = [&](const Tensor& t) {
+    if (!t.defined()) return;
+    params += t.numel();
+    bytes += static_cast<int64_t>(t.nbytes());
+  };
+  const auto& w = m.weights();
+  add(w.embed);
+  add(w.final_norm);
+  if (!c.tie_word_embeddings) add(w.lm_head.fp8 ? w.lm_head.fp8->values : w.lm_head.weight);
+  for (const auto& L : w.layers) {
+    for (const llm::Linear* l : {&L.attn.qkv, &L.attn.o}) add(l->fp8 ? l->fp8->values : l->weight);
+    add(L.input_norm);
+    add(L.post_norm);
+    add(L.attn.q_norm);
+    add(L.attn.k_norm);
+    if (L.mlp) for (const llm::Linear* l : {&L.mlp->gate_up, &L.mlp->down}) add(l->fp8 ? l->fp8->values : l->weight);
+    if (L.moe) {
+      add(L.moe->router);
+      add(L.moe->gate_up);
+      add(L.moe->down);
+    }
+  }
+  const std::string name = !o.preset.empty() ? o.preset : std::filesystem::path(o.model).filename().string();
+  const Stat pp = stat_of(pp_tps), tg = stat_of(tg_tps);
+  const double bw = tg.mean * static_cast<double>(m.bytes_per_token()) / 1e9;
+  std::cout << "| model | size | params | device | test | t/s |\n| --- | ---: | ---: | --- | ---: | ---: |\n";
+  const std::string size = gib(bytes), prm = fmt::format("{:.2f} B", static_cast<double>(params) / 1e9);
+  std::cout << fmt::format("| {} | {} | {} | {} | pp{} | {:.2f} ± {:.2f} |\n", name, size, prm, dev.str(), o.pp, pp.mean, pp.sd);
+  std::cout << fmt::format("| {} | {} | {} | {} | tg{} | {:.2f} ± {:.2f} |\n", name, size, prm, dev.str(), o.tg, tg.mean, tg.sd);
+  std::cout << fmt::format("decode reads {:.2f} GB of weights per token: {:.0f} GB/s at the tg rate\n",
+                           static_cast<double>(m.bytes_per_token()) / 1e9, bw);
+  MemoryStats ms;
+  if (dev.is_cuda()) {
+    ms = memory_stats(dev);
+    std::cout << "peak memory: tensors " << gib(ms.allocated_peak) << ", allocator reserved " << gib(ms.reserved_peak)
+              << ", driver " << gib(ms.driver_used_peak) << "\n";
+  }
+  if (!o.json.empty()) {
+    nlohmann::json j = {{"model", name},         {"device", dev.str()},         {"params", params},
+                        {"bytes", bytes},        {"pp", o.pp},                  {"tg", o.tg},
+                        {"repeats", o.repeats},  {"pp_tps", pp_tps},            {"tg_tps", tg_tps},
+                        {"pp_mean", pp.mean},    {"tg_mean", tg.mean},          {"bytes_per_token", m.bytes_per_token()},
+                        {"decode_gbps", bw},     {"ctx", ctx},
+                        {"peak_allocated", ms.allocated_peak}, {"peak_reserved", ms.reserved_peak},
+                        {"peak_driver", ms.driver_used_peak}};
+    std::ofstream(o.json) << j.dump(1) << "\n";
+  }
+  return 0;
+}
+
+double psnr(const Tensor& a, const Tensor& ref) {
+  const auto x = a.to_vector<float>(), r = ref.to_vector<float>();
+  double mse = 0, peak = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    mse += (static_cast<double>(x[i]) - r[i]) * (static_cast<double>(x[i]) - r[i]);
+    peak = std::max(peak, std::fabs(static_cast<double>(r[i])));
+  }
+  mse /= std::max<size_t>(x.size(), 1);
+  return mse == 0 ? INFINITY : 10 * std::log10(peak * peak / mse);
+}
+
+double max_abs(const Tensor& a, const Tensor& ref) {
+  const auto x = a.to_vector<float>(), r = ref.to_vector<float>();
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(x[i]) - r[i]));
+  return m;
+}
+
+int run_check(const LlmOptions& o) {
+  const Device gpu = parse_device(o.device == "auto" ? "cuda" : o.device);
+  KILN_CHECK(gpu.is_cuda(), "kiln check compares a CUDA run with the CPU: --device must be cuda or cuda:N");
+  std::optional<Tokenizer> tok;
+  if (!o.model.empty() && std::filesystem::exists(o.model + "/tokenizer.json")) tok = Tokenizer::from_model_dir(o.model);
+  std::vector<int64_t> prompt;
+  if (o.prompt_ids.empty() && o.prompt.empty()) prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  else prompt = prompt_ids(o, tok ? &*tok : nullptr);
+  const int64_t ctx = static_cast<int64_t>(prompt.size());
+  llm::Trace tc, tg;
+  {
+    LlmOptions oc = o;
+    oc.dtype = "f32";
+    Model cpu = open_model(oc, kCPU, ctx);
+    cpu.prefill(prompt, true, &tc);
+  }
+  Model g = open_model(o, gpu, ctx);
+  g.prefill(prompt, true, &tg);
+  std::cout << fmt::format("{} tokens; CUDA ({}) against the CPU (f32)\n", prompt.size(), dtype_name(g.dtype()));
+  std::cout << "| layer | max abs error | PSNR dB |\n| ---: | ---: | ---: |\n";
+  for (size_t i = 0; i < tc.hidden.size(); ++i)
+    std::cout << fmt::format("| {} | {:.4g} | {:.1f} |\n", i, max_abs(tg.hidden[i], tc.hidden[i]), psnr(tg.hidden[i], tc.hidden[i]));
+  std::cout << fmt::format("| logits | {:.4g} | {:.1f} |\n", max_abs(tg.logits, tc.logits), psnr(tg.logits, tc.logits));
+  // Greedy tokens of each position agree?
+  const Tensor ac = argmax(tc.logits, 1), ag = argmax(tg.logits, 1);
+  const auto vc = ac.to_vector<int64_t>(), vg = ag.to_vector<int64_t>();
+  int64_t same = 0;
+  for (size_t i = 0; i < vc.size(); ++i) same += vc[i] == vg[i];
+  std::cout << fmt::format("argmax agrees at {} of {} positions\n", same, vc.size());
+  return 0;
+}
+
+}  // namespace
+
+void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
+  auto model_opts = [&](CLI::App* c) {
+    c->add_option("-m,--model", o.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)");
+    c->add_option("--preset", o.preset, "Random weights at the shapes of a known model (see kiln bench --help)");
+    c->add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+    c->add_option("--dtype", o.dtype, "Activations and weights: bf16, f16 or f32 (default: bf16 on CUDA, f32 on the CPU)")
+        ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+    c->add_flag("--no-graph", o.no_graph, "Do not capture the decode step as a CUDA graph");
+  };
+  o.generate = app.add_subcommand("generate", "Generate text with a model");
+  model_opts(o.generate);
+  o.generate->add_option("-p,--prompt", o.prompt, "The prompt text");
+  o.generate->add_option("--prompt-ids", o.prompt_ids, "The prompt as token ids: 1,2,3");
+  o.generate->add_option("-n", o.n, "Tokens to generate")->capture_default_str()->check(CLI::Range(0, 1 << 22));
+  o.generate->add_option("--temp", o.temp, "Temperature (0: greedy)")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  o.generate->add_option("--top-k", o.top_k, "Keep the k most likely tokens (0: off)")->capture_default_str();
+  o.generate->add_option("--top-p", o.top_p, "Nucleus: keep the smallest set of probability >= p (1: off)")->capture_default_str();
+  o.generate->add_option("--min-p", o.min_p, "Drop tokens below min_p x the top probability (0: off)")->capture_default_str();
+  o.generate->add_option("--seed", o.seed, "Sampling seed")->capture_default_str();
+  o.generate->add_option("--ctx", o.ctx, "KV cache length (default: prompt + n)");
+  o.generate->add_flag("--ids", o.ids_only, "Print only the generated ids on stdout (statistics on stderr)");
+  o.generate->add_flag("--chat", o.chat, "Apply the checkpoint's chat template (Qwen and Llama 3 forms)");
+  o.generate->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at the end-of-sequence ids");
+
+  o.logits = app.add_subcommand("logits", "Write the f32 logits of every prompt position as JSON");
+  model_opts(o.logits);
+  o.logits->add_option("--prompt-ids", o.prompt_ids, "The prompt as token ids: 1,2,3")->required();
+  o.logits->add_option("--out", o.out, "Output JSON file")->required();
+
+  o.check = app.add_subcommand("check", "Run a prompt on CUDA and on the CPU and compare every layer");
+  model_opts(o.check);
+  o.check->add_option("-p,--prompt", o.prompt, "The prompt text");
+  o.check->add_option("--prompt-ids", o.prompt_ids, "The prompt as token ids (default 1..8)");
+
+  // `kiln bench -m DIR | --preset NAME` (the subcommand `kiln bench ops` is the operator benchmark).
+  model_opts(&bench);
+  bench.add_option("-p", o.pp, "Prompt tokens of the prefill test")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  bench.add_option("-n", o.tg, "Tokens of the decode test")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  bench.add_option("-r", o.repeats, "Repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
+  bench.add_option("--ctx", o.ctx, "KV cache length (default: p + n)");
+  bench.add_option("--json", o.json, "Also write the results as JSON");
+  o.bench = &bench;
+}
+
+std::optional<int> run_llm_commands(const LlmOptions& o) {
+  if (o.generate && *o.generate) return run_generate(o);
+  if (o.logits && *o.logits) return run_logits(o);
+  if (o.check && *o.check) return run_check(o);
+  if (o.bench && *o.bench && o.bench->get_subcommands().empty()) return run_bench_model(o);
+  return std::nullopt;
+}
+
+}  // namespace kiln::cli

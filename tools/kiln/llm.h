@@ -1,0 +1,27 @@
+// The engine's commands: kiln generate, logits, check, and `kiln bench -m DIR | --preset NAME`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+namespace kiln::cli {
+
+struct LlmOptions {
+  std::string model, preset, device = "auto", dtype;
+  bool no_graph = false;
+  std::string prompt, prompt_ids, out, json;
+  int64_t n = 128, ctx = 0, top_k = 20, pp = 512, tg = 128;
+  int repeats = 3;
+  double temp = 0.7, top_p = 0.95, min_p = 0.0;
+  uint64_t seed = 0;
+  bool ids_only = false, chat = false, ignore_eos = false;
+  CLI::App *generate = nullptr, *logits = nullptr, *check = nullptr, *bench = nullptr;
+};
+
+// Registers generate, logits and check on `app`, and the model benchmark's options on `bench`.
+void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& options);
+// Runs the command that was given, if it is one of these.
+std::optional<int> run_llm_commands(const LlmOptions& options);
+
+}  // namespace kiln::cli
