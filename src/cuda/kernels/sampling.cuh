@@ -1,0 +1,681 @@
+// Device code of topk, the greedy argmax and sample (definitions: src/ops/sampling_math.h; launchers and the
+// choice of path: src/cuda/sampling.cu).
+//
+// Building blocks:
+// - chunk kernels: a row of V elements is cut into `nb` chunks of `chunk` (<= kChunkMax) elements, one block
+//   each (gridDim = (nb, rows)); each writes a per-chunk partial (argmax, or its first K in topk order).
+// - row kernels: one block of kRowThreads per row combines the partials and finishes.
+// - radix_select: walks the 32-bit keys from the top, 8 bits per round, with a histogram in shared memory,
+//   to find the key at which a running count (top_k) or a running fixed-point sum of e (top_p) reaches a
+//   target. Ties at that key are then resolved by position, which is index order.
+// Keys: topk orders floats by topk_float_key (NaN largest, -0 == +0); sample orders e >= 0 by sample_key.
+// Both leave 0 free as the key of padding, below every real key.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device_error.h"
+#include "kiln/scalar_types.h"
+#include "ops/sampling_math.h"
+
+namespace kiln::cuda::sampling {
+
+constexpr int kMaxK = 64;           // topk's k and the fast top_k path of sample
+constexpr int kChunkMax = 4096;     // elements a chunk block holds in shared memory (16 KB of keys)
+constexpr int kChunkThreads = 256;
+constexpr int kRowThreads = 1024;
+// top_p sums are taken in fixed point (e * 2^40, truncated): exact and independent of the summation
+// order, so a seed gives the same tokens whatever the block schedule. e <= 1 and V < 2^23 keep it < 2^63.
+constexpr double kFixedScale = 1099511627776.0;
+
+struct ArgPartial {
+  float v;
+  int32_t i;
+};
+
+__device__ __forceinline__ bool arg_before(const ArgPartial& a, const ArgPartial& b) {
+  return topk_before(a.v, static_cast<int64_t>(a.i), b.v, static_cast<int64_t>(b.i));
+}
+// Comes after every element, -inf ones included.
+__device__ __forceinline__ ArgPartial arg_identity() { return {-__int_as_float(0x7f800000), INT32_MAX}; }
+
+// A row whose distribution is undefined: its argmax (NaN counts as largest) is NaN, +inf or -inf.
+__device__ __forceinline__ bool row_is_bad(float m) { return !(m == m) || m == __int_as_float(0x7f800000) ||
+                                                              m == -__int_as_float(0x7f800000); }
+
+// topk's order on floats as an unsigned order: NaN (any payload) largest, -0.0 == +0.0, -inf smallest
+// (0x007FFFFF), so 0 is free for padding.
+__device__ __forceinline__ uint32_t topk_float_key(float v) {
+  if (v != v) return 0xFFFFFFFFu;
+  uint32_t b = __float_as_uint(v);
+  if (v == 0.0f) b = 0;
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ unsigned long long fixed_of_key(uint32_t key) {
+  return static_cast<unsigned long long>(static_cast<double>(sample_key_value(key)) * kFixedScale);
+}
+
+// ---- block reductions ------------------------------------------------------------------------------------
+
+// red: 33 slots. Every thread gets the block's result.
+template <int kThreads>
+__device__ ArgPartial block_argmax(ArgPartial a, ArgPartial* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const ArgPartial b{__shfl_xor_sync(0xffffffffu, a.v, o), __shfl_xor_sync(0xffffffffu, a.i, o)};
+    if (arg_before(b, a)) a = b;
+  }
+  if (lane == 0) red[warp] = a;
+  __syncthreads();
+  if (warp == 0) {
+    a = lane < kThreads / 32 ? red[lane] : arg_identity();
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const ArgPartial b{__shfl_xor_sync(0xffffffffu, a.v, o), __shfl_xor_sync(0xffffffffu, a.i, o)};
+      if (arg_before(b, a)) a = b;
+    }
+    if (lane == 0) red[32] = a;
+  }
+  __syncthreads();
+  const ArgPartial r = red[32];
+  __syncthreads();
+  return r;
+}
+
+// The row's argmax from its nb chunk partials.
+template <int kThreads>
+__device__ ArgPartial row_argmax(const ArgPartial* part, int nb, ArgPartial* red) {
+  ArgPartial a = arg_identity();
+  for (int j = threadIdx.x; j < nb; j += kThreads)
+    if (arg_before(part[j], a)) a = part[j];
+  return block_argmax<kThreads>(a, red);
+}
+
+template <int kThreads>
+__device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kThreads / 32 ? red[lane] : 0ull;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) red[32] = v;
+  }
+  __syncthreads();
+  const unsigned long long r = red[32];
+  __syncthreads();
+  return r;
+}
+
+template <int kThreads>
+__device__ int block_max_int(int v, int* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = ::max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kThreads / 32 ? red[lane] : INT32_MIN;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = ::max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) red[32] = v;
+  }
+  __syncthreads();
+  const int r = red[32];
+  __syncthreads();
+  return r;
+}
+
+// Inclusive scan of one float per thread over the block (thread order); `total` = the last thread's
+// inclusive value, so that a running carry plus the last element's value equals the next tile's carry.
+// ws: 33 slots. Deterministic: the same inputs give the same bits.
+template <int kThreads>
+__device__ float block_scan(float v, float* ws, float& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float y = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += y;
+  }
+  if (lane == 31) ws[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < kThreads / 32 ? ws[lane] : 0.0f;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += y;
+    }
+    if (lane < kThreads / 32) ws[lane] = w;
+  }
+  __syncthreads();
+  if (warp > 0) v += ws[warp - 1];
+  if (threadIdx.x == kThreads - 1) ws[32] = v;
+  __syncthreads();
+  total = ws[32];
+  __syncthreads();
+  return v;
+}
+
+// ---- radix select ------------------------------------------------------------------------------------------
+
+struct RadixSmem {
+  unsigned long long val[256];
+  uint32_t cnt[256];
+  uint32_t digit;
+  unsigned long long above;
+};
+
+struct RadixResult {
+  uint32_t key;                  // tau
+  unsigned long long remaining;  // the part of the target still missing after every eligible key > tau
+  uint32_t ties;                 // eligible elements with key tau
+};
+
+// Walking the eligible elements of positions [0, n) by key, largest first, the running total of 1 per
+// element (kBySum false) or of fixed_of_key (kBySum true) first reaches `target` within the elements of
+// key tau. Requires 1 <= target <= the total over the eligible elements. key_of(p, k) sets k and returns
+// whether p is eligible. All threads of the block must call it; all get the result.
+template <int kThreads, bool kBySum, class KeyFn>
+__device__ RadixResult radix_select(int n, unsigned long long target, KeyFn key_of, RadixSmem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t prefix = 0, mask = 0, ties = 0;
+  unsigned long long remaining = target;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += kThreads) {
+      sm.val[i] = 0;
+      sm.cnt[i] = 0;
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < n; p += kThreads) {
+      uint32_t k;
+      if (!key_of(p, k) || (k & mask) != prefix) continue;
+      const uint32_t d = (k >> shift) & 0xFFu;
+      atomicAdd(&sm.cnt[d], 1u);
+      if constexpr (kBySum) {
+        const unsigned long long f = fixed_of_key(k);
+        if (f) atomicAdd(&sm.val[d], f);
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Lane l owns bins 255 - 8l .. 248 - 8l (descending); exactly one bin d has
+      // above(d) < remaining <= above(d) + count(d), since the running total goes from 0 to >= remaining.
+      auto bin = [&](int d) -> unsigned long long { return kBySum ? sm.val[d] : sm.cnt[d]; };
+      unsigned long long s = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += bin(255 - 8 * lane - j);
+      unsigned long long incl = s;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+      }
+      unsigned long long cum = incl - s;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int d = 255 - 8 * lane - j;
+        const unsigned long long v = bin(d);
+        if (cum < remaining && remaining <= cum + v) {
+          sm.digit = static_cast<uint32_t>(d);
+          sm.above = cum;
+        }
+        cum += v;
+      }
+    }
+    __syncthreads();
+    const uint32_t d = sm.digit;
+    prefix |= d << shift;
+    mask |= 0xFFu << shift;
+    remaining -= sm.above;
+    ties = sm.cnt[d];
+    __syncthreads();  // the next round clears the histogram
+  }
+  return {prefix, remaining, ties};
+}
+
+// The position of the r-th (1-based) p in [0, n), ascending, with match(p); -1 if there are fewer.
+// wcnt: 32 slots; found: one slot.
+template <int kThreads, class MatchFn>
+__device__ int nth_match(int n, int r, MatchFn match, uint32_t* wcnt, int* found) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) *found = -1;
+  __syncthreads();
+  int base = 0;  // the same in every thread
+  for (int tile = 0; tile < n && base < r; tile += kThreads) {
+    const int p = tile + static_cast<int>(threadIdx.x);
+    const bool f = p < n && match(p);
+    const uint32_t b = __ballot_sync(0xffffffffu, f);
+    if (lane == 0) wcnt[warp] = __popc(b);
+    __syncthreads();
+    int before = base + __popc(b & ((1u << lane) - 1u)), total = 0;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      const int c = static_cast<int>(wcnt[w]);
+      total += c;
+      if (w < warp) before += c;
+    }
+    if (f && before + 1 == r) *found = p;
+    base += total;
+    __syncthreads();
+  }
+  const int res = *found;
+  __syncthreads();
+  return res;
+}
+
+struct SelectSmem {
+  RadixSmem radix;
+  uint32_t key[kMaxK];
+  int32_t idx[kMaxK];
+  uint32_t skey[kMaxK];  // the result, sorted
+  int32_t sidx[kMaxK];
+  uint32_t wcnt[32];
+  int count;
+};
+
+// The first K (1 <= K <= min(n, kMaxK)) of positions [0, n) in (key desc, index asc) order, sorted, into
+// sm.skey / sm.sidx. Among equal keys, position order must be index order.
+template <int kThreads, class KeyFn, class IdxFn>
+__device__ void block_select(int n, int K, KeyFn key_at, IdxFn index_at, SelectSmem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const RadixResult rr = radix_select<kThreads, false>(
+      n, static_cast<unsigned long long>(K), [&](int p, uint32_t& k) { k = key_at(p); return true; }, sm.radix);
+  const uint32_t tau = rr.key;
+  const int r = static_cast<int>(rr.remaining);  // ties to take, 1 <= r <= rr.ties
+  const int gt = K - r;                          // exactly gt keys are > tau
+  if (threadIdx.x == 0) sm.count = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < n; p += kThreads) {
+    const uint32_t k = key_at(p);
+    if (k > tau) {
+      const int s = atomicAdd(&sm.count, 1);
+      sm.key[s] = k;
+      sm.idx[s] = index_at(p);
+    }
+  }
+  // The first r ties by position.
+  int base = 0;
+  for (int tile = 0; tile < n && base < r; tile += kThreads) {
+    const int p = tile + static_cast<int>(threadIdx.x);
+    const bool f = p < n && key_at(p) == tau;
+    const uint32_t b = __ballot_sync(0xffffffffu, f);
+    if (lane == 0) sm.wcnt[warp] = __popc(b);
+    __syncthreads();
+    int before = base + __popc(b & ((1u << lane) - 1u)), total = 0;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      const int c = static_cast<int>(sm.wcnt[w]);
+      total += c;
+      if (w < warp) before += c;
+    }
+    if (f && before < r) {
+      sm.key[gt + before] = tau;
+      sm.idx[gt + before] = index_at(p);
+    }
+    base += total;
+    __syncthreads();
+  }
+  __syncthreads();
+  if (threadIdx.x < K) {
+    const uint32_t k = sm.key[threadIdx.x];
+    const int32_t i = sm.idx[threadIdx.x];
+    int rank = 0;
+    for (int j = 0; j < K; ++j) {
+      const uint32_t kj = sm.key[j];
+      rank += (kj > k || (kj == k && sm.idx[j] < i)) ? 1 : 0;
+    }
+    sm.skey[rank] = k;
+    sm.sidx[rank] = i;
+  }
+  __syncthreads();
+}
+
+// ---- kernels -------------------------------------------------------------------------------------------------
+// Rows: blockIdx.y (chunk kernels) or blockIdx.x (row kernels), grid-strided. Within a row, int positions
+// (V < 2^31, checked by the launcher); row offsets are int64.
+
+// Per chunk: its argmax (topk order) into partial[row * nb + chunk], or, when tokens is set (nb == 1), the
+// row's token. Block (0, 0) also takes the Philox offset from the device counter when there is one.
+template <class T>
+__global__ void __launch_bounds__(kChunkThreads)
+    chunk_argmax_kernel(const T* __restrict__ x, int64_t rows, int V, int chunk, int nb, ArgPartial* partial,
+                        int64_t* tokens, int64_t* offset_counter, uint64_t* offset_taken) {
+  __shared__ ArgPartial red[33];
+  if (offset_counter && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    const int64_t o = *offset_counter;
+    *offset_taken = static_cast<uint64_t>(o);
+    *offset_counter = o + 1;
+  }
+  const int begin = static_cast<int>(blockIdx.x) * chunk;
+  const int n = ::min(chunk, V - begin);
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const T* xr = x + row * V + begin;
+    ArgPartial a = arg_identity();
+#pragma unroll 4
+    for (int p = threadIdx.x; p < n; p += kChunkThreads) {
+      const ArgPartial b{convert<float>(xr[p]), begin + p};
+      if (arg_before(b, a)) a = b;
+    }
+    a = block_argmax<kChunkThreads>(a, red);
+    if (threadIdx.x == 0) {
+      if (tokens) tokens[row] = a.i;
+      else partial[row * nb + blockIdx.x] = a;
+    }
+  }
+}
+
+// The greedy token of each row from its partials: one warp per row.
+__global__ void argmax_finalize_kernel(const ArgPartial* __restrict__ partial, int nb, int64_t rows,
+                                       int64_t* __restrict__ tokens) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;  // the whole warp
+  const int lane = threadIdx.x & 31;
+  ArgPartial a = arg_identity();
+  for (int j = lane; j < nb; j += 32)
+    if (arg_before(partial[row * nb + j], a)) a = partial[row * nb + j];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const ArgPartial b{__shfl_xor_sync(0xffffffffu, a.v, o), __shfl_xor_sync(0xffffffffu, a.i, o)};
+    if (arg_before(b, a)) a = b;
+  }
+  if (lane == 0) tokens[row] = a.i;
+}
+
+// Per chunk: its first K elements in topk order. kSample: the keys are those of e (the row maximum from the
+// argmax partials; rows whose distribution is undefined are skipped: the row kernel reports them).
+// Output: candidates [rows, nb, K] (padded with key 0 where a chunk has fewer than K elements), or, for topk
+// with one chunk per row (values set), the final values and indices.
+template <class T, bool kSample>
+__global__ void __launch_bounds__(kChunkThreads)
+    chunk_select_kernel(const T* __restrict__ x, int64_t rows, int V, int chunk, int nb, int K,
+                        const ArgPartial* __restrict__ partial, float temperature, uint32_t* ckey, int32_t* cidx,
+                        T* values, int64_t* indices) {
+  __shared__ uint32_t keys[kChunkMax];
+  __shared__ SelectSmem sm;
+  __shared__ ArgPartial red[33];
+  const int begin = static_cast<int>(blockIdx.x) * chunk;
+  const int n = ::min(chunk, V - begin);  // >= 1: nb = ceil(V / chunk)
+  const int kb = ::min(K, n);
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const T* xr = x + row * V;
+    float m = 0.0f;
+    if constexpr (kSample) {
+      m = row_argmax<kChunkThreads>(partial + row * nb, nb, red).v;
+      if (row_is_bad(m)) continue;  // uniform over the block
+    }
+    for (int p = threadIdx.x; p < n; p += kChunkThreads) {
+      const float v = convert<float>(xr[begin + p]);
+      if constexpr (kSample) keys[p] = sample_key(sample_weight(v, m, temperature));
+      else keys[p] = topk_float_key(v);
+    }
+    __syncthreads();
+    block_select<kChunkThreads>(
+        n, kb, [&](int p) { return keys[p]; }, [&](int p) { return begin + p; }, sm);
+    if (values) {
+      for (int j = threadIdx.x; j < K; j += kChunkThreads) {
+        const int32_t i = sm.sidx[j];
+        values[row * K + j] = xr[i];  // the element itself: keeps -0.0 and NaN payloads
+        indices[row * K + j] = i;
+      }
+    } else {
+      const int64_t base = (row * nb + blockIdx.x) * K;
+      for (int j = threadIdx.x; j < K; j += kChunkThreads) {
+        ckey[base + j] = j < kb ? sm.skey[j] : 0u;
+        cidx[base + j] = j < kb ? sm.sidx[j] : INT32_MAX;
+      }
+    }
+    __syncthreads();  // keys and sm are reused by the next row
+  }
+}
+
+// topk: the first K of the row's nb * K candidates (flattened in chunk order, each chunk's list in topk
+// order, so equal keys appear in index order).
+template <class T>
+__global__ void __launch_bounds__(kRowThreads)
+    topk_merge_kernel(const T* __restrict__ x, int64_t rows, int V, int nb, int K, const uint32_t* __restrict__ ckey,
+                      const int32_t* __restrict__ cidx, T* __restrict__ values, int64_t* __restrict__ indices) {
+  __shared__ SelectSmem sm;
+  const int n = nb * K;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const uint32_t* kr = ckey + row * n;
+    const int32_t* ir = cidx + row * n;
+    block_select<kRowThreads>(n, K, [&](int p) { return kr[p]; }, [&](int p) { return ir[p]; }, sm);
+    for (int j = threadIdx.x; j < K; j += kRowThreads) {
+      const int32_t i = sm.sidx[j];
+      values[row * K + j] = x[row * V + i];
+      indices[row * K + j] = i;
+    }
+    __syncthreads();
+  }
+}
+
+struct SampleArgs {
+  int64_t rows;
+  int V;
+  int nb;
+  int top_k;       // 0: off (top_k == 0 or >= V)
+  bool use_top_p;
+  float top_p;
+  bool use_min_p;
+  float min_p;
+  uint64_t seed;
+  uint64_t offset;              // used when offset_taken is null
+  const uint64_t* offset_taken;  // the offset chunk_argmax_kernel took from the device counter, or null
+  int64_t* tokens;
+  DeviceErrorRecord* err;
+};
+
+__device__ __forceinline__ void report_bad_row(const SampleArgs& a, int64_t row) {
+  a.tokens[row] = 0;
+  report_device_error(a.err, DeviceErrorCode::InvalidDistribution, OpId::Sample, row, a.V);
+}
+
+// The fast top_k path (1 <= top_k <= kMaxK, top_k < V): the row's first top_k tokens from the chunk
+// candidates, then top_p, min_p and the draw exactly as the CPU does them (sequential f32 sums in the
+// definition's order over at most kMaxK tokens).
+__global__ void __launch_bounds__(kRowThreads)
+    sample_topk_final_kernel(SampleArgs a, const ArgPartial* __restrict__ partial, const uint32_t* __restrict__ ckey,
+                             const int32_t* __restrict__ cidx) {
+  __shared__ SelectSmem sm;
+  __shared__ ArgPartial red[33];
+  __shared__ float de[kMaxK];
+  __shared__ int32_t di[kMaxK];
+  __shared__ int kept[kMaxK];
+  __shared__ int prefix_len;
+  const int K = a.top_k;
+  const int n = a.nb * K;
+  const uint64_t offset = a.offset_taken ? *a.offset_taken : a.offset;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const float m = row_argmax<kRowThreads>(partial + row * a.nb, a.nb, red).v;
+    if (row_is_bad(m)) {
+      if (threadIdx.x == 0) report_bad_row(a, row);
+      continue;  // uniform
+    }
+    const uint32_t* kr = ckey + row * n;
+    const int32_t* ir = cidx + row * n;
+    block_select<kRowThreads>(n, K, [&](int p) { return kr[p]; }, [&](int p) { return ir[p]; }, sm);
+    if (threadIdx.x == 0) {
+      int np = K;
+      if (a.use_top_p) {
+        float s = 0.0f;
+        for (int j = 0; j < K; ++j) s += sample_key_value(sm.skey[j]);
+        const float target = a.top_p * s;
+        float c = 0.0f;
+        for (np = 0; np < K;) {
+          c += sample_key_value(sm.skey[np++]);
+          if (c >= target) break;
+        }
+      }
+      prefix_len = np;
+    }
+    __syncthreads();
+    if (threadIdx.x < K) {
+      const float e = sample_key_value(sm.skey[threadIdx.x]);
+      kept[threadIdx.x] = (static_cast<int>(threadIdx.x) < prefix_len && !(a.use_min_p && e < a.min_p)) ? 1 : 0;
+    }
+    __syncthreads();
+    // The kept tokens in ascending index order.
+    if (threadIdx.x < K && kept[threadIdx.x]) {
+      const int32_t i = sm.sidx[threadIdx.x];
+      int pos = 0;
+      for (int j = 0; j < K; ++j) pos += (kept[j] && sm.sidx[j] < i) ? 1 : 0;
+      de[pos] = sample_key_value(sm.skey[threadIdx.x]);
+      di[pos] = i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int nk = 0;
+      for (int j = 0; j < K; ++j) nk += kept[j];
+      float w = 0.0f;
+      int last = -1;
+      for (int j = 0; j < nk; ++j) {
+        w += de[j];
+        if (de[j] > 0.0f) last = j;
+      }
+      const float t = sample_uniform(a.seed, offset, static_cast<uint64_t>(row)) * w;
+      float c = 0.0f;
+      int tok = -1;
+      for (int j = 0; j < nk; ++j) {
+        c += de[j];
+        if (c > t) {
+          tok = di[j];
+          break;
+        }
+      }
+      // last >= 0: e_max = 1 is always kept.
+      a.tokens[row] = tok >= 0 ? tok : (last >= 0 ? di[last] : 0);
+    }
+    __syncthreads();
+  }
+}
+
+// The general path, step 1: e of every element into ew [rows, V] (f32), chunk by chunk.
+template <class T>
+__global__ void __launch_bounds__(kChunkThreads)
+    sample_weights_kernel(const T* __restrict__ x, int64_t rows, int V, int chunk, int nb,
+                          const ArgPartial* __restrict__ partial, float temperature, float* __restrict__ ew) {
+  __shared__ ArgPartial red[33];
+  const int begin = static_cast<int>(blockIdx.x) * chunk;
+  const int n = ::min(chunk, V - begin);
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const float m = row_argmax<kChunkThreads>(partial + row * nb, nb, red).v;
+    if (row_is_bad(m)) continue;
+    const T* xr = x + row * V + begin;
+    float* er = ew + row * V + begin;
+#pragma unroll 4
+    for (int p = threadIdx.x; p < n; p += kChunkThreads) er[p] = sample_weight(convert<float>(xr[p]), m, temperature);
+  }
+}
+
+// The general path, step 2: one block per row over e (which stays in L2). The kept prefix of the order
+// (e desc, index asc) is {key > tk} + {key == tk, index <= ti}; top_k finds (tk, ti) by a count search,
+// top_p within it by a fixed-point sum search; then min_p, and the draw by a block scan in index order.
+__global__ void __launch_bounds__(kRowThreads)
+    sample_general_kernel(SampleArgs a, const ArgPartial* __restrict__ partial, const float* __restrict__ ew) {
+  __shared__ RadixSmem rs;
+  __shared__ ArgPartial red[33];
+  __shared__ unsigned long long ured[33];
+  __shared__ int ired[33];
+  __shared__ float ws[33];
+  __shared__ uint32_t wcnt[32];
+  __shared__ int found;
+  const int V = a.V;
+  const uint64_t offset = a.offset_taken ? *a.offset_taken : a.offset;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const float m = row_argmax<kRowThreads>(partial + row * a.nb, a.nb, red).v;
+    if (row_is_bad(m)) {
+      if (threadIdx.x == 0) report_bad_row(a, row);
+      continue;
+    }
+    const float* e = ew + row * V;
+    uint32_t tk = 0;  // every key is > 0: all of the row
+    int ti = INT32_MAX;
+    if (a.top_k > 0) {
+      const RadixResult rr = radix_select<kRowThreads, false>(
+          V, static_cast<unsigned long long>(a.top_k),
+          [&](int p, uint32_t& k) {
+            k = sample_key(e[p]);
+            return true;
+          },
+          rs);
+      const uint32_t tau = rr.key;
+      ti = nth_match<kRowThreads>(
+          V, static_cast<int>(rr.remaining), [&](int p) { return sample_key(e[p]) == tau; }, wcnt, &found);
+      tk = tau;
+    }
+    if (a.use_top_p) {
+      const uint32_t tk0 = tk;
+      const int ti0 = ti;
+      auto in_prefix = [=](int p, uint32_t k) { return k > tk0 || (k == tk0 && p <= ti0); };
+      unsigned long long s = 0;
+      for (int p = threadIdx.x; p < V; p += kRowThreads) {
+        const uint32_t k = sample_key(e[p]);
+        if (in_prefix(p, k)) s += fixed_of_key(k);
+      }
+      s = block_sum_u64<kRowThreads>(s, ured);  // >= 2^40: e_max = 1 is in the prefix
+      const float s_f = static_cast<float>(static_cast<double>(s) / kFixedScale);
+      const float target_f = a.top_p * s_f;
+      unsigned long long target = static_cast<unsigned long long>(static_cast<double>(target_f) * kFixedScale);
+      target = target < 1 ? 1 : (target > s ? s : target);
+      const RadixResult rr = radix_select<kRowThreads, true>(
+          V, target,
+          [&](int p, uint32_t& k) {
+            k = sample_key(e[p]);
+            return in_prefix(p, k);
+          },
+          rs);
+      const uint32_t tau = rr.key;
+      const unsigned long long f = fixed_of_key(tau);  // > 0: the search stops in a bin of positive sum
+      unsigned long long r = f ? (rr.remaining + f - 1) / f : 1;
+      r = r < 1 ? 1 : (r > rr.ties ? rr.ties : r);
+      ti = nth_match<kRowThreads>(
+          V, static_cast<int>(r),
+          [&](int p) {
+            const uint32_t k = sample_key(e[p]);
+            return k == tau && in_prefix(p, k);
+          },
+          wcnt, &found);
+      tk = tau;
+    }
+    auto weight = [&](int p) -> float {  // e if p is kept, else 0
+      const float ep = e[p];
+      const uint32_t k = sample_key(ep);
+      const bool keep = (k > tk || (k == tk && p <= ti)) && !(a.use_min_p && ep < a.min_p);
+      return keep ? ep : 0.0f;
+    };
+    // W, and the last kept token with e > 0 (the fallback when rounding leaves no crossing).
+    float carry = 0.0f;
+    int last = -1;
+    for (int tile = 0; tile < V; tile += kRowThreads) {
+      const int p = tile + static_cast<int>(threadIdx.x);
+      const float v = p < V ? weight(p) : 0.0f;
+      if (v > 0.0f) last = p;
+      float total;
+      block_scan<kRowThreads>(v, ws, total);
+      carry += total;
+    }
+    last = block_max_int<kRowThreads>(last, ired);
+    const float t = sample_uniform(a.seed, offset, static_cast<uint64_t>(row)) * carry;
+    if (threadIdx.x == 0) found = INT32_MAX;
+    __syncthreads();
+    carry = 0.0f;
+    for (int tile = 0; tile < V; tile += kRowThreads) {
+      const int p = tile + static_cast<int>(threadIdx.x);
+      const float v = p < V ? weight(p) : 0.0f;
+      float total;
+      const float incl = block_scan<kRowThreads>(v, ws, total);
+      if (v > 0.0f && carry + incl > t) atomicMin(&found, p);
+      carry += total;
+      __syncthreads();
+      if (found != INT32_MAX) break;  // uniform: read after the barrier, written before it
+    }
+    if (threadIdx.x == 0) a.tokens[row] = found != INT32_MAX ? found : (last >= 0 ? last : 0);
+    __syncthreads();
+  }
+}
+
+}  // namespace kiln::cuda::sampling
