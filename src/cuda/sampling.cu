@@ -7,9 +7,13 @@
 //   topk             chunk_select_kernel (each chunk's first k) + topk_merge_kernel (one block per row).
 //   sample, 1 <= top_k <= 64 (the usual decode configuration): chunk_select_kernel on e + sample_topk_final_kernel,
 //                    which applies top_p, min_p and the draw to the top_k tokens exactly as the CPU does.
-//   sample, otherwise: sample_weights_kernel writes e [B, V] (f32 scratch, stays in L2) and
-//                    sample_general_kernel finds the top_k / top_p thresholds by radix searches and draws with
-//                    a block scan. One block per row: a few passes over e; slower than the top_k path.
+//   sample without top_k / top_p (temperature only, or min_p): sample_chunk_sums_kernel (each chunk's kept
+//                    sum) + sample_chunk_draw_kernel (finds the chunk where the running sum crosses u W, then
+//                    the token within it, repeating the chunk's additions).
+//   sample, otherwise (top_p without top_k <= 64, or top_k > 64): sample_weights_kernel writes e [B, V] (f32
+//                    scratch, stays in L2) and sample_general_kernel finds the top_k / top_p thresholds by
+//                    radix searches and draws with a block scan. One block per row making ~10 passes over e:
+//                    the slow path.
 // The generic reduction (reduce_split_rows_kernel + a combine pass) would also give greedy's argmax in two
 // launches, but through the generic reduction machinery; the chunk kernel here shares its partials with the
 // sampling paths.
@@ -159,6 +163,17 @@ void sample(const Tensor& logits, int64_t vocab, const SamplingParams& params, u
       check_launch("sample");
       sample_topk_final_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(
           a, ptr<const ArgPartial>(partial), ptr<const uint32_t>(ckey), ptr<const int32_t>(cidx));
+      check_launch("sample");
+      return;
+    }
+    if (!use_top_k && !a.use_top_p) {
+      Tensor sums = scratch(rows * g.nb * static_cast<int64_t>(sizeof(ChunkSum)), device);
+      sample_chunk_sums_kernel<T><<<grid, kChunkThreads, 0, stream>>>(src, rows, V, g.chunk, g.nb,
+                                                                      ptr<const ArgPartial>(partial), temperature,
+                                                                      a.use_min_p, a.min_p, ptr<ChunkSum>(sums));
+      check_launch("sample");
+      sample_chunk_draw_kernel<T><<<row_blocks(rows), kChunkThreads, 0, stream>>>(
+          a, src, g.chunk, ptr<const ArgPartial>(partial), temperature, ptr<const ChunkSum>(sums));
       check_launch("sample");
       return;
     }

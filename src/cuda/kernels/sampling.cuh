@@ -192,14 +192,25 @@ __device__ RadixResult radix_select(int n, unsigned long long target, KeyFn key_
       sm.cnt[i] = 0;
     }
     __syncthreads();
-    for (int p = threadIdx.x; p < n; p += kThreads) {
-      uint32_t k;
-      if (!key_of(p, k) || (k & mask) != prefix) continue;
-      const uint32_t d = (k >> shift) & 0xFFu;
-      atomicAdd(&sm.cnt[d], 1u);
-      if constexpr (kBySum) {
-        const unsigned long long f = fixed_of_key(k);
-        if (f) atomicAdd(&sm.val[d], f);
+    // Keys crowd into a few bins (e spans few exponents), so the lanes of a warp that share a bin add
+    // together: one shared atomic per bin and warp instead of up to 32 serialised ones.
+    for (int base = 0; base < n; base += kThreads) {  // uniform: every lane reaches the warp intrinsics
+      const int p = base + static_cast<int>(threadIdx.x);
+      uint32_t k = 0;
+      const bool ok = p < n && key_of(p, k) && (k & mask) == prefix;
+      const uint32_t d = ok ? (k >> shift) & 0xFFu : 0x100u;
+      const uint32_t peers = __match_any_sync(0xffffffffu, d);
+      if (ok) {
+        const bool leader = lane == __ffs(peers) - 1;
+        if constexpr (kBySum) {
+          // f <= 2^40: two 20-bit halves, each summed over <= 32 lanes in 32 bits.
+          const unsigned long long f = fixed_of_key(k);
+          const uint32_t lo = __reduce_add_sync(peers, static_cast<uint32_t>(f & 0xFFFFFull));
+          const uint32_t hi = __reduce_add_sync(peers, static_cast<uint32_t>(f >> 20));
+          const unsigned long long sum = (static_cast<unsigned long long>(hi) << 20) + lo;
+          if (leader && sum) atomicAdd(&sm.val[d], sum);
+        }
+        if (leader) atomicAdd(&sm.cnt[d], static_cast<uint32_t>(__popc(peers)));
       }
     }
     __syncthreads();
@@ -548,6 +559,127 @@ __global__ void __launch_bounds__(kRowThreads)
       }
       // last >= 0: e_max = 1 is always kept.
       a.tokens[row] = tok >= 0 ? tok : (last >= 0 ? di[last] : 0);
+    }
+    __syncthreads();
+  }
+}
+
+// ---- without top_k / top_p (temperature only, or min_p): every chunk stays parallel --------------------------
+
+struct ChunkSum {
+  float w;       // the chunk's kept e, summed by the chunk scan below
+  int32_t last;  // its last kept token with e > 0, or -1
+};
+
+// The kept weight of element p of a chunk (xr = the chunk's first element).
+template <class T>
+__device__ __forceinline__ float kept_weight(const T* xr, int p, float m, float temperature, bool use_min_p,
+                                             float min_p) {
+  const float e = sample_weight(convert<float>(xr[p]), m, temperature);
+  return (use_min_p && e < min_p) ? 0.0f : e;
+}
+
+// Step 1, per chunk: W_b = the chunk's kept e, added tile by tile with block_scan (the order step 2 repeats).
+template <class T>
+__global__ void __launch_bounds__(kChunkThreads)
+    sample_chunk_sums_kernel(const T* __restrict__ x, int64_t rows, int V, int chunk, int nb,
+                             const ArgPartial* __restrict__ partial, float temperature, bool use_min_p, float min_p,
+                             ChunkSum* __restrict__ sums) {
+  __shared__ ArgPartial red[33];
+  __shared__ float ws[33];
+  __shared__ int ired[33];
+  const int begin = static_cast<int>(blockIdx.x) * chunk;
+  const int n = ::min(chunk, V - begin);
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const float m = row_argmax<kChunkThreads>(partial + row * nb, nb, red).v;
+    if (row_is_bad(m)) continue;
+    const T* xr = x + row * V + begin;
+    float carry = 0.0f;
+    int last = -1;
+    for (int tile = 0; tile < n; tile += kChunkThreads) {
+      const int p = tile + static_cast<int>(threadIdx.x);
+      const float v = p < n ? kept_weight(xr, p, m, temperature, use_min_p, min_p) : 0.0f;
+      if (v > 0.0f) last = begin + p;
+      float total;
+      block_scan<kChunkThreads>(v, ws, total);
+      carry += total;
+    }
+    last = block_max_int<kChunkThreads>(last, ired);
+    if (threadIdx.x == 0) sums[row * nb + blockIdx.x] = ChunkSum{carry, last};
+  }
+}
+
+// Step 2, one block per row: W = the chunk sums in chunk order, t = u W, the chunk where the running sum
+// first exceeds t, and within it the first token whose running sum (the same additions as step 1) exceeds t.
+template <class T>
+__global__ void __launch_bounds__(kChunkThreads)
+    sample_chunk_draw_kernel(SampleArgs a, const T* __restrict__ x, int chunk, const ArgPartial* __restrict__ partial,
+                             float temperature, const ChunkSum* __restrict__ sums) {
+  __shared__ ArgPartial red[33];
+  __shared__ float ws[33];
+  __shared__ int sel_chunk, sel_last, found;
+  __shared__ float sel_before, sel_t;
+  const int nb = a.nb, V = a.V;
+  const uint64_t offset = a.offset_taken ? *a.offset_taken : a.offset;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const float m = row_argmax<kChunkThreads>(partial + row * nb, nb, red).v;
+    if (row_is_bad(m)) {
+      if (threadIdx.x == 0) report_bad_row(a, row);
+      continue;
+    }
+    const ChunkSum* rs = sums + row * nb;
+    if (threadIdx.x == 0) {
+      float w = 0.0f;
+      int last = -1;
+      for (int b = 0; b < nb; ++b) {
+        w += rs[b].w;
+        last = ::max(last, rs[b].last);
+      }
+      const float t = sample_uniform(a.seed, offset, static_cast<uint64_t>(row)) * w;
+      // The running sum repeats W's additions, so it reaches W > t (W >= e_max = 1) by the last chunk.
+      float c = 0.0f;
+      int chosen = -1;
+      float before = 0.0f;
+      for (int b = 0; b < nb; ++b) {
+        const float c2 = c + rs[b].w;
+        if (c2 > t) {
+          chosen = b;
+          before = c;
+          break;
+        }
+        c = c2;
+      }
+      sel_chunk = chosen;
+      sel_before = before;
+      sel_t = t;
+      sel_last = last;
+      found = INT32_MAX;
+    }
+    __syncthreads();
+    const int b = sel_chunk;
+    if (b < 0) {  // uniform; only if rounding left no crossing
+      if (threadIdx.x == 0) a.tokens[row] = sel_last >= 0 ? sel_last : 0;
+      __syncthreads();
+      continue;
+    }
+    const int begin = b * chunk;
+    const int n = ::min(chunk, V - begin);
+    const T* xr = x + row * V + begin;
+    const float before = sel_before, t = sel_t;
+    float local = 0.0f;
+    for (int tile = 0; tile < n; tile += kChunkThreads) {
+      const int p = tile + static_cast<int>(threadIdx.x);
+      const float v = p < n ? kept_weight(xr, p, m, temperature, a.use_min_p, a.min_p) : 0.0f;
+      float total;
+      const float incl = block_scan<kChunkThreads>(v, ws, total);
+      if (v > 0.0f && before + (local + incl) > t) atomicMin(&found, begin + p);
+      local += total;
+      __syncthreads();
+      if (found != INT32_MAX) break;  // uniform: read after the barrier
+    }
+    if (threadIdx.x == 0) {
+      const int in_chunk = rs[b].last;
+      a.tokens[row] = found != INT32_MAX ? found : (in_chunk >= 0 ? in_chunk : (sel_last >= 0 ? sel_last : 0));
     }
     __syncthreads();
   }
