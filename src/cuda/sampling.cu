@@ -1,12 +1,13 @@
 // CUDA launchers of topk and sample (the kernels and the building blocks: src/cuda/kernels/sampling.cuh).
 //
 // Paths (rows [B, V], every launch on the current stream, no host synchronisation, graph-capturable):
-//   argmax partials  chunk_argmax_kernel: (nb chunks) x B blocks; each chunk's argmax. Every sample call runs
-//                    it: greedy finishes from it (argmax_finalize_kernel, or directly when nb == 1), the other
-//                    paths take the row maximum and the undefined-distribution check from it.
+//   argmax partials  chunk_argmax_kernel: (nb chunks) x B blocks; each chunk's argmax. Greedy finishes from it
+//                    (argmax_finalize_kernel, or directly when nb == 1); the paths below other than top_k take
+//                    the row maximum and the undefined-distribution check from it.
 //   topk             chunk_select_kernel (each chunk's first k) + topk_merge_kernel (one block per row).
-//   sample, 1 <= top_k <= 64 (the usual decode configuration): chunk_select_kernel on e + sample_topk_final_kernel,
-//                    which applies top_p, min_p and the draw to the top_k tokens exactly as the CPU does.
+//   sample, 1 <= top_k <= 64 (the usual decode configuration): chunk_select_kernel (topk's, on the logits) +
+//                    sample_topk_final_kernel, which turns the row's first top_k logits into e and applies top_p,
+//                    min_p and the draw exactly as the CPU does. Two launches, one pass over the logits.
 //   sample without top_k / top_p (temperature only, or min_p): sample_chunk_sums_kernel (each chunk's kept
 //                    sum) + sample_chunk_draw_kernel (finds the chunk where the running sum crosses u W, then
 //                    the token within it, repeating the chunk's additions).
@@ -76,15 +77,16 @@ void topk(const Tensor& x, int64_t n, int64_t k, const Tensor& values, const Ten
     using T = typename decltype(tag)::type;
     const T* src = ptr<const T>(x);
     if (g.nb == 1) {
-      chunk_select_kernel<T, false><<<grid, kChunkThreads, 0, stream>>>(
-          src, rows, V, g.chunk, 1, K, nullptr, 0.0f, nullptr, nullptr, ptr<T>(values), ptr<int64_t>(indices));
+      chunk_select_kernel<T><<<grid, kChunkThreads, 0, stream>>>(src, rows, V, g.chunk, 1, K, nullptr, nullptr,
+                                                                 ptr<T>(values), ptr<int64_t>(indices), nullptr,
+                                                                 nullptr);
       check_launch("topk");
       return;
     }
     const int64_t cand = rows * g.nb * K;
     Tensor ckey = scratch(cand * 4, device), cidx = scratch(cand * 4, device);
-    chunk_select_kernel<T, false><<<grid, kChunkThreads, 0, stream>>>(
-        src, rows, V, g.chunk, g.nb, K, nullptr, 0.0f, ptr<uint32_t>(ckey), ptr<int32_t>(cidx), nullptr, nullptr);
+    chunk_select_kernel<T><<<grid, kChunkThreads, 0, stream>>>(src, rows, V, g.chunk, g.nb, K, ptr<uint32_t>(ckey),
+                                                               ptr<int32_t>(cidx), nullptr, nullptr, nullptr, nullptr);
     check_launch("topk");
     topk_merge_kernel<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(
         src, rows, V, g.nb, K, ptr<const uint32_t>(ckey), ptr<const int32_t>(cidx), ptr<T>(values),
@@ -140,29 +142,30 @@ void sample(const Tensor& logits, int64_t vocab, const SamplingParams& params, u
   visit_dtypes<kHalfAndFloat>(logits.dtype(), "sample", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = ptr<const T>(logits);
+    uint64_t* taken_ptr = offset_counter ? ptr<uint64_t>(taken) : nullptr;
+    if (!greedy && use_top_k && params.top_k <= kMaxK) {
+      // The top_k path starts from the logits' candidates: no argmax pass first.
+      const int K = a.top_k;
+      const int64_t cand = rows * g.nb * K;
+      Tensor ckey = scratch(cand * 4, device), cidx = scratch(cand * 4, device);
+      chunk_select_kernel<T><<<grid, kChunkThreads, 0, stream>>>(src, rows, V, g.chunk, g.nb, K, ptr<uint32_t>(ckey),
+                                                                 ptr<int32_t>(cidx), nullptr, nullptr, offset_counter,
+                                                                 taken_ptr);
+      check_launch("sample");
+      sample_topk_final_kernel<T><<<row_blocks(rows), kRowThreads, 0, stream>>>(
+          a, src, temperature, ptr<const uint32_t>(ckey), ptr<const int32_t>(cidx));
+      check_launch("sample");
+      return;
+    }
     const bool direct = greedy && g.nb == 1;
     chunk_argmax_kernel<T><<<grid, kChunkThreads, 0, stream>>>(src, rows, V, g.chunk, g.nb, ptr<ArgPartial>(partial),
-                                                               direct ? tokens : nullptr, offset_counter,
-                                                               offset_counter ? ptr<uint64_t>(taken) : nullptr);
+                                                               direct ? tokens : nullptr, offset_counter, taken_ptr);
     check_launch("sample");
     if (direct) return;
     if (greedy) {
       constexpr int kWarps = 8;
       const unsigned blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
       argmax_finalize_kernel<<<blocks, kWarps * 32, 0, stream>>>(ptr<const ArgPartial>(partial), g.nb, rows, tokens);
-      check_launch("sample");
-      return;
-    }
-    if (use_top_k && params.top_k <= kMaxK) {
-      const int K = a.top_k;
-      const int64_t cand = rows * g.nb * K;
-      Tensor ckey = scratch(cand * 4, device), cidx = scratch(cand * 4, device);
-      chunk_select_kernel<T, true><<<grid, kChunkThreads, 0, stream>>>(
-          src, rows, V, g.chunk, g.nb, K, ptr<const ArgPartial>(partial), temperature, ptr<uint32_t>(ckey),
-          ptr<int32_t>(cidx), nullptr, nullptr);
-      check_launch("sample");
-      sample_topk_final_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(
-          a, ptr<const ArgPartial>(partial), ptr<const uint32_t>(ckey), ptr<const int32_t>(cidx));
       check_launch("sample");
       return;
     }

@@ -248,6 +248,22 @@ TEST(CudaSample, TopKPathMatchesCpuTokensForTheSameSeed) {
   }
 }
 
+TEST(CudaSample, TopKTiesInEAmongDifferentLogitsFollowIndexOrder) {
+  KILN_REQUIRE_CUDA();
+  // Logits that differ by far less than e can resolve (|l| << T): many distinct logits share one e, so the
+  // first top_k by (e desc, index asc) differ from the first top_k by logit, and the top_k path must take the
+  // ties at the top_k-th e from the whole row. The CPU computes the same e, so the tokens must be identical.
+  const int64_t rows = 32, v = 30000;
+  std::vector<float> host(static_cast<size_t>(rows * v), -20.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int j = 0; j < 300; ++j) host[static_cast<size_t>(r * v + static_cast<int64_t>(rng()() % v))] = 1e-9f * static_cast<float>(rng()() % 1000);
+  Tensor l = from_vector<float>(host, Shape{rows, v}).to(kGpu);
+  expect_mostly_same_tokens(l, {1.0, 20, 1.0, 0.0}, 20, 1.0);
+  expect_mostly_same_tokens(l, {1.0, 64, 0.5, 0.0}, 20, 1.0);
+  expect_mostly_same_tokens(l, {0.5, 7, 0.9, 0.0}, 20, 1.0);
+  expect_mostly_same_tokens(l.to(DType::BF16), {0.01, 30, 0.95, 0.0}, 20, 1.0);
+}
+
 TEST(CudaSample, OtherPathsMatchCpuTokensForTheSameSeed) {
   KILN_REQUIRE_CUDA();
   manual_seed(rng()());

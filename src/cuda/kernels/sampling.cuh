@@ -279,6 +279,31 @@ __device__ int nth_match(int n, int r, MatchFn match, uint32_t* wcnt, int* found
   return res;
 }
 
+// Calls put(j, p) for the first r positions p in [0, n), ascending, with match(p) (j = 0, 1, ...: the rank).
+// Returns how many were found (<= r). wcnt: 32 slots. Ends with a barrier.
+template <int kThreads, class MatchFn, class PutFn>
+__device__ int gather_first(int n, int r, MatchFn match, PutFn put, uint32_t* wcnt) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int base = 0;  // the same in every thread
+  for (int tile = 0; tile < n && base < r; tile += kThreads) {
+    const int p = tile + static_cast<int>(threadIdx.x);
+    const bool f = p < n && match(p);
+    const uint32_t b = __ballot_sync(0xffffffffu, f);
+    if (lane == 0) wcnt[warp] = __popc(b);
+    __syncthreads();
+    int before = base + __popc(b & ((1u << lane) - 1u)), total = 0;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      const int c = static_cast<int>(wcnt[w]);
+      total += c;
+      if (w < warp) before += c;
+    }
+    if (f && before < r) put(before, p);
+    base += total;
+    __syncthreads();
+  }
+  return base < r ? base : r;
+}
+
 struct SelectSmem {
   RadixSmem radix;
   uint32_t key[kMaxK];
@@ -293,7 +318,6 @@ struct SelectSmem {
 // sm.skey / sm.sidx. Among equal keys, position order must be index order.
 template <int kThreads, class KeyFn, class IdxFn>
 __device__ void block_select(int n, int K, KeyFn key_at, IdxFn index_at, SelectSmem& sm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const RadixResult rr = radix_select<kThreads, false>(
       n, static_cast<unsigned long long>(K), [&](int p, uint32_t& k) { k = key_at(p); return true; }, sm.radix);
   const uint32_t tau = rr.key;
@@ -310,27 +334,13 @@ __device__ void block_select(int n, int K, KeyFn key_at, IdxFn index_at, SelectS
     }
   }
   // The first r ties by position.
-  int base = 0;
-  for (int tile = 0; tile < n && base < r; tile += kThreads) {
-    const int p = tile + static_cast<int>(threadIdx.x);
-    const bool f = p < n && key_at(p) == tau;
-    const uint32_t b = __ballot_sync(0xffffffffu, f);
-    if (lane == 0) sm.wcnt[warp] = __popc(b);
-    __syncthreads();
-    int before = base + __popc(b & ((1u << lane) - 1u)), total = 0;
-    for (int w = 0; w < kThreads / 32; ++w) {
-      const int c = static_cast<int>(sm.wcnt[w]);
-      total += c;
-      if (w < warp) before += c;
-    }
-    if (f && before < r) {
-      sm.key[gt + before] = tau;
-      sm.idx[gt + before] = index_at(p);
-    }
-    base += total;
-    __syncthreads();
-  }
-  __syncthreads();
+  gather_first<kThreads>(
+      n, r, [&](int p) { return key_at(p) == tau; },
+      [&](int j, int p) {
+        sm.key[gt + j] = tau;
+        sm.idx[gt + j] = index_at(p);
+      },
+      sm.wcnt);
   if (threadIdx.x < K) {
     const uint32_t k = sm.key[threadIdx.x];
     const int32_t i = sm.idx[threadIdx.x];
@@ -396,33 +406,26 @@ __global__ void argmax_finalize_kernel(const ArgPartial* __restrict__ partial, i
   if (lane == 0) tokens[row] = a.i;
 }
 
-// Per chunk: its first K elements in topk order. kSample: the keys are those of e (the row maximum from the
-// argmax partials; rows whose distribution is undefined are skipped: the row kernel reports them).
-// Output: candidates [rows, nb, K] (padded with key 0 where a chunk has fewer than K elements), or, for topk
-// with one chunk per row (values set), the final values and indices.
-template <class T, bool kSample>
+// Per chunk: its first K elements in topk order. Output: candidates [rows, nb, K] (padded with key 0 where a
+// chunk has fewer than K elements), or, for topk with one chunk per row (values set), the final values and
+// indices. For sample's top_k path, block (0, 0) also takes the Philox offset from the device counter.
+template <class T>
 __global__ void __launch_bounds__(kChunkThreads)
-    chunk_select_kernel(const T* __restrict__ x, int64_t rows, int V, int chunk, int nb, int K,
-                        const ArgPartial* __restrict__ partial, float temperature, uint32_t* ckey, int32_t* cidx,
-                        T* values, int64_t* indices) {
+    chunk_select_kernel(const T* __restrict__ x, int64_t rows, int V, int chunk, int nb, int K, uint32_t* ckey,
+                        int32_t* cidx, T* values, int64_t* indices, int64_t* offset_counter, uint64_t* offset_taken) {
   __shared__ uint32_t keys[kChunkMax];
   __shared__ SelectSmem sm;
-  __shared__ ArgPartial red[33];
+  if (offset_counter && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    const int64_t o = *offset_counter;
+    *offset_taken = static_cast<uint64_t>(o);
+    *offset_counter = o + 1;
+  }
   const int begin = static_cast<int>(blockIdx.x) * chunk;
   const int n = ::min(chunk, V - begin);  // >= 1: nb = ceil(V / chunk)
   const int kb = ::min(K, n);
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const T* xr = x + row * V;
-    float m = 0.0f;
-    if constexpr (kSample) {
-      m = row_argmax<kChunkThreads>(partial + row * nb, nb, red).v;
-      if (row_is_bad(m)) continue;  // uniform over the block
-    }
-    for (int p = threadIdx.x; p < n; p += kChunkThreads) {
-      const float v = convert<float>(xr[begin + p]);
-      if constexpr (kSample) keys[p] = sample_key(sample_weight(v, m, temperature));
-      else keys[p] = topk_float_key(v);
-    }
+    for (int p = threadIdx.x; p < n; p += kChunkThreads) keys[p] = topk_float_key(convert<float>(xr[begin + p]));
     __syncthreads();
     block_select<kChunkThreads>(
         n, kb, [&](int p) { return keys[p]; }, [&](int p) { return begin + p; }, sm);
@@ -485,39 +488,104 @@ __device__ __forceinline__ void report_bad_row(const SampleArgs& a, int64_t row)
   report_device_error(a.err, DeviceErrorCode::InvalidDistribution, OpId::Sample, row, a.V);
 }
 
-// The fast top_k path (1 <= top_k <= kMaxK, top_k < V): the row's first top_k tokens from the chunk
-// candidates, then top_p, min_p and the draw exactly as the CPU does them (sequential f32 sums in the
-// definition's order over at most kMaxK tokens).
+// The inverse of topk_float_key (NaN for the NaN key; -0.0 comes back as +0.0).
+__device__ __forceinline__ float float_of_topk_key(uint32_t k) {
+  if (k == 0xFFFFFFFFu) return __int_as_float(0x7fffffff);
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
+// The fast top_k path (1 <= top_k <= kMaxK, top_k < V), from the row's chunk candidates by logit (the
+// topk kernels' order; no pass over the row is needed first). e is non-decreasing in the logit, so the
+// first top_k by (l desc, index asc) are the first top_k by (e desc, index asc) except when logits below the
+// top_k-th one, l_K, round to the same e as it (tau): then the ties at tau are taken from the whole row in
+// index order (a scan of the row by this block; it needs |l_K| below about T, and tau > 0). Then top_p,
+// min_p and the draw exactly as the CPU does them: sequential f32 sums in the definition's order over at
+// most kMaxK tokens.
+template <class T>
 __global__ void __launch_bounds__(kRowThreads)
-    sample_topk_final_kernel(SampleArgs a, const ArgPartial* __restrict__ partial, const uint32_t* __restrict__ ckey,
-                             const int32_t* __restrict__ cidx) {
+    sample_topk_final_kernel(SampleArgs a, const T* __restrict__ x, float temperature,
+                             const uint32_t* __restrict__ ckey, const int32_t* __restrict__ cidx) {
   __shared__ SelectSmem sm;
-  __shared__ ArgPartial red[33];
-  __shared__ float de[kMaxK];
-  __shared__ int32_t di[kMaxK];
+  __shared__ float fe[kMaxK], ge[kMaxK], de[kMaxK];
+  __shared__ int32_t fidx[kMaxK], gidx[kMaxK], di[kMaxK];
   __shared__ int kept[kMaxK];
-  __shared__ int prefix_len;
-  const int K = a.top_k;
+  __shared__ int prefix_len, n_gt, fallback;
+  __shared__ float l_lo;
+  const int K = a.top_k, V = a.V;
   const int n = a.nb * K;
   const uint64_t offset = a.offset_taken ? *a.offset_taken : a.offset;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    const float m = row_argmax<kRowThreads>(partial + row * a.nb, a.nb, red).v;
-    if (row_is_bad(m)) {
-      if (threadIdx.x == 0) report_bad_row(a, row);
-      continue;  // uniform
-    }
     const uint32_t* kr = ckey + row * n;
     const int32_t* ir = cidx + row * n;
     block_select<kRowThreads>(n, K, [&](int p) { return kr[p]; }, [&](int p) { return ir[p]; }, sm);
+    // The row's maximum is the first candidate; NaN anywhere makes it NaN (NaN sorts first).
+    const float m = float_of_topk_key(sm.skey[0]);
+    if (row_is_bad(m)) {
+      if (threadIdx.x == 0) report_bad_row(a, row);
+      __syncthreads();  // sm is rewritten by the next row
+      continue;         // uniform
+    }
+    if (threadIdx.x < K) fe[threadIdx.x] = sample_weight(float_of_topk_key(sm.skey[threadIdx.x]), m, temperature);
+    __syncthreads();
+    const float l_k = float_of_topk_key(sm.skey[K - 1]);
+    const float tau = fe[K - 1];  // the smallest e of the candidates
+    if (threadIdx.x == 0) {
+      int gt = 0;
+      while (gt < K && fe[gt] > tau) ++gt;  // e is non-increasing along the candidates
+      n_gt = gt;
+      int fb = 0;
+      if (tau > 0.0f && sample_weight(nextafterf(l_k, -__int_as_float(0x7f800000)), m, temperature) == tau) {
+        // Smallest logit with e == tau, by bisection over the ordered keys (e is monotone in the key).
+        uint32_t lo = 0x007FFFFFu, hi = topk_float_key(l_k);  // -inf .. l_k
+        while (lo < hi) {
+          const uint32_t mid = lo + (hi - lo) / 2;
+          if (sample_weight(float_of_topk_key(mid), m, temperature) >= tau) hi = mid;
+          else lo = mid + 1;
+        }
+        l_lo = float_of_topk_key(hi);
+        fb = 1;
+      }
+      fallback = fb;
+    }
+    __syncthreads();
+    if (fallback) {  // uniform
+      // Every element with l >= l_lo has e >= tau; those with e > tau are the first gt candidates. Take
+      // the first K - gt with e == tau in the row, by index (at least that many exist: the candidates tied
+      // at tau). fe[gt..K) already hold tau.
+      const int gt = n_gt;
+      const float lo = l_lo;
+      const T* xr = x + row * V;
+      if (threadIdx.x < gt) fidx[threadIdx.x] = sm.sidx[threadIdx.x];
+      gather_first<kRowThreads>(
+          V, K - gt,
+          [&](int p) {
+            const float l = convert<float>(xr[p]);
+            return l >= lo && sample_weight(l, m, temperature) == tau;
+          },
+          [&](int j, int p) { fidx[gt + j] = p; }, sm.wcnt);
+    } else if (threadIdx.x < K) {
+      fidx[threadIdx.x] = sm.sidx[threadIdx.x];
+    }
+    __syncthreads();
+    // (e desc, index asc): candidates of different logits may share an e.
+    if (threadIdx.x < K) {
+      const float e = fe[threadIdx.x];
+      const int32_t i = fidx[threadIdx.x];
+      int rank = 0;
+      for (int j = 0; j < K; ++j) rank += (fe[j] > e || (fe[j] == e && fidx[j] < i)) ? 1 : 0;
+      ge[rank] = e;
+      gidx[rank] = i;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
       int np = K;
       if (a.use_top_p) {
         float s = 0.0f;
-        for (int j = 0; j < K; ++j) s += sample_key_value(sm.skey[j]);
+        for (int j = 0; j < K; ++j) s += ge[j];
         const float target = a.top_p * s;
         float c = 0.0f;
         for (np = 0; np < K;) {
-          c += sample_key_value(sm.skey[np++]);
+          c += ge[np++];
           if (c >= target) break;
         }
       }
@@ -525,16 +593,16 @@ __global__ void __launch_bounds__(kRowThreads)
     }
     __syncthreads();
     if (threadIdx.x < K) {
-      const float e = sample_key_value(sm.skey[threadIdx.x]);
+      const float e = ge[threadIdx.x];
       kept[threadIdx.x] = (static_cast<int>(threadIdx.x) < prefix_len && !(a.use_min_p && e < a.min_p)) ? 1 : 0;
     }
     __syncthreads();
     // The kept tokens in ascending index order.
     if (threadIdx.x < K && kept[threadIdx.x]) {
-      const int32_t i = sm.sidx[threadIdx.x];
+      const int32_t i = gidx[threadIdx.x];
       int pos = 0;
-      for (int j = 0; j < K; ++j) pos += (kept[j] && sm.sidx[j] < i) ? 1 : 0;
-      de[pos] = sample_key_value(sm.skey[threadIdx.x]);
+      for (int j = 0; j < K; ++j) pos += (kept[j] && gidx[j] < i) ? 1 : 0;
+      de[pos] = ge[threadIdx.x];
       di[pos] = i;
     }
     __syncthreads();
