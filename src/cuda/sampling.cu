@@ -11,10 +11,13 @@
 //   sample without top_k / top_p (temperature only, or min_p): sample_chunk_sums_kernel (each chunk's kept
 //                    sum) + sample_chunk_draw_kernel (finds the chunk where the running sum crosses u W, then
 //                    the token within it, repeating the chunk's additions).
-//   sample, otherwise (top_p without top_k <= 64, or top_k > 64): sample_weights_kernel writes e [B, V] (f32
-//                    scratch, stays in L2) and sample_general_kernel finds the top_k / top_p thresholds by
-//                    radix searches and draws with a block scan. One block per row making ~10 passes over e:
-//                    the slow path.
+//   sample, top_p without top_k, <= 64 rows of >= 2 chunks: a memset, 4 x topp_round_kernel (a radix search
+//                    for the top_p threshold whose histograms all chunks add to with integer atomics) and
+//                    topp_ties_kernel, then the two chunk kernels above keeping {key > tau} + the first r ties.
+//   sample, otherwise (top_k > 64, or top_p on many or short rows): sample_weights_kernel writes e [B, V] (f32
+//                    scratch, stays in L2) and sample_general_kernel (one block per row) finds the top_k /
+//                    top_p thresholds by radix searches and draws with a block scan: the slow path for long
+//                    rows.
 // The generic reduction (reduce_split_rows_kernel + a combine pass) would also give greedy's argmax in two
 // launches, but through the generic reduction machinery; the chunk kernel here shares its partials with the
 // sampling paths.
@@ -33,6 +36,8 @@ namespace {
 using namespace sampling;
 
 constexpr DTypeSet kHalfAndFloat = dset(DType::F16, DType::BF16, DType::F32);
+// top_p without top_k runs on the chunks for up to this many rows (and rows of >= 2 chunks).
+constexpr int64_t kChunkedTopPMaxRows = 64;
 
 struct Geometry {
   int chunk = 0, nb = 0;
@@ -169,14 +174,38 @@ void sample(const Tensor& logits, int64_t vocab, const SamplingParams& params, u
       check_launch("sample");
       return;
     }
-    if (!use_top_k && !a.use_top_p) {
+    // Without top_k, on the chunks: always without top_p; with top_p for a few long rows (the search's
+    // histograms take 12 KB per row and 5 launches; many or short rows do better one block per row below).
+    if (!use_top_k && (!a.use_top_p || (rows <= kChunkedTopPMaxRows && g.nb >= 2))) {
+      KeepRule rule{a.use_min_p, a.min_p, nullptr, nullptr};
+      Tensor hist, thr, ties;
+      if (a.use_top_p) {
+        const int64_t hist_bytes = rows * static_cast<int64_t>(sizeof(TopPHist));
+        hist = scratch(hist_bytes, device);
+        thr = scratch(rows * static_cast<int64_t>(sizeof(TopPThreshold)), device);
+        ties = scratch(rows * g.nb * 4, device);
+        check(cudaMemsetAsync(hist.data_ptr(), 0, static_cast<size_t>(hist_bytes), stream), "sample (cudaMemsetAsync)");
+        for (int round = 0; round < 4; ++round) {
+          topp_round_kernel<T><<<grid, kChunkThreads, 0, stream>>>(src, rows, V, g.chunk, g.nb,
+                                                                   ptr<const ArgPartial>(partial), temperature, a.top_p,
+                                                                   round, ptr<TopPHist>(hist));
+          check_launch("sample");
+        }
+        topp_ties_kernel<T><<<grid, kChunkThreads, 0, stream>>>(src, rows, V, g.chunk, g.nb,
+                                                                ptr<const ArgPartial>(partial), temperature, a.top_p,
+                                                                ptr<const TopPHist>(hist), ptr<TopPThreshold>(thr),
+                                                                ptr<int>(ties));
+        check_launch("sample");
+        rule.thr = ptr<const TopPThreshold>(thr);
+        rule.tie_count = ptr<const int>(ties);
+      }
       Tensor sums = scratch(rows * g.nb * static_cast<int64_t>(sizeof(ChunkSum)), device);
       sample_chunk_sums_kernel<T><<<grid, kChunkThreads, 0, stream>>>(src, rows, V, g.chunk, g.nb,
-                                                                      ptr<const ArgPartial>(partial), temperature,
-                                                                      a.use_min_p, a.min_p, ptr<ChunkSum>(sums));
+                                                                      ptr<const ArgPartial>(partial), temperature, rule,
+                                                                      ptr<ChunkSum>(sums));
       check_launch("sample");
       sample_chunk_draw_kernel<T><<<row_blocks(rows), kChunkThreads, 0, stream>>>(
-          a, src, g.chunk, ptr<const ArgPartial>(partial), temperature, ptr<const ChunkSum>(sums));
+          a, src, g.chunk, ptr<const ArgPartial>(partial), temperature, rule, ptr<const ChunkSum>(sums));
       check_launch("sample");
       return;
     }

@@ -268,11 +268,13 @@ TEST(CudaSample, OtherPathsMatchCpuTokensForTheSameSeed) {
   KILN_REQUIRE_CUDA();
   manual_seed(rng()());
   for (DType dt : kDTypes) {
-    for (Shape s : {Shape{1, 151936}, Shape{4, 32000}, Shape{16, 3000}}) {
+    // top_p alone: the chunked search for <= 64 rows, one block per row for 100 rows.
+    for (Shape s : {Shape{1, 151936}, Shape{4, 32000}, Shape{16, 3000}, Shape{100, 3000}}) {
       Tensor l = llm_logits(s, dt);
-      expect_mostly_same_tokens(l, {1.0, 0, 1.0, 0.0}, 25, 0.98);   // no filter: the chunked path
-      expect_mostly_same_tokens(l, {0.8, 0, 1.0, 0.02}, 25, 0.98);  // min_p: the chunked path
-      expect_mostly_same_tokens(l, {0.7, 0, 0.9, 0.0}, 25, 0.98);   // top_p: the general path
+      expect_mostly_same_tokens(l, {1.0, 0, 1.0, 0.0}, 25, 0.98);   // no filter: the chunk kernels
+      expect_mostly_same_tokens(l, {0.8, 0, 1.0, 0.02}, 25, 0.98);  // min_p: the chunk kernels
+      expect_mostly_same_tokens(l, {0.7, 0, 0.9, 0.0}, 25, 0.98);   // top_p
+      expect_mostly_same_tokens(l, {1.0, 0, 0.5, 0.1}, 25, 0.98);   // top_p and min_p
       expect_mostly_same_tokens(l, {0.9, 200, 0.95, 0.0}, 25, 0.98);  // top_k above the fast path's 64
       expect_mostly_same_tokens(l, {0.6, 1000, 1.0, 0.0}, 25, 0.98);
     }
@@ -378,27 +380,31 @@ TEST(CudaSample, FollowsTheFilteredDistributionOnASmallVocabulary) {
 TEST(CudaSample, FollowsTheFilteredDistributionAcrossChunks) {
   KILN_REQUIRE_CUDA();
   // Six finite logits spread over a row of many chunks (the rest -inf, probability 0): the chunk merge, the
-  // cross-chunk scan and the fixed-point top_p search all take part.
-  const int64_t v = 20000, rows = 2000, calls = 30;
+  // cross-chunk scan and the top_p searches all take part. 2000 rows take top_p through the one-block-per-row
+  // path, 64 rows through the chunked search.
+  const int64_t v = 20000;
   const int64_t at[6] = {0, 4095, 4096, 9999, 15000, 19999};
   const std::vector<double> l = {1.0, 2.0, 0.5, -1.0, 1.5, 0.0};
   std::vector<float> host(static_cast<size_t>(v), -kInfF);
   for (int j = 0; j < 6; ++j) host[static_cast<size_t>(at[j])] = static_cast<float>(l[j]);
-  Tensor logits = from_vector<float>(host, Shape{1, v}).expand({rows, v}).to(kGpu);
-  for (const DistCase& c : kDistCases) {
-    SCOPED_TRACE(c.name);
-    Generator gen(rng()());
-    std::vector<int64_t> full_counts(static_cast<size_t>(v), 0);
-    for (int64_t k = 0; k < calls; ++k) add_counts(sample(logits, c.p, &gen), full_counts);
-    std::vector<int64_t> counts(6);
-    int64_t elsewhere = 0;
-    for (int64_t i = 0; i < v; ++i) elsewhere += full_counts[i];
-    for (int j = 0; j < 6; ++j) {
-      counts[j] = full_counts[at[j]];
-      elsewhere -= counts[j];
+  for (int64_t rows : {2000, 64}) {
+    const int64_t calls = (60000 + rows - 1) / rows;
+    Tensor logits = from_vector<float>(host, Shape{1, v}).expand({rows, v}).to(kGpu);
+    for (const DistCase& c : kDistCases) {
+      SCOPED_TRACE(std::string(c.name) + ", rows " + std::to_string(rows));
+      Generator gen(rng()());
+      std::vector<int64_t> full_counts(static_cast<size_t>(v), 0);
+      for (int64_t k = 0; k < calls; ++k) add_counts(sample(logits, c.p, &gen), full_counts);
+      std::vector<int64_t> counts(6);
+      int64_t elsewhere = 0;
+      for (int64_t i = 0; i < v; ++i) elsewhere += full_counts[i];
+      for (int j = 0; j < 6; ++j) {
+        counts[j] = full_counts[at[j]];
+        elsewhere -= counts[j];
+      }
+      EXPECT_EQ(elsewhere, 0) << "tokens of -inf logits were drawn";
+      expect_distribution(counts, reference_probs(l, c.p));
     }
-    EXPECT_EQ(elsewhere, 0) << "tokens of -inf logits were drawn";
-    expect_distribution(counts, reference_probs(l, c.p));
   }
 }
 
@@ -443,6 +449,25 @@ TEST(CudaSample, TopPKeepsExactlyThePrefixThatReachesIt) {
     EXPECT_EQ(gpu_counts(l5, {1.0, top_k, 1e-9, 0.0}, gen)[1], draws);
     EXPECT_EQ(gpu_counts(l5, {1.0, top_k, 1.0, 1.0}, gen)[1], draws);
     EXPECT_EQ(gpu_counts(l5, {3.0, 1, 1.0, 0.0}, gen)[1], draws);
+  }
+  // Equal logits in different chunks of long rows (the chunked top_p search ranks the ties at its threshold
+  // across chunks by index): top_p 0.5 keeps exactly the first two, 0.5001 the third, never the fourth.
+  {
+    std::vector<float> host(8192, -kInfF);
+    for (int64_t i : {100, 3000, 5000, 8000}) host[static_cast<size_t>(i)] = 0.0f;
+    for (int64_t rows : {64, 100}) {  // chunked search; one block per row
+      Tensor row = from_vector<float>(host, Shape{1, 8192}).expand({rows, 8192}).to(kGpu);
+      std::vector<int64_t> c(8192, 0), c2(8192, 0);
+      for (int k = 0; k < 40; ++k) {
+        add_counts(sample(row, {1.0, 0, 0.5, 0.0}, &gen), c);
+        add_counts(sample(row, {1.0, 0, 0.5001, 0.0}, &gen), c2);
+      }
+      EXPECT_GT(c[100], 0);
+      EXPECT_GT(c[3000], 0);
+      EXPECT_EQ(c[100] + c[3000], 40 * rows) << "rows " << rows;
+      EXPECT_GT(c2[5000], 0);
+      EXPECT_EQ(c2[100] + c2[3000] + c2[5000], 40 * rows) << "rows " << rows;
+    }
   }
   // Over a long row too, with the maximum in the last chunk.
   Tensor big = test::random_tensor({8, 151936}, DType::F32, -3, 3);

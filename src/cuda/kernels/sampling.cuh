@@ -181,9 +181,69 @@ struct RadixResult {
 // element (kBySum false) or of fixed_of_key (kBySum true) first reaches `target` within the elements of
 // key tau. Requires 1 <= target <= the total over the eligible elements. key_of(p, k) sets k and returns
 // whether p is eligible. All threads of the block must call it; all get the result.
+// Adds the eligible keys of positions [0, n) whose bits under `mask` equal `prefix` to sm's histogram of
+// digit (k >> shift) & 255: counts, and with kBySum the fixed-point e. Keys crowd into a few bins (e spans
+// few exponents), so the lanes of a warp that share a bin add together: one shared atomic per bin and warp
+// instead of up to 32 serialised ones. key_of(p, k) sets k and returns whether p is eligible.
+template <int kThreads, bool kBySum, class KeyFn>
+__device__ void histogram_keys(int n, KeyFn key_of, uint32_t mask, uint32_t prefix, int shift, RadixSmem& sm) {
+  const int lane = threadIdx.x & 31;
+  for (int base = 0; base < n; base += kThreads) {  // uniform: every lane reaches the warp intrinsics
+    const int p = base + static_cast<int>(threadIdx.x);
+    uint32_t k = 0;
+    const bool ok = p < n && key_of(p, k) && (k & mask) == prefix;
+    const uint32_t d = ok ? (k >> shift) & 0xFFu : 0x100u;
+    const uint32_t peers = __match_any_sync(0xffffffffu, d);
+    if (ok) {
+      const bool leader = lane == __ffs(peers) - 1;
+      if constexpr (kBySum) {
+        // f <= 2^40: two 20-bit halves, each summed over <= 32 lanes in 32 bits.
+        const unsigned long long f = fixed_of_key(k);
+        const uint32_t lo = __reduce_add_sync(peers, static_cast<uint32_t>(f & 0xFFFFFull));
+        const uint32_t hi = __reduce_add_sync(peers, static_cast<uint32_t>(f >> 20));
+        const unsigned long long sum = (static_cast<unsigned long long>(hi) << 20) + lo;
+        if (leader && sum) atomicAdd(&sm.val[d], sum);
+      }
+      if (leader) atomicAdd(&sm.cnt[d], static_cast<uint32_t>(__popc(peers)));
+    }
+  }
+}
+
+// Call from warp 0 only: the bin d (walking 255 down) with above(d) < remaining <= above(d) + bin(d), into
+// sm.digit and sm.above. Exactly one bin qualifies when 1 <= remaining <= the total of the bins.
+template <class BinFn>
+__device__ void decide_digit(BinFn bin, unsigned long long remaining, RadixSmem& sm) {
+  const int lane = threadIdx.x & 31;
+  // Lane l owns bins 255 - 8l .. 248 - 8l.
+  unsigned long long s = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s += bin(255 - 8 * lane - j);
+  unsigned long long incl = s;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  unsigned long long cum = incl - s;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int d = 255 - 8 * lane - j;
+    const unsigned long long v = bin(d);
+    if (cum < remaining && remaining <= cum + v) {
+      sm.digit = static_cast<uint32_t>(d);
+      sm.above = cum;
+    }
+    cum += v;
+  }
+}
+
+// Walking the eligible elements of positions [0, n) by key, largest first, the running total of 1 per
+// element (kBySum false) or of fixed_of_key (kBySum true) first reaches `target` within the elements of
+// key tau. Requires 1 <= target <= the total over the eligible elements. key_of(p, k) sets k and returns
+// whether p is eligible. All threads of the block must call it; all get the result.
 template <int kThreads, bool kBySum, class KeyFn>
 __device__ RadixResult radix_select(int n, unsigned long long target, KeyFn key_of, RadixSmem& sm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warp = threadIdx.x >> 5;
   uint32_t prefix = 0, mask = 0, ties = 0;
   unsigned long long remaining = target;
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -192,52 +252,11 @@ __device__ RadixResult radix_select(int n, unsigned long long target, KeyFn key_
       sm.cnt[i] = 0;
     }
     __syncthreads();
-    // Keys crowd into a few bins (e spans few exponents), so the lanes of a warp that share a bin add
-    // together: one shared atomic per bin and warp instead of up to 32 serialised ones.
-    for (int base = 0; base < n; base += kThreads) {  // uniform: every lane reaches the warp intrinsics
-      const int p = base + static_cast<int>(threadIdx.x);
-      uint32_t k = 0;
-      const bool ok = p < n && key_of(p, k) && (k & mask) == prefix;
-      const uint32_t d = ok ? (k >> shift) & 0xFFu : 0x100u;
-      const uint32_t peers = __match_any_sync(0xffffffffu, d);
-      if (ok) {
-        const bool leader = lane == __ffs(peers) - 1;
-        if constexpr (kBySum) {
-          // f <= 2^40: two 20-bit halves, each summed over <= 32 lanes in 32 bits.
-          const unsigned long long f = fixed_of_key(k);
-          const uint32_t lo = __reduce_add_sync(peers, static_cast<uint32_t>(f & 0xFFFFFull));
-          const uint32_t hi = __reduce_add_sync(peers, static_cast<uint32_t>(f >> 20));
-          const unsigned long long sum = (static_cast<unsigned long long>(hi) << 20) + lo;
-          if (leader && sum) atomicAdd(&sm.val[d], sum);
-        }
-        if (leader) atomicAdd(&sm.cnt[d], static_cast<uint32_t>(__popc(peers)));
-      }
-    }
+    histogram_keys<kThreads, kBySum>(n, key_of, mask, prefix, shift, sm);
     __syncthreads();
     if (warp == 0) {
-      // Lane l owns bins 255 - 8l .. 248 - 8l (descending); exactly one bin d has
-      // above(d) < remaining <= above(d) + count(d), since the running total goes from 0 to >= remaining.
-      auto bin = [&](int d) -> unsigned long long { return kBySum ? sm.val[d] : sm.cnt[d]; };
-      unsigned long long s = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) s += bin(255 - 8 * lane - j);
-      unsigned long long incl = s;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const unsigned long long y = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += y;
-      }
-      unsigned long long cum = incl - s;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int d = 255 - 8 * lane - j;
-        const unsigned long long v = bin(d);
-        if (cum < remaining && remaining <= cum + v) {
-          sm.digit = static_cast<uint32_t>(d);
-          sm.above = cum;
-        }
-        cum += v;
-      }
+      if constexpr (kBySum) decide_digit([&](int d) -> unsigned long long { return sm.val[d]; }, remaining, sm);
+      else decide_digit([&](int d) -> unsigned long long { return sm.cnt[d]; }, remaining, sm);
     }
     __syncthreads();
     const uint32_t d = sm.digit;
@@ -555,7 +574,7 @@ __global__ void __launch_bounds__(kRowThreads)
       const int gt = n_gt;
       const float lo = l_lo;
       const T* xr = x + row * V;
-      if (threadIdx.x < gt) fidx[threadIdx.x] = sm.sidx[threadIdx.x];
+      if (threadIdx.x < K) fidx[threadIdx.x] = sm.sidx[threadIdx.x];  // [gt, K) are overwritten below
       gather_first<kRowThreads>(
           V, K - gt,
           [&](int p) {
@@ -632,41 +651,209 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// ---- without top_k / top_p (temperature only, or min_p): every chunk stays parallel --------------------------
+// ---- the chunked draw: no top_k, and top_p (if any) found over all chunks ------------------------------------
+// Without top_k / top_p (temperature only, or min_p) every token is a candidate. With top_p alone on long rows,
+// topp_round_kernel (4 launches) finds the threshold key tau by a radix search whose histograms every chunk
+// adds to with integer atomics (exact, so every block replays the same decisions), and topp_ties_kernel counts
+// each chunk's ties at tau: the prefix of the order (e desc, index asc) is {key > tau} and the first r ties.
+
+// Per row: 4 rounds x 256 bins of the fixed-point e and the count (digits of sample_key, high first).
+// Zeroed (memset) before round 0.
+struct TopPHist {
+  unsigned long long val[4][256];
+  uint32_t cnt[4][256];
+};
+
+struct TopPThreshold {
+  uint32_t tau;  // key
+  int32_t r;     // ties at tau to keep, in index order
+};
+
+struct TopPState {
+  uint32_t prefix, mask;
+  unsigned long long remaining;
+  uint32_t ties;
+};
+
+// The decisions of rounds [0, rounds) replayed from the row's histograms (every block gets the same). The
+// target is top_p * S in fixed point, S = the total of round 0, rounded as sample_general_kernel does.
+template <int kThreads>
+__device__ TopPState topp_replay(const TopPHist& h, int rounds, float top_p, RadixSmem& sm, unsigned long long* ured) {
+  TopPState st{0, 0, 0, 0};
+  if (rounds == 0) return st;
+  unsigned long long part = 0;
+  for (int i = threadIdx.x; i < 256; i += kThreads) part += h.val[0][i];
+  const unsigned long long s = block_sum_u64<kThreads>(part, ured);
+  const float s_f = static_cast<float>(static_cast<double>(s) / kFixedScale);
+  const float target_f = top_p * s_f;
+  unsigned long long target = static_cast<unsigned long long>(static_cast<double>(target_f) * kFixedScale);
+  st.remaining = target < 1 ? 1 : (target > s ? s : target);
+  for (int j = 0; j < rounds; ++j) {
+    if ((threadIdx.x >> 5) == 0)
+      decide_digit([&](int d) -> unsigned long long { return h.val[j][d]; }, st.remaining, sm);
+    __syncthreads();
+    const uint32_t d = sm.digit;
+    const int shift = 24 - 8 * j;
+    st.prefix |= d << shift;
+    st.mask |= 0xFFu << shift;
+    st.remaining -= sm.above;
+    st.ties = h.cnt[j][d];
+    __syncthreads();
+  }
+  return st;
+}
+
+// Round `round` of the top_p search: this chunk's keys under the decided prefix into the row's histogram.
+template <class T>
+__global__ void __launch_bounds__(kChunkThreads)
+    topp_round_kernel(const T* __restrict__ x, int64_t rows, int V, int chunk, int nb,
+                      const ArgPartial* __restrict__ partial, float temperature, float top_p, int round,
+                      TopPHist* __restrict__ hist) {
+  __shared__ ArgPartial red[33];
+  __shared__ unsigned long long ured[33];
+  __shared__ RadixSmem sm;
+  const int begin = static_cast<int>(blockIdx.x) * chunk;
+  const int n = ::min(chunk, V - begin);
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const float m = row_argmax<kChunkThreads>(partial + row * nb, nb, red).v;
+    if (row_is_bad(m)) continue;
+    TopPHist& h = hist[row];
+    const TopPState st = topp_replay<kChunkThreads>(h, round, top_p, sm, ured);
+    for (int i = threadIdx.x; i < 256; i += kChunkThreads) {
+      sm.val[i] = 0;
+      sm.cnt[i] = 0;
+    }
+    __syncthreads();
+    const T* xr = x + row * V + begin;
+    histogram_keys<kChunkThreads, true>(
+        n,
+        [&](int p, uint32_t& k) {
+          k = sample_key(sample_weight(convert<float>(xr[p]), m, temperature));
+          return true;
+        },
+        st.mask, st.prefix, 24 - 8 * round, sm);
+    __syncthreads();
+    for (int i = threadIdx.x; i < 256; i += kChunkThreads) {
+      if (sm.cnt[i]) {
+        atomicAdd(&h.cnt[round][i], sm.cnt[i]);
+        if (sm.val[i]) atomicAdd(&h.val[round][i], sm.val[i]);
+      }
+    }
+    __syncthreads();  // sm is reused by the next row
+  }
+}
+
+// After the 4 rounds: tau and r (written by chunk 0), and this chunk's count of keys equal to tau.
+template <class T>
+__global__ void __launch_bounds__(kChunkThreads)
+    topp_ties_kernel(const T* __restrict__ x, int64_t rows, int V, int chunk, int nb,
+                     const ArgPartial* __restrict__ partial, float temperature, float top_p,
+                     const TopPHist* __restrict__ hist, TopPThreshold* __restrict__ thr, int* __restrict__ tie_count) {
+  __shared__ ArgPartial red[33];
+  __shared__ unsigned long long ured[33];
+  __shared__ RadixSmem sm;
+  const int begin = static_cast<int>(blockIdx.x) * chunk;
+  const int n = ::min(chunk, V - begin);
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const float m = row_argmax<kChunkThreads>(partial + row * nb, nb, red).v;
+    if (row_is_bad(m)) continue;
+    const TopPState st = topp_replay<kChunkThreads>(hist[row], 4, top_p, sm, ured);
+    const uint32_t tau = st.prefix;
+    const T* xr = x + row * V + begin;
+    unsigned long long c = 0;
+    for (int p = threadIdx.x; p < n; p += kChunkThreads)
+      c += sample_key(sample_weight(convert<float>(xr[p]), m, temperature)) == tau ? 1 : 0;
+    c = block_sum_u64<kChunkThreads>(c, ured);
+    if (threadIdx.x == 0) {
+      tie_count[row * nb + blockIdx.x] = static_cast<int>(c);
+      if (blockIdx.x == 0) {
+        const unsigned long long f = fixed_of_key(tau);  // > 0: the search stops in a bin of positive sum
+        unsigned long long r = f ? (st.remaining + f - 1) / f : 1;
+        r = r < 1 ? 1 : (r > st.ties ? st.ties : r);
+        thr[row] = TopPThreshold{tau, static_cast<int32_t>(r)};
+      }
+    }
+  }
+}
 
 struct ChunkSum {
   float w;       // the chunk's kept e, summed by the chunk scan below
   int32_t last;  // its last kept token with e > 0, or -1
 };
 
-// The kept weight of element p of a chunk (xr = the chunk's first element).
+// What the chunk kernels keep of a row.
+struct KeepRule {
+  bool use_min_p;
+  float min_p;
+  const TopPThreshold* thr;  // null: no top_p
+  const int* tie_count;      // [rows, nb] with thr
+};
+
+// Walks one chunk tile by tile (kChunkThreads elements, index order); every thread of the block must call
+// next() for each tile in turn. Returns element p's kept weight (0 if dropped or p >= n).
 template <class T>
-__device__ __forceinline__ float kept_weight(const T* xr, int p, float m, float temperature, bool use_min_p,
-                                             float min_p) {
-  const float e = sample_weight(convert<float>(xr[p]), m, temperature);
-  return (use_min_p && e < min_p) ? 0.0f : e;
+struct ChunkWalker {
+  const T* xr;  // the chunk's first element
+  int n;
+  float m, temperature;
+  KeepRule rule;
+  uint32_t tau;
+  int r, ties_before;  // ties at tau kept in all; ties in the chunks before this one
+  float tie_carry;     // ties in this chunk's earlier tiles (exact: < 2^24)
+  float* ws;
+
+  __device__ float next(int p) {
+    const bool valid = p < n;
+    const float e = valid ? sample_weight(convert<float>(xr[p]), m, temperature) : 0.0f;
+    bool keep = valid;
+    if (rule.thr) {  // uniform
+      const uint32_t k = sample_key(e);
+      const bool is_tie = valid && k == tau;
+      float tile_ties;
+      const float incl = block_scan<kChunkThreads>(is_tie ? 1.0f : 0.0f, ws, tile_ties);
+      const int rank = ties_before + static_cast<int>(tie_carry) + static_cast<int>(incl) - 1;
+      keep = valid && (k > tau || (is_tie && rank < r));
+      tie_carry += tile_ties;
+    }
+    return (keep && !(rule.use_min_p && e < rule.min_p)) ? e : 0.0f;
+  }
+};
+
+// Ties at tau in the chunks before `b` (all threads get it).
+__device__ __forceinline__ int ties_before_chunk(const KeepRule& rule, int64_t row, int nb, int b,
+                                                 unsigned long long* ured) {
+  if (!rule.thr) return 0;
+  unsigned long long c = 0;
+  for (int j = threadIdx.x; j < b; j += kChunkThreads) c += static_cast<unsigned long long>(rule.tie_count[row * nb + j]);
+  return static_cast<int>(block_sum_u64<kChunkThreads>(c, ured));
 }
 
 // Step 1, per chunk: W_b = the chunk's kept e, added tile by tile with block_scan (the order step 2 repeats).
 template <class T>
 __global__ void __launch_bounds__(kChunkThreads)
     sample_chunk_sums_kernel(const T* __restrict__ x, int64_t rows, int V, int chunk, int nb,
-                             const ArgPartial* __restrict__ partial, float temperature, bool use_min_p, float min_p,
+                             const ArgPartial* __restrict__ partial, float temperature, KeepRule rule,
                              ChunkSum* __restrict__ sums) {
   __shared__ ArgPartial red[33];
   __shared__ float ws[33];
   __shared__ int ired[33];
+  __shared__ unsigned long long ured[33];
   const int begin = static_cast<int>(blockIdx.x) * chunk;
   const int n = ::min(chunk, V - begin);
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const float m = row_argmax<kChunkThreads>(partial + row * nb, nb, red).v;
     if (row_is_bad(m)) continue;
-    const T* xr = x + row * V + begin;
+    ChunkWalker<T> walk{x + row * V + begin, n, m, temperature, rule, 0u, 0, 0, 0.0f, ws};
+    if (rule.thr) {
+      walk.tau = rule.thr[row].tau;
+      walk.r = rule.thr[row].r;
+      walk.ties_before = ties_before_chunk(rule, row, nb, static_cast<int>(blockIdx.x), ured);
+    }
     float carry = 0.0f;
     int last = -1;
     for (int tile = 0; tile < n; tile += kChunkThreads) {
       const int p = tile + static_cast<int>(threadIdx.x);
-      const float v = p < n ? kept_weight(xr, p, m, temperature, use_min_p, min_p) : 0.0f;
+      const float v = walk.next(p);
       if (v > 0.0f) last = begin + p;
       float total;
       block_scan<kChunkThreads>(v, ws, total);
@@ -682,9 +869,10 @@ __global__ void __launch_bounds__(kChunkThreads)
 template <class T>
 __global__ void __launch_bounds__(kChunkThreads)
     sample_chunk_draw_kernel(SampleArgs a, const T* __restrict__ x, int chunk, const ArgPartial* __restrict__ partial,
-                             float temperature, const ChunkSum* __restrict__ sums) {
+                             float temperature, KeepRule rule, const ChunkSum* __restrict__ sums) {
   __shared__ ArgPartial red[33];
   __shared__ float ws[33];
+  __shared__ unsigned long long ured[33];
   __shared__ int sel_chunk, sel_last, found;
   __shared__ float sel_before, sel_t;
   const int nb = a.nb, V = a.V;
@@ -732,12 +920,17 @@ __global__ void __launch_bounds__(kChunkThreads)
     }
     const int begin = b * chunk;
     const int n = ::min(chunk, V - begin);
-    const T* xr = x + row * V + begin;
+    ChunkWalker<T> walk{x + row * V + begin, n, m, temperature, rule, 0u, 0, 0, 0.0f, ws};
+    if (rule.thr) {
+      walk.tau = rule.thr[row].tau;
+      walk.r = rule.thr[row].r;
+      walk.ties_before = ties_before_chunk(rule, row, nb, b, ured);
+    }
     const float before = sel_before, t = sel_t;
     float local = 0.0f;
     for (int tile = 0; tile < n; tile += kChunkThreads) {
       const int p = tile + static_cast<int>(threadIdx.x);
-      const float v = p < n ? kept_weight(xr, p, m, temperature, a.use_min_p, a.min_p) : 0.0f;
+      const float v = walk.next(p);
       float total;
       const float incl = block_scan<kChunkThreads>(v, ws, total);
       if (v > 0.0f && before + (local + incl) > t) atomicMin(&found, begin + p);
