@@ -195,13 +195,15 @@ TEST(CudaSample, GreedyIsArgmax) {
 
 // CPU and CUDA draw the same tokens for the same (seed, offset), except where the two backends' f32 sums
 // round differently at a CDF step (or at the top_p boundary). The top_k <= 64 path adds in the CPU's order,
-// so only the ~2^-28-per-element chance that double exp rounds to a different f32 remains: it must agree on
-// >= 99.5% of draws. The general path adds W with a parallel scan where the CPU adds sequentially (the CPU's
+// so only the ~2^-28-per-element chance that double exp rounds to a different f32 remains: at most 0.5% of
+// draws (+2) may differ. The general path adds W with a parallel scan where the CPU adds sequentially (the CPU's
 // running sum at index i is off by ~sqrt(i) * 2^-24 relative), and finds top_p with exact fixed-point sums:
 // a draw differs when u * W falls within that error of a CDF step. With language-model-like logits (a few
-// tokens hold nearly all the mass) that is < 1% of draws; >= 98% must agree. (On flat or Gaussian logits
+// tokens hold nearly all the mass) that is < 1% of draws; at most 2% (+2) may differ. (On flat or Gaussian logits
 // over 151936 tokens the CPU's own rounding error spans many small steps and agreement drops to ~90%.)
-void expect_mostly_same_tokens(const Tensor& logits, const SamplingParams& p, int calls, double min_agree) {
+// max_rate: the mismatch rate allowed (0: every token equal); 2 more mismatches are allowed on top, so that a
+// handful of draws cannot fail by chance at the rates above.
+void expect_mostly_same_tokens(const Tensor& logits, const SamplingParams& p, int calls, double max_rate) {
   const uint64_t seed = rng()();
   int64_t same = 0, total = 0;
   for (int c = 0; c < calls; ++c) {
@@ -212,11 +214,11 @@ void expect_mostly_same_tokens(const Tensor& logits, const SamplingParams& p, in
       ++total;
     }
   }
-  const double agree = static_cast<double>(same) / static_cast<double>(total);
-  EXPECT_GE(agree, min_agree) << same << " of " << total << " draws agree (temperature " << p.temperature
-                              << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p " << p.min_p << ", "
-                              << logits.meta() << ")";
-  ::testing::Test::RecordProperty("agreement", std::to_string(agree));
+  const int64_t allowed = max_rate == 0 ? 0 : 2 + static_cast<int64_t>(std::ceil(max_rate * static_cast<double>(total)));
+  EXPECT_LE(total - same, allowed) << same << " of " << total << " draws agree (temperature " << p.temperature
+                                   << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p " << p.min_p
+                                   << ", " << logits.meta() << ")";
+  ::testing::Test::RecordProperty("agreement", std::to_string(static_cast<double>(same) / static_cast<double>(total)));
 }
 
 // Logits shaped like a language model's: noise N(0, 2^2) and a few (up to 20) tokens per row 12..18 above
@@ -238,13 +240,13 @@ TEST(CudaSample, TopKPathMatchesCpuTokensForTheSameSeed) {
   for (DType dt : kDTypes) {
     for (Shape s : {Shape{1, 151936}, Shape{4, 128256}, Shape{16, 5000}, Shape{64, 100}}) {
       Tensor l = llm_logits(s, dt);
-      expect_mostly_same_tokens(l, {0.7, 20, 0.8, 0.0}, 25, 0.995);
-      expect_mostly_same_tokens(l, {0.7, 50, 0.95, 0.0}, 25, 0.995);
-      expect_mostly_same_tokens(l, {1.0, 64, 1.0, 0.05}, 25, 0.995);
-      expect_mostly_same_tokens(l, {1.3, 1, 1.0, 0.0}, 5, 1.0);  // top_k 1: argmax
+      expect_mostly_same_tokens(l, {0.7, 20, 0.8, 0.0}, 25, 0.005);
+      expect_mostly_same_tokens(l, {0.7, 50, 0.95, 0.0}, 25, 0.005);
+      expect_mostly_same_tokens(l, {1.0, 64, 1.0, 0.05}, 25, 0.005);
+      expect_mostly_same_tokens(l, {1.3, 1, 1.0, 0.0}, 5, 0.0);  // top_k 1: argmax
     }
     // Flat logits: e close together, many candidates near the k-th.
-    expect_mostly_same_tokens(test::random_tensor({4, 30000}, dt, -1, 1, kGpu), {0.7, 40, 0.9, 0.0}, 25, 0.995);
+    expect_mostly_same_tokens(test::random_tensor({4, 30000}, dt, -1, 1, kGpu), {0.7, 40, 0.9, 0.0}, 25, 0.005);
   }
 }
 
@@ -258,10 +260,10 @@ TEST(CudaSample, TopKTiesInEAmongDifferentLogitsFollowIndexOrder) {
   for (int64_t r = 0; r < rows; ++r)
     for (int j = 0; j < 300; ++j) host[static_cast<size_t>(r * v + static_cast<int64_t>(rng()() % v))] = 1e-9f * static_cast<float>(rng()() % 1000);
   Tensor l = from_vector<float>(host, Shape{rows, v}).to(kGpu);
-  expect_mostly_same_tokens(l, {1.0, 20, 1.0, 0.0}, 20, 1.0);
-  expect_mostly_same_tokens(l, {1.0, 64, 0.5, 0.0}, 20, 1.0);
-  expect_mostly_same_tokens(l, {0.5, 7, 0.9, 0.0}, 20, 1.0);
-  expect_mostly_same_tokens(l.to(DType::BF16), {0.01, 30, 0.95, 0.0}, 20, 1.0);
+  expect_mostly_same_tokens(l, {1.0, 20, 1.0, 0.0}, 20, 0.0);
+  expect_mostly_same_tokens(l, {1.0, 64, 0.5, 0.0}, 20, 0.0);
+  expect_mostly_same_tokens(l, {0.5, 7, 0.9, 0.0}, 20, 0.0);
+  expect_mostly_same_tokens(l.to(DType::BF16), {0.01, 30, 0.95, 0.0}, 20, 0.0);
 }
 
 TEST(CudaSample, OtherPathsMatchCpuTokensForTheSameSeed) {
@@ -271,12 +273,12 @@ TEST(CudaSample, OtherPathsMatchCpuTokensForTheSameSeed) {
     // top_p alone: the chunked search for <= 64 rows, one block per row for 100 rows.
     for (Shape s : {Shape{1, 151936}, Shape{4, 32000}, Shape{16, 3000}, Shape{100, 3000}}) {
       Tensor l = llm_logits(s, dt);
-      expect_mostly_same_tokens(l, {1.0, 0, 1.0, 0.0}, 25, 0.98);   // no filter: the chunk kernels
-      expect_mostly_same_tokens(l, {0.8, 0, 1.0, 0.02}, 25, 0.98);  // min_p: the chunk kernels
-      expect_mostly_same_tokens(l, {0.7, 0, 0.9, 0.0}, 25, 0.98);   // top_p
-      expect_mostly_same_tokens(l, {1.0, 0, 0.5, 0.1}, 25, 0.98);   // top_p and min_p
-      expect_mostly_same_tokens(l, {0.9, 200, 0.95, 0.0}, 25, 0.98);  // top_k above the fast path's 64
-      expect_mostly_same_tokens(l, {0.6, 1000, 1.0, 0.0}, 25, 0.98);
+      expect_mostly_same_tokens(l, {1.0, 0, 1.0, 0.0}, 25, 0.02);   // no filter: the chunk kernels
+      expect_mostly_same_tokens(l, {0.8, 0, 1.0, 0.02}, 25, 0.02);  // min_p: the chunk kernels
+      expect_mostly_same_tokens(l, {0.7, 0, 0.9, 0.0}, 25, 0.02);   // top_p
+      expect_mostly_same_tokens(l, {1.0, 0, 0.5, 0.1}, 25, 0.02);   // top_p and min_p
+      expect_mostly_same_tokens(l, {0.9, 200, 0.95, 0.0}, 25, 0.02);  // top_k above the fast path's 64
+      expect_mostly_same_tokens(l, {0.6, 1000, 1.0, 0.0}, 25, 0.02);
     }
   }
 }
