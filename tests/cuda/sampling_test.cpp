@@ -554,13 +554,15 @@ TEST(CudaSample, DeviceOffsetCounterDrawsAnewOnEveryGraphReplay) {
   const Tensor coins = zeros({256, 2}, DType::F32, kGpu);  // fair coins: replays must differ
   Stream s = Stream::create(kGpu);
   Graph g;
-  Tensor out, frozen, greedy, flips;
+  Tensor out, frozen, greedy, flips, top_p;
   Generator host_gen(seed);
+  const SamplingParams top_p_only{0.8, 0, 0.9, 0.0};  // the chunked top_p search (with its memset)
   g.capture(s, [&] {
     out = sample(logits, p, seed, counter);
     frozen = sample(logits, p, &host_gen);  // host offset 0, fixed into the graph at capture
     greedy = sample(logits, {0.0}, seed, counter);
     flips = sample(coins, {1.0}, seed, counter);
+    top_p = sample(logits, top_p_only, seed, counter);
   });
   synchronize(kGpu);
   EXPECT_EQ(counter.to(kCPU).to_vector<int64_t>()[0], 5) << "capture must not run the kernels";
@@ -568,19 +570,23 @@ TEST(CudaSample, DeviceOffsetCounterDrawsAnewOnEveryGraphReplay) {
   for (int rep = 0; rep < 3; ++rep) {
     g.replay();
     s.synchronize();
-    // Three calls take offsets from the counter per replay; the first of replay `rep` took 5 + 3 rep.
-    EXPECT_EQ(counter.to(kCPU).to_vector<int64_t>()[0], 5 + 3 * (rep + 1));
+    // Four calls take offsets from the counter per replay; the first of replay `rep` took 5 + 4 rep.
+    EXPECT_EQ(counter.to(kCPU).to_vector<int64_t>()[0], 5 + 4 * (rep + 1));
     Generator ref(seed);
-    ref.set_offset(5 + 3 * rep);
+    ref.set_offset(5 + 4 * rep);
     EXPECT_EQ(out.to(kCPU).to_vector<int64_t>(), sample(logits_cpu, p, &ref).to_vector<int64_t>()) << "replay " << rep;
     Generator ref0(seed);
     EXPECT_EQ(frozen.to(kCPU).to_vector<int64_t>(), sample(logits_cpu, p, &ref0).to_vector<int64_t>());
     EXPECT_EQ(greedy.to(kCPU).to_vector<int64_t>(), argmax(logits_cpu, -1).to_vector<int64_t>());
     Generator ref2(seed);
-    ref2.set_offset(7 + 3 * rep);
+    ref2.set_offset(7 + 4 * rep);
     const std::vector<int64_t> f = flips.to(kCPU).to_vector<int64_t>();
     EXPECT_EQ(f, sample(coins.to(kCPU), {1.0}, &ref2).to_vector<int64_t>());
     seen.push_back(f);
+    // The GPU is deterministic: the replayed top_p draw equals an eager one at the same offset.
+    Generator ref3(seed);
+    ref3.set_offset(8 + 4 * rep);
+    EXPECT_EQ(top_p.to(kCPU).to_vector<int64_t>(), sample(logits, top_p_only, &ref3).to(kCPU).to_vector<int64_t>());
   }
   EXPECT_NE(seen[0], seen[1]);
   EXPECT_NE(seen[1], seen[2]);
