@@ -5,4 +5,5 @@
 namespace kiln::cli {
 int run_info(bool memory);
 int run_demo(const std::string& device, int repeats);
+int run_inspect(const std::string& path, bool read, const std::string& device);
 }  // namespace kiln::cli
