@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -127,5 +128,71 @@ std::vector<uint8_t> serialize_safetensors(const NamedTensors& tensors,
 // Writes the same bytes to `path` (through a temporary file renamed into place).
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace kiln
+
+// ---- config.json ---------------------------------------------------------------------------------------------
+
+namespace kiln {
+
+enum class RopeType : uint8_t { Default, Linear, Llama3, Yarn };
+
+// Rotary embedding parameters, from rope_theta + rope_scaling (older files) or rope_parameters (newer
+// transformers). Fields not used by `type` keep their defaults.
+struct RopeConfig {
+  RopeType type = RopeType::Default;
+  double theta = 10000.0;
+  double factor = 1.0;                          // linear, llama3, yarn
+  double low_freq_factor = 1.0;                 // llama3
+  double high_freq_factor = 4.0;                // llama3
+  int64_t original_max_position_embeddings = 0; // llama3, yarn (yarn: max_position_embeddings when absent)
+  double beta_fast = 32.0, beta_slow = 1.0;     // yarn
+  std::optional<double> mscale, mscale_all_dim, attention_factor;  // yarn, as given
+  bool truncate = true;                         // yarn
+};
+
+// Block-wise FP8 weights (quant_method "fp8", fmt "e4m3"): each weight has a `weight_scale_inv` tensor of
+// one f32 scale per block.
+struct Fp8QuantConfig {
+  int64_t block_rows = 128, block_cols = 128;
+  std::vector<std::string> modules_to_not_convert;
+};
+
+// What a Hugging Face config.json (and generation_config.json) says about the forward pass of a supported
+// architecture: Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM, MistralForCausalLM.
+struct ModelConfig {
+  std::string architecture;  // e.g. "Qwen3ForCausalLM"
+  std::string model_type;    // e.g. "qwen3"
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
+  int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  bool qk_norm = false;  // per-head RMSNorm of q and k (Qwen3)
+  RopeConfig rope;
+  // Mixture of experts (num_experts == 0: dense).
+  int64_t num_experts = 0, num_experts_per_tok = 0, moe_intermediate_size = 0, decoder_sparse_step = 1;
+  bool norm_topk_prob = false;
+  std::vector<int64_t> mlp_only_layers;
+  // Sliding-window attention: the window, and which layers use it.
+  std::optional<int64_t> sliding_window;
+  std::vector<bool> sliding_layers;  // num_hidden_layers entries
+  std::vector<int64_t> bos_token_ids, eos_token_ids;
+  std::optional<int64_t> pad_token_id;
+  std::optional<DType> dtype;  // torch_dtype / dtype, when given
+  std::optional<Fp8QuantConfig> fp8;
+
+  bool is_moe_layer(int64_t layer) const;
+  bool is_sliding_layer(int64_t layer) const { return sliding_layers.at(static_cast<size_t>(layer)); }
+};
+
+// Parses config.json text (and, when given, generation_config.json text, whose bos/eos ids take precedence).
+// A field kiln does not support that changes the computation is an error naming the field; unknown
+// harmless fields are ignored. `source` names the file in errors.
+ModelConfig parse_model_config(std::string_view config_json, const std::string& source,
+                               std::optional<std::string_view> generation_config_json = std::nullopt);
+// Reads DIR/config.json and DIR/generation_config.json when present.
+ModelConfig load_model_config(const std::string& dir);
 
 }  // namespace kiln
