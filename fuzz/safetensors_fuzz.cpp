@@ -1,4 +1,5 @@
-// libFuzzer target: the safetensors header parser and loader, and the sharded index parser.
+// libFuzzer target: the safetensors header parser and loader, the sharded index parser and the config.json
+// parser.
 // Properties checked beyond "no crash, no out-of-bounds access": anything the parser accepts is fully
 // readable through tensor views, and can be written back and parsed again to the same entries.
 #include <cstdint>
@@ -32,8 +33,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (sum == 1) return 0;  // keeps the reads from being optimised away
   } catch (const kiln::Error&) {
   }
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
-    kiln::parse_safetensors_index(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz-index");
+    kiln::parse_model_config(text, "fuzz-config", text);
+  } catch (const kiln::Error&) {
+  }
+  try {
+    kiln::parse_safetensors_index(text, "fuzz-index");
   } catch (const kiln::Error&) {
   }
   return 0;

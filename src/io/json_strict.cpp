@@ -76,8 +76,14 @@ class StrictSax {
   // The enclosing object as a path: "the top-level object" or e.g. "weight_map" or "a.b[]".
   std::string path() const {
     std::string p;
-    for (size_t i = 0; i + 1 < levels_.size(); ++i)
-      p += levels_[i].array ? std::string("[]") : (p.empty() ? "" : ".") + levels_[i].current.substr(0, 80);
+    for (size_t i = 0; i + 1 < levels_.size(); ++i) {
+      if (levels_[i].array) {
+        p += "[]";
+      } else {
+        if (!p.empty()) p += '.';
+        p.append(levels_[i].current, 0, 80);
+      }
+    }
     return p.empty() ? std::string("the top-level object") : "\"" + p + "\"";
   }
 

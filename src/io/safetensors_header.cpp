@@ -37,7 +37,10 @@ constexpr const char* kUnsupported[] = {"F4", "F6_E2M3", "F6_E3M2", "F8_E8M0", "
 
 std::string supported_list() {
   std::string s;
-  for (const auto& d : kDTypes) s += (s.empty() ? "" : " ") + std::string(d.name);
+  for (const auto& d : kDTypes) {
+    if (!s.empty()) s += ' ';
+    s += d.name;
+  }
   return s;
 }
 
@@ -57,7 +60,6 @@ class HeaderSax {
  public:
   using json = nlohmann::json;
 
-  explicit HeaderSax(const std::string& source) : source_(source) {}
 
   std::string error;
   std::vector<SafetensorsEntry> tensors;
@@ -239,7 +241,6 @@ class HeaderSax {
     }
   }
 
-  const std::string& source_;
   St st_ = St::Start;
   std::string key_, mkey_;
   std::set<std::string, std::less<>> top_keys_;
@@ -275,7 +276,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t size, co
   if (const void* z = std::memchr(text, 0, n))
     throw fail(str("invalid JSON in the header: a NUL byte at byte ", static_cast<const uint8_t*>(z) - text, " of it"));
 
-  HeaderSax sax(source);
+  HeaderSax sax;
   const char* first = reinterpret_cast<const char*>(text);
   // Strict: nothing but whitespace may follow the object (the writer pads with spaces).
   const bool ok = nlohmann::json::sax_parse(first, first + n, &sax, nlohmann::json::input_format_t::json, true);

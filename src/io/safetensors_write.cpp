@@ -123,7 +123,10 @@ Prepared prepare(const NamedTensors& tensors, const std::map<std::string, std::s
     h += ":{\"dtype\":\"";
     h += safetensors_dtype_name(t.dtype());
     h += "\",\"shape\":[";
-    for (int64_t d = 0; d < t.dim(); ++d) h += (d ? "," : "") + std::to_string(t.size(d));
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      if (d) h += ',';
+      h += std::to_string(t.size(d));
+    }
     const uint64_t begin = p.data_bytes;
     p.data_bytes += t.nbytes();
     h += str("],\"data_offsets\":[", begin, ",", p.data_bytes, "]}");

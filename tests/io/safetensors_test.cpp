@@ -484,6 +484,32 @@ TEST(SafetensorsHostile, RandomMutations) {
   EXPECT_GT(parsed, 0);  // some flips land in data bytes
 }
 
+// Every input of the fuzz corpus (seeds, what the fuzzer kept, and any crash it found) parses or throws
+// kiln::Error; accepted ones are read in full.
+TEST(SafetensorsHostile, FuzzCorpusRegression) {
+  const fs::path dir = fs::path(KILN_TEST_DATA_DIR) / ".." / ".." / "fuzz" / "corpus" / "safetensors";
+  ASSERT_TRUE(fs::is_directory(dir)) << dir;
+  int files = 0, accepted = 0;
+  for (const auto& de : fs::directory_iterator(dir)) {
+    std::ifstream is(de.path(), std::ios::binary);
+    const auto bytes = std::make_shared<std::vector<uint8_t>>((std::istreambuf_iterator<char>(is)),
+                                                              std::istreambuf_iterator<char>());
+    ++files;
+    try {
+      const SafetensorsFile f = SafetensorsFile::from_memory(bytes->data(), bytes->size(), bytes, de.path().string());
+      for (const auto& e : f.entries()) EXPECT_EQ(tensor_bytes(f.get(e.name)).size(), e.nbytes());
+      ++accepted;
+    } catch (const Error&) {
+    }
+    try {
+      parse_safetensors_index(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()), "x");
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_GE(files, 9);
+  EXPECT_GE(accepted, 7);  // the valid seeds
+}
+
 // ---- GPU -----------------------------------------------------------------------------------------------------
 
 TEST(SafetensorsCuda, LoadToDeviceMatchesFile) {
