@@ -1,7 +1,9 @@
-// `kiln inspect`: the tensors of a safetensors file or checkpoint; with --read, a loading measurement.
+// `kiln inspect`: the tensors of a safetensors file or checkpoint (and its config.json); with --read, a
+// loading measurement.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "commands.h"
@@ -49,6 +51,16 @@ int run_inspect(const std::string& path, bool read, const std::string& device) {
               static_cast<unsigned long long>(total), c.files().size(), open_s * 1e3);
   for (const auto& f : c.files())
     for (const auto& [k, v] : f.metadata()) std::printf("metadata %s: %s = %s\n", f.path().c_str(), k.c_str(), v.c_str());
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(path) / "config.json", ec)) {
+    const ModelConfig m = load_model_config(path);
+    std::printf("config: %s, %lld layers, hidden %lld, heads %lld/%lld x %lld, vocab %lld, experts %lld (top %lld)%s\n",
+                m.architecture.c_str(), static_cast<long long>(m.num_hidden_layers),
+                static_cast<long long>(m.hidden_size), static_cast<long long>(m.num_attention_heads),
+                static_cast<long long>(m.num_key_value_heads), static_cast<long long>(m.head_dim),
+                static_cast<long long>(m.vocab_size), static_cast<long long>(m.num_experts),
+                static_cast<long long>(m.num_experts_per_tok), m.fp8 ? ", fp8 block weights" : "");
+  }
   if (!read) return 0;
 
   const double mb = static_cast<double>(total) / 1e6;
