@@ -205,6 +205,17 @@ TEST(Safetensors, WritingToAViewLeavesTheFileUnchanged) {
   EXPECT_TRUE(test::all_close(SafetensorsFile::open(path).get("a"), a, test::Tolerance{0, 0}));
 }
 
+TEST(Safetensors, OpenErrorsNameThePath) {
+  TempDir dir;
+  write_bytes(dir.file("empty.safetensors"), {});
+  EXPECT_TRUE(throws_error([&] { SafetensorsFile::open(dir.file("empty.safetensors")); },
+                           {"empty.safetensors", "shorter than"}));
+  EXPECT_TRUE(throws_error([&] { SafetensorsFile::open(dir.file("missing.safetensors")); },
+                           {"missing.safetensors", "cannot open"}));
+  EXPECT_TRUE(throws_error([&] { SafetensorsFile::open(dir.file("")); }, {"not a regular file"}));
+  EXPECT_TRUE(throws_error([&] { SafetensorsFile().entries(); }, {"before open"}));
+}
+
 TEST(Safetensors, MisalignedTensorIsCopiedAligned) {
   // A header of odd length (valid, though no writer we know makes one): the f32 data starts at an odd
   // address in the mapping.
