@@ -14,4 +14,5 @@ struct BenchOpsOptions {
   bool list = false;            // print the cases (name, bytes, copy bytes, max copies) and exit
 };
 int run_bench_ops(const BenchOpsOptions& options);
+int run_inspect(const std::string& path, bool read, const std::string& device);
 }  // namespace kiln::cli
