@@ -9,10 +9,12 @@
 //                                                    softmax_rows_kernel, a row per block of 64..512 threads
 //     otherwise                                      split: softmax_split_partial_kernel +
 //                                                    softmax_split_write_kernel, ~2 blocks per SM in all,
-//                                                    chunks of >= 4 KB (launch_split)
+//                                                    chunks of >= 4 KB (launch_split); the second launched
+//                                                    as a programmatic dependent launch on sm_90
 //   otherwise (reduced dim strided, e.g. dim != last) softmax_strided_kernel on x made contiguous
 // Non-contiguous x that has no rows view is copied to a contiguous tensor first.
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -48,6 +50,21 @@ constexpr int64_t block_row_max() {
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+std::atomic<bool> g_pdl_enabled{true};
+
+// Programmatic dependent launch needs compute capability 9.0 (cached per device).
+bool use_pdl(int device) {
+  if (!g_pdl_enabled.load(std::memory_order_relaxed)) return false;
+  static std::atomic<int> major[64] = {};
+  if (device < 0 || device >= 64) return false;
+  int m = major[device].load(std::memory_order_relaxed);
+  if (m == 0) {
+    check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+    major[device].store(m, std::memory_order_relaxed);
+  }
+  return m >= 9;
+}
 
 // x as `rows` rows of n contiguous elements, row r at r * ld: the reduced dim has unit stride (or size 1),
 // every later dim has size 1, and the earlier dims of size > 1 nest exactly (stride[d] = stride[d'] *
@@ -113,8 +130,25 @@ void launch_split(const Tin* x, Tout* y, int64_t rows, int64_t n, int64_t ld, bo
   k::softmax_split_partial_kernel<Tin><<<blocks, k::kSoftmaxSplitThreads, 0, L.stream>>>(
       x, n, ld, chunk, static_cast<int>(chunks), vec_x, partial);
   check_launch(L.name);
-  k::softmax_split_write_kernel<Tin, Tout><<<blocks, k::kSoftmaxSplitThreads, 0, L.stream>>>(
-      x, y, n, ld, chunk, static_cast<int>(chunks), vec_x, vec_y, partial, L.log);
+  // Pass 2 may start while pass 1 runs (programmatic dependent launch, sm_90): it loads its x chunk, then
+  // waits in the kernel for pass 1. That hides the second launch's latency; under stream capture the
+  // dependency becomes a programmatic graph edge.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(k::kSoftmaxSplitThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = L.stream;
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (use_pdl(L.device.index)) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  const softmax_math::MaxSum<A>* cpartial = partial;
+  check(cudaLaunchKernelEx(&cfg, k::softmax_split_write_kernel<Tin, Tout>, x, y, n, ld, chunk,
+                           static_cast<int>(chunks), vec_x, vec_y, cpartial, L.log),
+        L.name);
   check_launch(L.name);
 }
 
@@ -159,6 +193,8 @@ void launch_strided(const Tin* x, Tout* y, int64_t outer, int64_t n, int64_t inn
 }
 
 }  // namespace
+
+void set_softmax_dependent_launch(bool enabled) { g_pdl_enabled.store(enabled, std::memory_order_relaxed); }
 
 void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";

@@ -12,4 +12,8 @@ namespace kiln::cuda {
 // no host synchronisation (graph-capturable).
 void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
 
+// The split path launches its second kernel as a programmatic dependent launch on sm_90 (on by default).
+// Off: two plainly serialised launches. For tests and measurements; applies to later calls, all threads.
+void set_softmax_dependent_launch(bool enabled);
+
 }  // namespace kiln::cuda

@@ -18,6 +18,8 @@
 //   - M = +inf: the part holding the +inf already has sum NaN (exp(inf - inf)) and rescales to NaN.
 //   - M = -inf (a row of all -inf): the sum is 0, and x - M = -inf - -inf = NaN makes every output NaN.
 // So padding a part with -inf never changes a result, which lets kernels pad ragged tails with -inf.
+// The same holds for the n-ary form, M = max_nan of all parts' maxima, S = sum of rescale_sum(sum_i, max_i,
+// M): the kernels fold a block's pairs so (one exp per pair instead of one per tree level).
 #pragma once
 
 #include "ops/math.h"

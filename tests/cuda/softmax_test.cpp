@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "cuda/softmax.h"
 #include "kiln/nn.h"
 #include "kiln/runtime.h"
 #include "ops/softmax_math.h"
@@ -140,6 +141,19 @@ TEST(CudaSoftmax, LongRowsSplitAcrossBlocksMatchCpu) {
   // Odd lengths: ragged last chunk and last group (unaligned rows: the scalar path).
   check(random_tensor({3, 100003}, DType::F32, -10, 10), 1);
   check(random_tensor({1, 65537}, DType::BF16, -10, 10), 1);
+}
+
+TEST(CudaSoftmax, SplitPathWithAndWithoutDependentLaunch) {
+  KILN_REQUIRE_CUDA();
+  const Tensor x = random_tensor({2, 151936}, DType::BF16, -10, 10);
+  for (bool pdl : {false, true}) {
+    SCOPED_TRACE(pdl ? "programmatic dependent launch" : "plain launches");
+    cuda::set_softmax_dependent_launch(pdl);
+    check(x, 1);
+    check(x, 1, DType::F32);
+    check(random_tensor({1, 128256}, DType::F32, -10, 10), 1);
+  }
+  cuda::set_softmax_dependent_launch(true);
 }
 
 TEST(CudaSoftmax, ManyShortAndMediumRowsMatchCpu) {
@@ -290,8 +304,14 @@ TEST(CudaSoftmax, ResultsAreDeterministic) {
   }
 }
 
-TEST(CudaSoftmax, GraphCaptureAndReplay) {
+class CudaSoftmaxGraph : public ::testing::TestWithParam<bool> {
+ protected:
+  void TearDown() override { cuda::set_softmax_dependent_launch(true); }
+};
+
+TEST_P(CudaSoftmaxGraph, CaptureAndReplay) {
   KILN_REQUIRE_CUDA();
+  cuda::set_softmax_dependent_launch(GetParam());
   Tensor a = random_tensor({1, 128256}, DType::F32, -10, 10, gpu());
   Tensor b = random_tensor({4, 201088}, DType::BF16, -10, 10, gpu());
   Tensor c = random_tensor({64, 32000}, DType::BF16, -10, 10, gpu());
@@ -323,6 +343,8 @@ TEST(CudaSoftmax, GraphCaptureAndReplay) {
     for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(raw_bits(out[i].to(kCPU)), raw_bits(eager[i].to(kCPU))) << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(DependentLaunch, CudaSoftmaxGraph, ::testing::Bool());
 
 TEST(CudaSoftmax, InvalidInputNamesTheProblem) {
   KILN_REQUIRE_CUDA();

@@ -8,7 +8,8 @@
 //  - softmax_split_partial_kernel + softmax_split_write_kernel: few long rows. Each row is cut into chunks,
 //    one block per chunk; the first kernel writes each chunk's (max, sum) pair; in the second every block
 //    folds its row's pairs (a few hundred bytes, from L2) into the row's (max, sum) and writes its chunk,
-//    re-reading it from L2. No host synchronisation, two launches, both graph-capturable.
+//    re-reading it from L2. No host synchronisation, two launches, both graph-capturable; on sm_90 the
+//    second is a programmatic dependent launch that loads its x chunk while the first kernel finishes.
 //  - softmax_strided_kernel: the reduced dim is not the innermost ([outer, n, inner], inner > 1): a block
 //    takes 32 adjacent inner positions (coalesced) and 8 threads down the reduced dim for each.
 //
@@ -22,7 +23,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "ops/softmax_math.h"
 
@@ -82,24 +82,47 @@ __device__ __forceinline__ A block_all_reduce(A v, F f, A* smem) {
   return r;
 }
 
+// (max, sum) pairs of the block combined in the n-ary form (softmax_math.h): the block's max first, then
+// each pair rescaled to it once and summed. Returned to every thread (same contract as block_all_reduce).
 template <class A>
-__device__ __forceinline__ sm::MaxSum<A> shfl_xor_max_sum(sm::MaxSum<A> v, int o) {
-  return {__shfl_xor_sync(0xffffffffu, v.max, o), __shfl_xor_sync(0xffffffffu, v.sum, o)};
+__device__ __forceinline__ sm::MaxSum<A> block_all_max_sum(sm::MaxSum<A> v, A* smem) {
+  const A m = block_all_reduce(v.max, MaxNan{}, smem);
+  const A s = block_all_reduce(sm::rescale_sum(v.sum, v.max, m), Plus{}, smem);
+  return {m, s};
 }
 
-// (max, sum) pairs of the block combined, returned to every thread (same contract as block_all_reduce).
-template <class A>
-__device__ __forceinline__ sm::MaxSum<A> block_all_combine(sm::MaxSum<A> v, sm::MaxSum<A>* smem) {
+// Programmatic dependent launch (sm_90): the split path's second kernel is launched with the
+// programmatic-serialization attribute, so it may start while the first still runs; it reads x (which the
+// first kernel does not write) and then waits for the first kernel's completion and memory before reading
+// the partials. Without the attribute the wait returns at once.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Element q of a group from its 32-bit words, and a group to words, by shifts: no byte copies through local
+// memory. T is float, double, Half or BFloat16.
+template <class T>
+__device__ __forceinline__ T from_words(const uint32_t* w, int q) {
+  if constexpr (sizeof(T) == 2) return T(static_cast<uint16_t>(w[q >> 1] >> (16 * (q & 1))), FromBits{});
+  else if constexpr (sizeof(T) == 4) return __uint_as_float(w[q]);
+  else return __hiloint2double(static_cast<int>(w[2 * q + 1]), static_cast<int>(w[2 * q]));
+}
+template <class T, int V, int W>
+__device__ __forceinline__ void to_words(const T (&o)[V], uint32_t (&w)[W]) {
+  static_assert(W * 4 == V * static_cast<int>(sizeof(T)), "words hold the group exactly");
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = sm::combine(v, shfl_xor_max_sum(v, o));
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int warps = static_cast<int>(blockDim.x >> 5);
-  __syncthreads();
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  sm::MaxSum<A> r = smem[0];
-  for (int w = 1; w < warps; ++w) r = sm::combine(r, smem[w]);
-  return r;
+  for (int j = 0; j < W; ++j) {
+    if constexpr (sizeof(T) == 2) w[j] = static_cast<uint32_t>(o[2 * j].x) | (static_cast<uint32_t>(o[2 * j + 1].x) << 16);
+    else if constexpr (sizeof(T) == 4) w[j] = __float_as_uint(o[j]);
+    else w[j] = static_cast<uint32_t>(j & 1 ? __double2hiint(o[j >> 1]) : __double2loint(o[j >> 1]));
+  }
 }
 
 // v = the group of V elements from xr[i0] (i0 a multiple of V); elements at or past `lim` are -inf.
@@ -108,10 +131,9 @@ __device__ __forceinline__ void load_group(const T* __restrict__ xr, int64_t i0,
                                            A (&v)[V]) {
   if (vec && i0 + V <= lim) {
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(xr + i0));
-    T t[V];
-    memcpy(t, &raw, sizeof(raw));
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int q = 0; q < V; ++q) v[q] = convert<A>(t[q]);
+    for (int q = 0; q < V; ++q) v[q] = convert<A>(from_words<T>(w, q));
   } else {
 #pragma unroll
     for (int q = 0; q < V; ++q) v[q] = i0 + q < lim ? convert<A>(xr[i0 + q]) : neg_inf<A>();
@@ -124,12 +146,12 @@ __device__ __forceinline__ void store_group(T* __restrict__ yr, int64_t i0, int6
                                             const T (&o)[V]) {
   static_assert((V * sizeof(T)) % 16 == 0, "a group of outputs is whole 16-byte words");
   if (vec && i0 + V <= lim) {
-    constexpr int kWords = static_cast<int>(V * sizeof(T) / 16);
-    uint4 raw[kWords];
-    memcpy(raw, o, sizeof(raw));
+    constexpr int kWords = static_cast<int>(V * sizeof(T) / 4);
+    uint32_t w[kWords];
+    to_words(o, w);
     uint4* dst = reinterpret_cast<uint4*>(yr + i0);
 #pragma unroll
-    for (int w = 0; w < kWords; ++w) dst[w] = raw[w];
+    for (int j = 0; j < kWords / 4; ++j) dst[j] = make_uint4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
   } else {
 #pragma unroll
     for (int q = 0; q < V; ++q)
@@ -217,7 +239,8 @@ __global__ void __launch_bounds__(kSoftmaxSplitThreads)
   constexpr int V = kSoftmaxVec<Tin>;
   constexpr int U = kSoftmaxSplitUnroll;
   constexpr int64_t kStride = static_cast<int64_t>(kSoftmaxSplitThreads) * V;
-  __shared__ sm::MaxSum<A> smem[32];
+  __shared__ A smem[32];
+  sd::allow_dependent_launch();  // all of this grid's blocks are running: the second pass may be scheduled
   const int64_t row = blockIdx.x / chunks;
   const int64_t lo = (blockIdx.x % chunks) * chunk;
   const int64_t hi = lo + chunk < n ? lo + chunk : n;
@@ -239,12 +262,13 @@ __global__ void __launch_bounds__(kSoftmaxSplitThreads)
       for (int q = 0; q < V; ++q) s += sm::exp_shifted(v[u][q], m);
     acc = sm::combine(acc, sm::MaxSum<A>{m, s});
   }
-  acc = sd::block_all_combine(acc, smem);
+  acc = sd::block_all_max_sum(acc, smem);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 // Split path, pass 2: every block folds its row's `chunks` partials (the same order in every block, so the
-// row's blocks agree bit for bit) and writes its chunk of y (row r at y + r * n).
+// row's blocks agree bit for bit) and writes its chunk of y (row r at y + r * n). The first batch of x is
+// loaded before waiting for pass 1 (see allow_dependent_launch).
 template <class Tin, class Tout>
 __global__ void __launch_bounds__(kSoftmaxSplitThreads)
     softmax_split_write_kernel(const Tin* __restrict__ x, Tout* __restrict__ y, int64_t n, int64_t ld,
@@ -256,27 +280,35 @@ __global__ void __launch_bounds__(kSoftmaxSplitThreads)
   constexpr int V = kSoftmaxVec<Tin>;
   constexpr int U = kSoftmaxSplitUnroll;
   constexpr int64_t kStride = static_cast<int64_t>(kSoftmaxSplitThreads) * V;
-  __shared__ sm::MaxSum<A> smem[32];
+  __shared__ A smem[32];
   const int64_t row = blockIdx.x / chunks;
   const int64_t lo = (blockIdx.x % chunks) * chunk;
   const int64_t hi = lo + chunk < n ? lo + chunk : n;
+  const Tin* xr = x + row * ld;
+  Tout* yr = y + row * n;
+  int64_t g0 = lo + threadIdx.x * V;
+  A v[U][V];
+#pragma unroll
+  for (int u = 0; u < U; ++u) sd::load_group(xr, g0 + u * kStride, hi, vec_x, v[u]);
+
+  sd::wait_for_prerequisite_grid();
   sm::MaxSum<A> acc = sm::max_sum_identity<A>();
   for (int i = static_cast<int>(threadIdx.x); i < chunks; i += kSoftmaxSplitThreads)
     acc = sm::combine(acc, partial[row * chunks + i]);
-  acc = sd::block_all_combine(acc, smem);
+  acc = sd::block_all_max_sum(acc, smem);
   const A m = acc.max, k = log ? math::log(acc.sum) : acc.sum;
-  const Tin* xr = x + row * ld;
-  Tout* yr = y + row * n;
-  for (int64_t g0 = lo + threadIdx.x * V; g0 < hi; g0 += U * kStride) {
-    A v[U][V];
-#pragma unroll
-    for (int u = 0; u < U; ++u) sd::load_group(xr, g0 + u * kStride, hi, vec_x, v[u]);
+
+  while (g0 < hi) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       Tout o[V];
       sd::finish_group(v[u], m, k, log, false, o);
       sd::store_group(yr, g0 + u * kStride, hi, vec_y, o);
     }
+    g0 += U * kStride;
+    if (g0 >= hi) break;
+#pragma unroll
+    for (int u = 0; u < U; ++u) sd::load_group(xr, g0 + u * kStride, hi, vec_x, v[u]);
   }
 }
 
