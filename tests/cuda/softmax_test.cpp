@@ -141,6 +141,16 @@ TEST(CudaSoftmax, LongRowsSplitAcrossBlocksMatchCpu) {
   // Odd lengths: ragged last chunk and last group (unaligned rows: the scalar path).
   check(random_tensor({3, 100003}, DType::F32, -10, 10), 1);
   check(random_tensor({1, 65537}, DType::BF16, -10, 10), 1);
+  // Chunks longer than one pass of a block (each thread loops, pass 2 prefetches then streams).
+  check(random_tensor({1, 1 << 22}, DType::F32, -10, 10), 1);
+  check(random_tensor({2, (1 << 21) + 3}, DType::BF16, -10, 10), 1);
+}
+
+TEST(CudaSoftmax, MoreRowsThanTheGridCoversLoopOverRows) {
+  KILN_REQUIRE_CUDA();
+  check(random_tensor({100000, 5}, DType::F32), 1);            // a row per warp
+  check(random_tensor({9000, 1100}, DType::BF16, -10, 10), 1);  // a row per block
+  check(random_tensor({5000, 3, 2}, DType::F32), 1);            // strided
 }
 
 TEST(CudaSoftmax, SplitPathWithAndWithoutDependentLaunch) {
