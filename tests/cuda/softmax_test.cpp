@@ -229,6 +229,7 @@ TEST(CudaSoftmax, UnalignedAndNonContiguousInputs) {
     check_pair(p.permute({2, 0, 1}), p.to(gpu()).permute({2, 0, 1}), 1);
     const Tensor e = random_tensor({1, 2000}, t);
     check_pair(e.expand({6, 2000}), e.to(gpu()).expand({6, 2000}), 1);
+    check_pair(e.expand({6, 2000}), e.to(gpu()).expand({6, 2000}), 0);  // stride 0 along the reduced dim
   }
 }
 
