@@ -55,3 +55,82 @@ struct SamplingParams {
 Tensor sample(const Tensor& logits, const SamplingParams& params, Generator* gen = nullptr);
 
 }  // namespace kiln
+
+// ---- Mixture of experts ------------------------------------------------------------------------------------
+namespace kiln {
+
+// Grouped matrix product with PyTorch's F.grouped_mm / torch._grouped_mm semantics (f32/f16/bf16, f32
+// accumulation; out dtype = `out_dtype` (the input's or f32) or the input's):
+//   2d x 3d: a [M, K], b [G, K, N], offs [G]: rows [offs[g-1], offs[g]) of a use b[g]      -> [M, N]
+//   3d x 2d: a [G, M, K], b [K, N], offs [G]: columns [offs[g-1], offs[g]) use a[g]       -> [M, N]
+//   2d x 2d: a [M, K], b [K, N], offs [G]: the K range [offs[g-1], offs[g]) forms group g  -> [G, M, N]
+//   3d x 3d: a [G, M, K], b [G, K, N], no offs                                             -> [G, M, N]
+// offs: int32 on the inputs' device, cumulative ends (offs[-1] may be less than the grouped dim; rows /
+// columns past it are written as 0, where PyTorch leaves them undefined). Offsets that decrease or exceed
+// the grouped dim are an error: on the CPU thrown at once; on CUDA (the host never reads them) recorded on
+// the device and raised at the next synchronisation, with no out-of-bounds access.
+Tensor grouped_mm(const Tensor& a, const Tensor& b, const std::optional<Tensor>& offs = std::nullopt,
+                  std::optional<DType> out_dtype = std::nullopt);
+
+// The Qwen3-MoE router: logits = x @ router_weight^T (x's dtype), probabilities = softmax in f32, the
+// top_k experts per token (ties: lower index), optionally renormalised to sum 1, weights cast to x's dtype.
+struct MoeRouting {
+  Tensor weights;  // [T, top_k], x's dtype
+  Tensor experts;  // [T, top_k], i32
+};
+MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k, bool norm_topk_prob);
+
+// The sparse MoE block of Qwen3-MoE: x [T, H], router_weight [E, H], experts_gate_up [E, 2I, H] (gate rows
+// then up rows, as checkpoints' per-expert gate_proj / up_proj stack), experts_down [E, H, I]:
+//   out[t] = sum over the top_k experts e of t: weight(t, e) * down_e(silu(gate_e x_t) * up_e x_t)
+// The per-expert products accumulate in f32 and round once to x's dtype (Hugging Face adds expert by
+// expert in x's dtype, so bf16 results differ from it by that rounding).
+Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Tensor& experts_gate_up,
+                   const Tensor& experts_down, int64_t top_k, bool norm_topk_prob);
+
+// ---- FP8 -----------------------------------------------------------------------------------------------------
+
+// How FP8 values are scaled. A scale is the factor that turns stored values back into real ones
+// (real = fp8 * scale, PyTorch's scale_a / scale_b and the checkpoints' weight_scale_inv).
+enum class ScaleRecipe {
+  TensorWise,  // one scale for the whole tensor
+  RowWise,     // one scale per row of a, per column of b (per output channel of a weight)
+  BlockWise,   // per 1 x block of a (activations) and per block x block of b (weights)
+};
+const char* scale_recipe_name(ScaleRecipe r);
+
+struct Fp8Tensor {
+  Tensor values;  // float8_e4m3fn (or e5m2)
+  Tensor scales;  // f32
+};
+// Quantises x [M, K] (f32/f16/bf16): scale = amax / fp8_max over each group (TensorWise: all; RowWise: a
+// row, scales [M, 1]; BlockWise: 1 x block for `activation` = true (scales [M, ceil(K/block)]), else
+// block x block (scales [ceil(M/block), ceil(K/block)])), values = round(x / scale) saturated to the fp8
+// range. A group of zeros gets scale 1; a NaN or inf in a group makes that group's scale NaN.
+Fp8Tensor quantize_fp8(const Tensor& x, ScaleRecipe recipe, DType fp8_dtype = DType::F8E4M3, bool activation = true,
+                       int64_t block = 128);
+// Real values of a quantised tensor, in `dtype`.
+Tensor dequantize_fp8(const Fp8Tensor& q, ScaleRecipe recipe, DType dtype = DType::F32, bool activation = true,
+                      int64_t block = 128);
+
+// out = (a * scale_a) @ (b * scale_b) + bias, as torch._scaled_mm: a [M, K] and b [K, N] float8 (any
+// strides; a weight W [N, K] is passed as W.t()), f32 accumulation, out f32/f16/bf16. Scales f32:
+//   TensorWise: scale_a and scale_b one element each;
+//   RowWise:    scale_a [M, 1], scale_b [1, N];
+//   BlockWise:  scale_a [M, ceil(K/128)] (1 x 128), scale_b [ceil(K/128), ceil(N/128)] (128 x 128).
+Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, ScaleRecipe recipe,
+                 const std::optional<Tensor>& bias = std::nullopt, DType out_dtype = DType::BF16);
+
+// A linear layer's FP8 weight [N, K] with its scales: TensorWise (one), RowWise ([N] or [N, 1]) or
+// BlockWise ([ceil(N/block_n), ceil(K/block_k)], the checkpoints' weight_scale_inv).
+struct Fp8Weight {
+  Tensor values;
+  Tensor scales;
+  ScaleRecipe recipe = ScaleRecipe::BlockWise;
+  int64_t block_n = 128, block_k = 128;
+};
+// y = x @ dequant(w)^T + bias, x [..., K] f32/f16/bf16, output in x's dtype, f32 accumulation. The
+// activations are not quantised: the weight is dequantised on the fly (exact: fp8 x f32 scale).
+Tensor linear(const Tensor& x, const Fp8Weight& w, const std::optional<Tensor>& bias = std::nullopt);
+
+}  // namespace kiln

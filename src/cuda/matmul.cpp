@@ -190,6 +190,8 @@ ScalarArg scalar_arg(DType t, const Scalar& s) {
 
 }  // namespace
 
+Tensor blas_workspace(Device device, cudaStream_t stream) { return workspace_for(device, stream); }
+
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& input, const Scalar& beta, const Scalar& alpha) {
   const Device dev = a.device();
   check_same_device("matmul", dev, b);

@@ -1,6 +1,8 @@
 // CUDA matrix products (cuBLAS) for mm, bmm, matmul and addmm. Only in KILN_HAVE_CUDA builds.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include "kiln/tensor.h"
 
 namespace kiln::cuda {
@@ -11,6 +13,11 @@ namespace kiln::cuda {
 // (or no input) input is not read, so NaN in it does not propagate. Dtypes f16, bf16, f32, f64, c64; half
 // types accumulate in f32 and round once. Asynchronous on the current stream; graph-capture safe.
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& input, const Scalar& beta, const Scalar& alpha);
+
+// The cuBLAS workspace for `stream` on `device` (the caller holds a DeviceGuard), shared with the other
+// cuBLAS/cuBLASLt users of kiln: one per (thread, device, stream) outside a graph capture, a fresh one per
+// call inside one. Keep the tensor alive until the call that uses it has been enqueued.
+Tensor blas_workspace(Device device, cudaStream_t stream);
 
 
 }  // namespace kiln::cuda

@@ -1,7 +1,10 @@
-// linear: y = x @ weight^T + bias. The general path composes the matrix-product ops (OpenBLAS on the CPU,
-// cuBLAS on CUDA, bias through addmm's beta). The specialised decode kernels (one to sixteen rows) are the
-// decode-kernels work.
+// linear: y = x @ weight^T + bias. Checks here; the CPU composes the matrix-product ops (OpenBLAS, bias through
+// addmm's beta); CUDA picks a path per shape (src/cuda/linear.cu: the matrix-vector kernel for decode,
+// cuBLASLt with the bias epilogue, or the matrix-product ops).
 #include "kiln/nn.h"
+#if KILN_HAVE_CUDA
+#include "cuda/linear.h"
+#endif
 
 namespace kiln {
 
@@ -20,6 +23,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
     KILN_CHECK(bias->dtype() == x.dtype() && bias->device() == x.device(), "linear: bias ", bias->meta(),
                " must match the input ", x.meta(), " in dtype and device");
   }
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) return cuda::linear(x, weight, bias);
+#endif
   Shape out_shape = x.sizes();
   out_shape.back() = n;
   const Tensor x2 = x.reshape({-1, k});

@@ -1,10 +1,15 @@
 // rms_norm, add_rms_norm, silu_and_mul and rotary embeddings: argument checks, dtype handling, output
-// allocation; the kernels are in src/cpu/norm.cpp, their per-element math in src/ops/norm_math.h.
+// allocation; the kernels are in src/cpu/norm.cpp and src/cuda/norm.cu, their per-element math in
+// src/ops/norm_math.h.
 #include "cpu/norm.h"
 #include "kiln/nn.h"
 #include "ops/norm_math.h"
 
 #include <vector>
+
+#if KILN_HAVE_CUDA
+#include "cuda/norm.h"
+#endif
 
 namespace kiln {
 
@@ -15,8 +20,17 @@ bool is_float_dtype(DType t) {
 }
 
 void require_cpu(const char* op, const Tensor& t) {
+#if !KILN_HAVE_CUDA
   KILN_CHECK(!t.is_cuda(), op, ": no CUDA implementation yet (input ", t.meta(), ")");
+#endif
 }
+
+#if KILN_HAVE_CUDA
+// The same elements in the same layout (an in-place update reads each element before writing it).
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.data_ptr() == b.data_ptr() && a.sizes() == b.sizes() && a.strides() == b.strides();
+}
+#endif
 
 }  // namespace
 
@@ -34,6 +48,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   // kernel needs no (x dtype x weight dtype) instantiations.
   const Tensor wc = weight.to(promote_types(weight.dtype(), x.dtype())).contiguous();
   Tensor out = empty(x.sizes(), x.dtype(), x.device());
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    cuda::rms_norm(out, xc, wc, eps);
+    return out;
+  }
+#endif
   cpu::rms_norm(out, xc, wc, eps);
   return out;
 }
@@ -54,6 +74,18 @@ Tensor add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, dou
   KILN_CHECK(is_float_dtype(weight.dtype()) && weight.device() == residual.device(),
              "add_rms_norm: weight must be f16, bf16, f32 or f64 on residual's device, got weight ",
              weight.meta(), ", residual ", residual.meta());
+#if KILN_HAVE_CUDA
+  // One pass on CUDA when residual can be updated in place as it is (contiguous) and x has its dtype; any
+  // other combination takes the two-step path below, which computes the same values.
+  if (residual.is_cuda() && residual.is_contiguous() && x.dtype() == residual.dtype()) {
+    // x overlapping residual other than as the very same view is read from a copy, as add_ would.
+    const Tensor xc = !x.is_alias_of(residual) || same_view(x, residual) ? x.contiguous() : x.clone();
+    const Tensor wc = weight.to(promote_types(weight.dtype(), residual.dtype())).contiguous();
+    Tensor out = empty(residual.sizes(), residual.dtype(), residual.device());
+    cuda::add_rms_norm(out, residual, xc, wc, eps);
+    return out;
+  }
+#endif
   add_(residual, x);  // residual = residual + x, rounded to residual's dtype (PyTorch's +=)
   return rms_norm(residual, weight, eps);
 }
@@ -67,6 +99,12 @@ Tensor silu_and_mul(const Tensor& gate_up) {
   Shape out_shape = gate_up.sizes();
   out_shape.back() /= 2;
   Tensor out = empty(out_shape, gate_up.dtype(), gate_up.device());
+#if KILN_HAVE_CUDA
+  if (gate_up.is_cuda()) {
+    cuda::silu_and_mul(out, gate_up.contiguous());
+    return out;
+  }
+#endif
   cpu::silu_and_mul(out, gate_up.contiguous());
   return out;
 }
@@ -106,7 +144,19 @@ void rope_(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq
                  // is that they are different tensors. Rotating the same memory twice would be wrong.
                  q.data_ptr() != k.data_ptr(),
              "rope_: q and k must not be the same memory, got q ", q.meta(), ", k ", k.meta());
+  for (const Tensor* t : {&q, &k})
+    for (int64_t d = 0; d < 3; ++d)
+      KILN_CHECK(t->stride(d) != 0 || t->size(d) <= 1, "rope_: q and k are updated in place and must not be "
+                 "expanded views (several elements in one memory location), got ", t->meta(), " with strides ",
+                 t->strides());
   require_cpu("rope_", q);
+#if KILN_HAVE_CUDA
+  if (q.is_cuda()) {
+    // One launch for q and k; cos/sin are computed per token on the device (positions never leave it).
+    cuda::rope_(q, k, positions, inv_freq.to(DType::F32).contiguous(), attention_scaling);
+    return;
+  }
+#endif
   const int64_t t_len = q.size(0), half = rotary_dim / 2;
   Tensor cos = empty({t_len, half}, DType::F32, q.device());
   Tensor sin = empty({t_len, half}, DType::F32, q.device());

@@ -1,4 +1,5 @@
 #include "kiln/nn.h"
+#include "ops/linear_check.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -38,6 +39,23 @@ TEST(Linear, MatchesDoubleReferenceWithAndWithoutBias) {
       }
     }
   }
+}
+
+// Long rows: the f32 accumulation of the CPU path stays within the K-dependent bound of linear_close (which
+// the CUDA tests use against this CPU result), and on small integers (every sum exact in f32) it is exact.
+TEST(Linear, LongRowsMatchDoubleWithinTheAccumulationBound) {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t k : {1000, 4097, 14336})
+      for (int64_t m : {1, 5}) {
+        SCOPED_TRACE(str(dtype_name(dt), " K=", k, " M=", m));
+        const Tensor x = test::random_tensor({m, k}, dt, -1, 1), w = test::random_tensor({24, k}, dt, -1, 1);
+        const Tensor b = test::random_tensor({24}, dt, -1, 1);
+        EXPECT_TRUE(test::linear_close(linear(x, w, b), linear_ref(x, w, b), test::linear_abs_scale(x, w, b), dt, k));
+        const Tensor xi = test::random_int_tensor({m, k}, DType::I64, -3, 3).to(dt);
+        const Tensor wi = test::random_int_tensor({24, k}, DType::I64, -3, 3).to(dt);
+        const Tensor bi = test::random_int_tensor({24}, DType::I64, -8, 8).to(dt);
+        EXPECT_TRUE(test::equal(linear(xi, wi, bi), linear_ref(xi, wi, bi).to(dt)));
+      }
 }
 
 TEST(Linear, TransposedInputAndZeroRows) {

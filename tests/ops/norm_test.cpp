@@ -298,5 +298,10 @@ TEST(Rope, InvalidArgumentsThrow) {
   EXPECT_TRUE(throws_error([&] { rope_(q, q, pos, 1e4); }, {"rope_", "same memory"}));
 }
 
+TEST(Rope, ExpandedViewsAreRejected) {
+  Tensor q = ones({3, 1, 8}).expand({3, 4, 8}), k = ones({3, 1, 8});
+  EXPECT_TRUE(throws_error([&] { rope_(q, k, from_vector<int64_t>({0, 1, 2}), 1e4); }, {"rope_", "expanded"}));
+}
+
 }  // namespace
 }  // namespace kiln::test

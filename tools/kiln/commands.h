@@ -5,4 +5,13 @@
 namespace kiln::cli {
 int run_info(bool memory);
 int run_demo(const std::string& device, int repeats);
+
+struct BenchOpsOptions {
+  std::string json;             // write the results here too (empty: only print)
+  std::string filter;           // regex (ECMAScript, searched) on the case names; empty: every case
+  int repeats = 200;            // timed batches (eager) and replays (graph) per case
+  std::string device = "cuda:0";
+  bool list = false;            // print the cases (name, bytes, copy bytes, max copies) and exit
+};
+int run_bench_ops(const BenchOpsOptions& options);
 }  // namespace kiln::cli

@@ -19,10 +19,23 @@ int main(int argc, char** argv) {
   demo->add_option("--device", device, "cpu, cuda, cuda:N or auto (the best available)");
   demo->add_option("--repeats", repeats, "Timed repeats per operator")->check(CLI::Range(1, 100000));
 
+  auto* bench = app.add_subcommand("bench", "Benchmarks (see docs/benchmarks.md)");
+  bench->require_subcommand(1);
+  auto* bench_ops = bench->add_subcommand("ops", "Time the decode operators on a GPU, eager and graph-replayed");
+  kiln::cli::BenchOpsOptions bench_opts;
+  bench_ops->add_option("--json", bench_opts.json, "Also write the results as JSON to this file");
+  bench_ops->add_option("--filter", bench_opts.filter, "Only the cases whose name matches this regex");
+  bench_ops->add_option("--repeats", bench_opts.repeats, "Timed batches and graph replays per case (median)")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  bench_ops->add_option("--device", bench_opts.device, "cuda or cuda:N")->capture_default_str();
+  bench_ops->add_flag("--list", bench_opts.list, "Print the cases (name, bytes, copy bytes, max copies) and exit");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*info) return kiln::cli::run_info(memory);
     if (*demo) return kiln::cli::run_demo(device, repeats);
+    if (*bench_ops) return kiln::cli::run_bench_ops(bench_opts);
   } catch (const kiln::Error& e) {
     std::cerr << "kiln: error: " << e.what() << "\n";
     return 1;

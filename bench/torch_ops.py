@@ -1,0 +1,412 @@
+#!/usr/bin/env python3
+"""The PyTorch side of `kiln bench ops`: the same cases (same names, same byte counts) through PyTorch on the
+same GPU, timed the same way, written in the same JSON schema.
+
+    python3 bench/torch_ops.py [--json FILE] [--filter REGEX] [--repeats N] [--device cuda:0] [--list]
+
+What runs for each op is what a PyTorch / Hugging Face decode step runs:
+  linear          F.linear(x, w, b)
+  softmax         torch.softmax / torch.log_softmax over the last dim, output in the input dtype
+  rms_norm        the faster (per column) of Hugging Face's Qwen3RMSNorm.forward and F.rms_norm
+  add_rms_norm    h = residual + x (as the HF decoder layer does), then the faster of the two norms above
+  rope            HF's apply_rotary_pos_emb on q [1, Hq, T, D] and k [1, Hk, T, D] (transposed views of
+                  [1, T, H, D], as HF's attention makes them) with cos/sin [1, T, D] precomputed (HF computes
+                  them once per forward for all layers, so their cost is left out)
+  silu_and_mul    F.silu(gate) * up on the two halves of gate_up
+  sample          temperature 0: torch.argmax; otherwise HF's TemperatureLogitsWarper, TopKLogitsWarper,
+                  TopPLogitsWarper (that order), softmax and torch.multinomial
+Method (identical to tools/kiln/bench_ops.cpp; docs/benchmarks.md): C = clamp(ceil(4 * L2 / copy_bytes), 2,
+max_copies) copies of fresh random inputs; one warm-up call per copy; eager = median over `repeats` batches of
+min(C, 64) calls cycling the copies (events around each batch); graph = one torch.cuda.CUDAGraph holding one
+call per copy, median over `repeats` replays / C. Everything runs on one side stream under
+torch.inference_mode(). A case that raises is reported with an "error" field, not a crash.
+"""
+import argparse
+import json
+import math
+import re
+import sys
+import time
+
+torch = None  # imported in main() unless --list: the case table needs no GPU
+F = None
+
+EAGER_BATCH = 64
+EPS = 1e-6
+
+
+class Case:
+    """name, bytes (inputs read once + outputs written once), copy_bytes (one copy of the inputs),
+    max_copies, and make(device) -> {impl name: call} built on one fresh copy of the inputs."""
+
+    def __init__(self, name, nbytes, copy_bytes, max_copies, make):
+        self.name, self.bytes, self.copy_bytes, self.max_copies, self.make = name, nbytes, copy_bytes, max_copies, make
+
+
+ITEMSIZE = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8}
+
+
+def dt(tag):
+    return {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[tag]
+
+
+def rnd(shape, tag, dev, std=1.0):
+    return torch.empty(shape, dtype=dt(tag), device=dev).normal_(0.0, std)
+
+
+def hf_rms_norm(x, weight, eps):
+    # transformers' Qwen3RMSNorm.forward
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return weight * h.to(input_dtype)
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    # transformers' apply_rotary_pos_emb (Llama / Qwen)
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    q_embed = (q * cos) + (rotate_half(q) * sin)
+    k_embed = (k * cos) + (rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
+def hf_sample(logits, temperature, top_k, top_p):
+    if temperature == 0:
+        return torch.argmax(logits, dim=-1)
+    scores = logits / temperature  # TemperatureLogitsWarper
+    if top_k > 0:  # TopKLogitsWarper
+        k = min(top_k, scores.size(-1))
+        indices_to_remove = scores < torch.topk(scores, k)[0][..., -1, None]
+        scores = scores.masked_fill(indices_to_remove, -float("inf"))
+    if top_p < 1.0:  # TopPLogitsWarper (min_tokens_to_keep 1)
+        sorted_logits, sorted_indices = torch.sort(scores, descending=False)
+        cumulative_probs = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        sorted_indices_to_remove = cumulative_probs <= (1 - top_p)
+        sorted_indices_to_remove[..., -1:] = 0
+        indices_to_remove = sorted_indices_to_remove.scatter(1, sorted_indices, sorted_indices_to_remove)
+        scores = scores.masked_fill(indices_to_remove, -float("inf"))
+    probs = F.softmax(scores, dim=-1)
+    return torch.multinomial(probs, num_samples=1).squeeze(1)
+
+
+# ---- the case table: keep in step with tools/kiln/bench_ops_cases.cpp -----------------------------------
+
+def linear_case(m, k, n, bias):
+    copy_bytes = 2 * (m * k + n * k + (n if bias else 0))
+
+    def make(dev):
+        x, w = rnd((m, k), "bf16", dev), rnd((n, k), "bf16", dev, 0.02)
+        b = rnd((n,), "bf16", dev, 0.02) if bias else None
+        return {"F.linear": lambda: F.linear(x, w, b)}
+
+    return Case(f"linear/bf16/M{m}/K{k}/N{n}" + ("/bias" if bias else ""), copy_bytes + 2 * m * n, copy_bytes, 2048,
+                make)
+
+
+def softmax_case(log, tag, rows, cols):
+    copy_bytes = ITEMSIZE[tag] * rows * cols
+
+    def make(dev):
+        x = rnd((rows, cols), tag, dev, 4.0)
+        if log:
+            return {"torch.log_softmax": lambda: torch.log_softmax(x, -1)}
+        return {"torch.softmax": lambda: torch.softmax(x, -1)}
+
+    return Case(f"{'log_softmax' if log else 'softmax'}/{tag}/{rows}x{cols}", 2 * copy_bytes, copy_bytes, 256, make)
+
+
+def rms_norm_case(rows, d):
+    copy_bytes = 2 * (rows * d + d)
+
+    def make(dev):
+        x, w = rnd((rows, d), "bf16", dev), rnd((d,), "bf16", dev)
+        return {"hf": lambda: hf_rms_norm(x, w, EPS), "F.rms_norm": lambda: F.rms_norm(x, (d,), w, EPS)}
+
+    return Case(f"rms_norm/bf16/{rows}x{d}", copy_bytes + 2 * rows * d, copy_bytes, 256, make)
+
+
+def add_rms_norm_case(rows, d):
+    copy_bytes = 2 * (2 * rows * d + d)
+
+    def make(dev):
+        x, res, w = rnd((rows, d), "bf16", dev), rnd((rows, d), "bf16", dev), rnd((d,), "bf16", dev)
+        return {"hf": lambda: hf_rms_norm(res + x, w, EPS), "F.rms_norm": lambda: F.rms_norm(res + x, (d,), w, EPS)}
+
+    return Case(f"add_rms_norm/bf16/{rows}x{d}", copy_bytes + 2 * 2 * rows * d, copy_bytes, 256, make)
+
+
+def rope_case(t, hq, hk, d):
+    copy_bytes = 2 * t * (hq + hk) * d + 8 * t + 4 * (d // 2)
+
+    def make(dev):
+        q = rnd((1, t, hq, d), "bf16", dev).transpose(1, 2)
+        k = rnd((1, t, hk, d), "bf16", dev).transpose(1, 2)
+        pos = torch.randint(0, 32768, (1, t), device=dev)
+        inv_freq = 1.0 / (1e6 ** (torch.arange(0, d, 2, dtype=torch.int64, device=dev).float() / d))
+        freqs = (inv_freq[None, :, None] @ pos[:, None, :].float()).transpose(1, 2)  # HF's rotary embedding
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(torch.bfloat16), emb.sin().to(torch.bfloat16)
+        return {"hf": lambda: apply_rotary_pos_emb(q, k, cos, sin)}
+
+    return Case(f"rope/bf16/T{t}/Hq{hq}/Hk{hk}/D{d}", copy_bytes + 2 * t * (hq + hk) * d, copy_bytes, 256, make)
+
+
+def launch_case():
+    def make(dev):
+        x = rnd((1,), "bf16", dev)
+        return {"fill_": lambda: x.fill_(1.0)}
+
+    return Case("launch/bf16/fill1", 2, 2, 256, make)
+
+
+def silu_and_mul_case(inter):
+    copy_bytes = 2 * 2 * inter
+
+    def make(dev):
+        x = rnd((1, 2 * inter), "bf16", dev)
+        return {"F.silu*": lambda: F.silu(x[..., :inter]) * x[..., inter:]}
+
+    return Case(f"silu_and_mul/bf16/M1/I{inter}", copy_bytes + 2 * inter, copy_bytes, 256, make)
+
+
+def sample_case(vocab, temperature, top_k, top_p):
+    if temperature == 0:
+        variant = "greedy"
+    else:
+        variant = f"t{temperature:g}" + (f"_k{top_k}" if top_k > 0 else "") + (f"_p{top_p:g}" if top_p < 1 else "")
+    copy_bytes = 4 * vocab
+
+    def make(dev):
+        logits = rnd((1, vocab), "f32", dev, 4.0)
+        return {"hf": lambda: hf_sample(logits, temperature, top_k, top_p)}
+
+    return Case(f"sample/f32/1x{vocab}/{variant}", copy_bytes + 8, copy_bytes, 64, make)
+
+
+LINEAR = [(2048, 4096), (2048, 512), (4096, 2048), (2048, 128), (2048, 151936), (4096, 4096), (4096, 1024),
+          (4096, 14336), (14336, 4096), (4096, 128256), (5120, 5120), (5120, 1024), (5120, 25600), (25600, 5120),
+          (3584, 3584), (3584, 512), (3584, 18944), (18944, 3584), (1024, 1024), (896, 896), (896, 128),
+          (896, 4864), (4864, 896), (8192, 8192), (8192, 1024), (8192, 28672), (28672, 8192)]
+LINEAR_BATCHED = [(4096, 4096), (4096, 14336), (2048, 151936), (14336, 4096)]
+SOFTMAX = [(1, 128256), (1, 151936), (4, 128256), (64, 32000)]
+
+
+def cases():
+    out = [launch_case()]
+    for k, n in LINEAR:
+        out += [linear_case(1, k, n, False), linear_case(1, k, n, True)]
+    for m in (2, 4, 16):
+        out += [linear_case(m, k, n, False) for k, n in LINEAR_BATCHED]
+    for log in (False, True):
+        for tag in ("f32", "bf16"):
+            out += [softmax_case(log, tag, r, c) for r, c in SOFTMAX]
+    out += [rms_norm_case(1, d) for d in (2048, 4096, 5120, 8192)]
+    out += [rms_norm_case(32, 128), rms_norm_case(8, 128)]
+    out += [add_rms_norm_case(1, d) for d in (2048, 4096, 5120, 8192)]
+    out += [rope_case(*r) for r in ((1, 32, 8, 128), (1, 16, 8, 128), (1, 64, 8, 128), (512, 32, 8, 128))]
+    out += [silu_and_mul_case(i) for i in (6144, 12288, 14336, 18944, 25600)]
+    for v in (151936, 128256):
+        out += [sample_case(v, 0.0, 0, 1.0), sample_case(v, 0.7, 20, 0.8), sample_case(v, 1.0, 0, 0.9)]
+    return out
+
+
+# ---- timing ----------------------------------------------------------------------------------------------
+
+def copies_for(case, l2_bytes):
+    want = math.ceil(4.0 * l2_bytes / max(1, case.copy_bytes))
+    return int(min(max(want, 2), max(2, case.max_copies)))
+
+
+def median(v):
+    v = sorted(v)
+    if not v:
+        return float("nan")
+    h = len(v) // 2
+    return v[h] if len(v) % 2 else 0.5 * (v[h - 1] + v[h])
+
+
+def timed(stream, repeats, calls_per_run, body):
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    stop = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    for i in range(repeats):
+        start[i].record(stream)
+        body()
+        stop[i].record(stream)
+    stream.synchronize()
+    return [a.elapsed_time(b) / calls_per_run for a, b in zip(start, stop)]
+
+
+def time_calls(calls, stream, repeats):
+    """calls: one callable per copy (already warmed up). Returns (eager_us, graph_us, errors)."""
+    eager = graph = float("nan")
+    errors = []
+    try:
+        batch = min(len(calls), EAGER_BATCH)
+        pos = [0]
+
+        def run_batch():
+            for _ in range(batch):
+                calls[pos[0]]()
+                pos[0] = (pos[0] + 1) % len(calls)
+
+        eager = 1e3 * median(timed(stream, repeats, batch, run_batch))
+    except Exception as e:  # noqa: BLE001 - a failing case is a row, not a crash
+        errors.append(f"eager: {type(e).__name__}: {e}")
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            for call in calls:
+                call()
+        g.replay()
+        g.replay()
+        stream.synchronize()
+        graph = 1e3 * median(timed(stream, repeats, len(calls), g.replay))
+        del g
+    except Exception as e:  # noqa: BLE001
+        errors.append(f"graph: {type(e).__name__}: {e}")
+    return eager, graph, errors
+
+
+def run_case(case, dev, stream, repeats, l2_bytes):
+    copies = copies_for(case, l2_bytes)
+    row = {"name": case.name, "eager_us": None, "graph_us": None, "bytes": case.bytes, "gbps": None,
+           "pct_copy": None, "copies": copies}
+    try:
+        sets = [case.make(dev) for _ in range(copies)]
+        for s in sets:
+            for call in s.values():
+                call()
+        stream.synchronize()
+    except Exception as e:  # noqa: BLE001
+        row["error"] = f"setup: {type(e).__name__}: {e}"
+        return row
+    impls, errors = {}, []
+    for impl in sets[0]:
+        eager, graph, errs = time_calls([s[impl] for s in sets], stream, repeats)
+        impls[impl] = {"eager_us": None if math.isnan(eager) else eager, "graph_us": None if math.isnan(graph) else graph}
+        errors += [f"{impl} {e}" if len(sets[0]) > 1 else e for e in errs]
+    # The faster implementation per column (graph, eager), as a PyTorch user would pick.
+    for col in ("eager_us", "graph_us"):
+        best = min((v[col], k) for k, v in impls.items() if v[col] is not None) if any(
+            v[col] is not None for v in impls.values()) else None
+        if best:
+            row[col] = best[0]
+            row["impl_" + col.split("_")[0]] = best[1]
+    if len(impls) > 1:
+        row["impls"] = impls
+    if errors:
+        row["error"] = "; ".join(errors)
+    return row
+
+
+def copy_gbps(dev, stream):
+    n = 1 << 28  # f32: 1 GiB
+    src = torch.empty(n, dtype=torch.float32, device=dev).uniform_(-1, 1)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    dst.copy_(src)
+    stream.synchronize()
+    ms = median(timed(stream, 20, 1, lambda: dst.copy_(src)))
+    return 2.0 * src.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+def human_bytes(b):
+    return f"{b / 1e6:.1f} MB" if b >= 1e6 else f"{b / 1e3:.1f} kB" if b >= 1e3 else f"{b} B"
+
+
+def fmt(v, spec):
+    return format(v, spec) if v is not None else format("n/a", spec.split(".")[0].rstrip("f") or "")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", help="also write the results as JSON to this file")
+    ap.add_argument("--filter", default="", help="only the cases whose name matches this regex (re.search)")
+    ap.add_argument("--repeats", type=int, default=200, help="timed batches and graph replays per case (median)")
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--list", action="store_true", help="print the cases (name, bytes, copy bytes, max copies)")
+    args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be >= 1")
+    try:
+        pat = re.compile(args.filter)
+    except re.error as e:
+        print(f"torch_ops.py: --filter '{args.filter}' is not a valid regular expression: {e}", file=sys.stderr)
+        return 1
+    selected = [c for c in cases() if pat.search(c.name)]
+    if not selected:
+        print(f"torch_ops.py: no case matches --filter '{args.filter}' (see --list)", file=sys.stderr)
+        return 1
+    if args.list:
+        for c in selected:
+            print(f"{c.name} {c.bytes} {c.copy_bytes} {c.max_copies}")
+        return 0
+
+    global torch, F
+    try:
+        import torch as _torch
+        import torch.nn.functional as _F
+    except ImportError as e:
+        print(f"torch_ops.py: PyTorch is not installed ({e})", file=sys.stderr)
+        return 2
+    torch, F = _torch, _F
+    if not torch.cuda.is_available():
+        print("torch_ops.py: no CUDA device available to PyTorch", file=sys.stderr)
+        return 2
+    dev = torch.device(args.device)
+    props = torch.cuda.get_device_properties(dev)
+    l2_bytes = getattr(props, "L2_cache_size", 0) or 50 * 1024 * 1024
+    torch.cuda.set_device(dev)
+    torch.manual_seed(0x42454E43)
+    stream = torch.cuda.Stream(dev)
+    out = {"tool": "torch", "torch_version": torch.__version__, "gpu": props.name, "device": str(dev),
+           "l2_bytes": l2_bytes, "repeats": args.repeats, "cases": []}
+    t0 = time.time()
+    with torch.inference_mode(), torch.cuda.stream(stream):
+        copy = copy_gbps(dev, stream)
+        out["copy_gbps"] = copy
+        print(f"torch_ops.py on {dev} ({props.name}, L2 {l2_bytes >> 20} MiB, torch {torch.__version__}): "
+              f"device-to-device copy {copy:.1f} GB/s; {len(selected)} cases, {args.repeats} repeats", flush=True)
+        section, section_t0, errors = None, time.time(), 0
+        for case in selected:
+            sec = case.name.split("/")[0]
+            if sec != section:
+                if section:
+                    print(f"  ({section}: {time.time() - section_t0:.1f} s)")
+                section, section_t0 = sec, time.time()
+                n = sum(1 for c in selected if c.name.split("/")[0] == sec)
+                print(f"\n== {sec}: {n} cases ==\n{'case':<44} {'eager us':>10} {'graph us':>10} {'bytes':>10} "
+                      f"{'GB/s':>9} {'% copy':>7} {'copies':>6}  impl", flush=True)
+            row = run_case(case, dev, stream, args.repeats, l2_bytes)
+            if row["graph_us"]:
+                row["gbps"] = case.bytes / (row["graph_us"] * 1e-6) / 1e9
+                row["pct_copy"] = 100.0 * row["gbps"] / copy
+            print(f"{case.name:<44} {fmt(row['eager_us'], '10.2f')} {fmt(row['graph_us'], '10.2f')} "
+                  f"{human_bytes(case.bytes):>10} {fmt(row['gbps'], '9.1f')} {fmt(row['pct_copy'], '7.1f')} "
+                  f"{row['copies']:>6}  {row.get('impl_graph', '')}", flush=True)
+            if "error" in row:
+                errors += 1
+                print(f"  error: {row['error'][:500]}", flush=True)
+            out["cases"].append(row)
+            torch.cuda.empty_cache()
+        if section:
+            print(f"  ({section}: {time.time() - section_t0:.1f} s)")
+    print(f"\n{len(selected)} cases in {time.time() - t0:.1f} s, {errors} with errors")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+            f.write("\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

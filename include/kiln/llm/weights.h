@@ -1,0 +1,111 @@
+// A model's weights in kiln's layout, and the loader that builds it from Hugging Face tensor names.
+//
+// The layout is chosen for decode: q/k/v projections are stacked into one [q + 2 kv, H] matrix and gate/up
+// into one [2I, H] matrix (one matrix-vector product each instead of three or two), and the experts of a
+// MoE layer are stacked into gate_up [E, 2I, H] and down [E, H, I] for the grouped kernels.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/llm/config.h"
+#include "kiln/nn.h"
+
+namespace kiln::llm {
+
+// y = x W^T (+ b), with W either a plain tensor [N, K] or an FP8 weight with its scales.
+struct Linear {
+  Tensor weight;                 // [N, K]; undefined when the weight is FP8
+  std::optional<Fp8Weight> fp8;  // the FP8 weight, when kept in FP8
+  std::optional<Tensor> bias;    // [N]
+  int64_t out_features() const { return fp8 ? fp8->values.size(0) : weight.size(0); }
+  int64_t in_features() const { return fp8 ? fp8->values.size(1) : weight.size(1); }
+  Tensor operator()(const Tensor& x) const;
+};
+
+struct AttentionWeights {
+  Linear qkv;     // [q_size + 2 kv_size, H]: q rows, then k, then v
+  Linear o;       // [H, q_size]
+  Tensor q_norm;  // [head_dim] (Qwen3; undefined otherwise)
+  Tensor k_norm;
+};
+
+struct MlpWeights {
+  Linear gate_up;  // [2I, H]: gate rows, then up rows
+  Linear down;     // [H, I]
+};
+
+struct MoeWeights {
+  Tensor router;   // [E, H]
+  Tensor gate_up;  // [E, 2I, H]
+  Tensor down;     // [E, H, I]
+  // FP8 experts: the scales of gate_up [E, 2I / bn, H / bk] and down [E, H / bn, I / bk] (f32).
+  std::optional<Tensor> gate_up_scales, down_scales;
+};
+
+struct LayerWeights {
+  Tensor input_norm;  // [H]
+  Tensor post_norm;   // [H]
+  AttentionWeights attn;
+  std::optional<MlpWeights> mlp;  // dense layers
+  std::optional<MoeWeights> moe;  // sparse layers
+};
+
+struct ModelWeights {
+  Tensor embed;       // [V, H]
+  Tensor final_norm;  // [H]
+  Linear lm_head;     // [V, H]; shares embed's storage when the embeddings are tied
+  std::vector<LayerWeights> layers;
+  int64_t bytes = 0;  // bytes held (tied tensors once)
+};
+
+// Where named tensors come from: a checkpoint on disk, or tensors in memory (presets, tests). get() returns
+// the tensor as stored (a CPU view for a checkpoint).
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual std::vector<std::string> names() const = 0;
+  virtual bool contains(const std::string& name) const = 0;
+  virtual Tensor get(const std::string& name) const = 0;
+  virtual std::string describe() const = 0;  // for errors: the checkpoint's path, or "in-memory weights"
+};
+
+// Named tensors held in memory.
+class MapWeightSource : public WeightSource {
+ public:
+  explicit MapWeightSource(std::map<std::string, Tensor> tensors, std::string what = "in-memory weights")
+      : tensors_(std::move(tensors)), what_(std::move(what)) {}
+  std::vector<std::string> names() const override;
+  bool contains(const std::string& name) const override { return tensors_.count(name) != 0; }
+  Tensor get(const std::string& name) const override;
+  std::string describe() const override { return what_; }
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+  std::string what_;
+};
+
+struct LoadOptions {
+  Device device = kCPU;
+  // The dtype of every floating weight that is not kept in FP8 (norms included); nullopt: as stored.
+  std::optional<DType> dtype;
+  // FP8 checkpoints: keep the weights in FP8 with their scales (true) or dequantise them to `dtype` (false).
+  bool keep_fp8 = true;
+  // Called after each tensor is placed: (bytes done, bytes in all).
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+// Builds the model's weights, checking that every expected tensor is present with the expected shape and a
+// usable dtype; missing and unexpected tensors are reported by name in one error.
+ModelWeights load_weights(const ModelConfig& config, const WeightSource& source, const LoadOptions& options = {});
+
+// The Hugging Face names and shapes a checkpoint of `config` holds (per-expert names for MoE layers; the
+// weight_scale_inv tensors of FP8 checkpoints included). Used by the loader's checks, by kiln's writer of
+// random checkpoints and by tests.
+std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& config);
+
+}  // namespace kiln::llm

@@ -1,0 +1,207 @@
+// CUDA linear: the path choice (linear_path_for), the matrix-vector launcher (kernels in
+// src/cuda/kernels/gemv.cuh) and the fallback to the matrix-product ops. cuBLASLt is in linear_lt.cpp.
+#include "cuda/linear.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/dispatch.h"
+#include "cuda/kernels/gemv.cuh"
+#include "cuda/launch.h"
+#include "kiln/ops.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// The largest M the automatic choice sends to the matrix-vector kernel (see linear_path_for).
+constexpr int64_t kGemvAutoMaxRows = 2;
+
+bool is_linear_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+LinearPath path_from_env() {
+  const char* v = std::getenv("KILN_LINEAR_PATH");
+  if (!v || !*v || std::strcmp(v, "auto") == 0) return LinearPath::Auto;
+  if (std::strcmp(v, "gemv") == 0) return LinearPath::Gemv;
+  if (std::strcmp(v, "cublaslt") == 0) return LinearPath::CublasLt;
+  if (std::strcmp(v, "gemm") == 0) return LinearPath::Gemm;
+  throw Error(str("linear: KILN_LINEAR_PATH=", v, " is not one of auto, gemv, cublaslt, gemm"));
+}
+
+std::atomic<LinearPath>& forced_path() {
+  static std::atomic<LinearPath> p{path_from_env()};
+  return p;
+}
+
+// Activation rows per launch, rounded up to the instantiated counts (rows beyond M are masked).
+int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16; }
+
+// Warps per row group (split-K inside a block). The grid is ceil(n / rows_per_block) blocks, run in waves
+// of (SMs x resident blocks); a partial last wave leaves SMs idle while the HBM stream could continue (5120
+// rows at split 1 were 2.4 waves on the H200: 81% of the time useful). So the split is the one, among those
+// that leave each thread at least one 16-byte chunk per step, whose wave count wastes least (ceil(w) / w),
+// smaller splits first on ties (less shared-memory reduction).
+int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, int device, int resident_blocks) {
+  const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
+  const int64_t units = vec ? k / vec_elems : k;  // what one thread reads per step
+  const double capacity = static_cast<double>(multiprocessor_count(device)) * std::max(resident_blocks, 1);
+  int best = 1;
+  double best_cost = 1e30;
+  for (int split = 1; split <= kernels::kGemvWarps; split *= 2) {
+    if (split > 1 && units < 32 * split) break;  // a thread would have nothing to read
+    const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * rows_per_warp;
+    const double waves = static_cast<double>((groups * rows_per_warp + rows_per_block - 1) / rows_per_block) / capacity;
+    // Time ~ ceil(waves) / waves of useful work when the grid is several waves; under one wave, too few warps
+    // are streaming (cost = 1 / waves: fewer blocks than the SMs hold).
+    const double cost = waves >= 1.0 ? std::ceil(waves) / waves : 1.0 / waves;
+    if (cost < best_cost * 0.98) {
+      best = split;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// Blocks of the kernel that fit on one SM at once (cached per instantiation; a host query, no sync).
+template <class T, int MT>
+int resident_blocks() {
+  static const int blocks = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernels::gemv_kernel<T, MT>, kernels::kGemvThreads, 0) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      b = 2;
+    }
+    return b;
+  }();
+  return blocks;
+}
+
+template <class T, int MT>
+void launch_gemv(const T* x, int64_t ldx, int rows, const T* w, int64_t ldw, int64_t n, int k, const T* bias,
+                 T* y, int64_t ldy, bool vec, int device, cudaStream_t stream) {
+  constexpr int R = kernels::gemv_rows_per_warp<MT>();
+  const int split = split_for(n, k, R, kernels::gemv_vec_elems<T>(), vec, device, resident_blocks<T, MT>());
+  const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
+  const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+  KILN_CHECK(blocks <= INT_MAX, "linear: N = ", n, " needs too many blocks");
+  kernels::gemv_kernel<T, MT><<<static_cast<unsigned>(blocks), kernels::kGemvThreads, 0, stream>>>(
+      x, ldx, rows, w, ldw, n, k, bias, y, ldy, split, vec);
+  check_launch("linear");
+}
+
+}  // namespace
+
+const char* linear_path_name(LinearPath p) {
+  switch (p) {
+    case LinearPath::Auto: return "auto";
+    case LinearPath::Gemv: return "gemv";
+    case LinearPath::CublasLt: return "cublaslt";
+    case LinearPath::Gemm: return "gemm";
+  }
+  return "?";
+}
+
+// The path per shape. Decode (M <= 16 rows) is bandwidth bound: the weight is read once and the matrix-vector
+// kernel reads it at close to copy speed with nothing else to do. Past 16 rows the f32 FMAs per weight byte
+// of a CUDA-core kernel grow with M and tensor cores (cuBLASLt) win.
+// TUNE (H200 benchmark, `kiln bench ops`, forcing each path with set_forced_linear_path): the crossover
+// M per (N, K) and dtype. At M = 8..16 a CUDA-core kernel does 8..16 FMAs per bf16 weight element, near the
+// H200's FP32 rate at full HBM bandwidth, so cuBLASLt may win there for large layers; for small layers
+// (N * K of a few MB) launch latency dominates and the GEMV kernel should stay.
+// Measured on the H200 (bf16, graph-replayed, bench/results/h200-2026-12-02-linear-*.json): the
+// matrix-vector kernel beats cuBLASLt by 1.27x (geometric mean over the 27 decode shapes) at M = 1, but
+// at M = 4 it reaches only 0.81-0.90x and at M = 16 0.33-0.41x of cuBLASLt, whose tensor-core kernels
+// stay memory-bound at those M while the f32 FMAs of the GEMV (M per weight element) do not. So: GEMV for
+// M <= 2 (M = 2 reads the weight once for twice the work, still well under the FMA limit), cuBLASLt above.
+LinearPath linear_path_for(int64_t m, int64_t n, int64_t k, DType dtype) {
+  if (!is_linear_dtype(dtype)) return LinearPath::Gemm;
+  return m <= kGemvAutoMaxRows ? LinearPath::Gemv : LinearPath::CublasLt;
+}
+
+void set_forced_linear_path(LinearPath p) { forced_path().store(p, std::memory_order_relaxed); }
+LinearPath forced_linear_path() { return forced_path().load(std::memory_order_relaxed); }
+
+bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias) {
+  const DType t = x2.dtype();
+  const int64_t m = x2.size(0), k = x2.size(1), n = weight.size(0);
+  if (!is_linear_dtype(t) || (x2.stride(1) != 1 && k > 1) || (weight.stride(1) != 1 && k > 1)) return false;
+  // Chunk indices are int inside the kernel (k < 2^30 keeps every sum of them in range).
+  if (k >= (int64_t{1} << 30)) return false;
+  if (m == 0 || n == 0) return true;
+  const Device dev = y.device();
+  Tensor bias_c;
+  if (bias) bias_c = bias->contiguous();
+  const int64_t isz = static_cast<int64_t>(itemsize(t));
+  const int vec_elems = static_cast<int>(16 / isz);
+  const bool k_vec = k % vec_elems == 0;
+  const int64_t ldw = n > 1 ? weight.stride(0) : k;
+  const bool w_vec = aligned16(weight.data_ptr()) && (ldw * isz) % 16 == 0;
+  Tensor xr = x2;
+  int64_t ldx = m > 1 ? x2.stride(0) : k;
+  // Misaligned activations are copied to a fresh (aligned) buffer: a few KB against a weight of MBs, and
+  // the weight stays on the vector path. Pointless when the weight cannot take it.
+  if (k_vec && w_vec && (!aligned16(x2.data_ptr()) || (ldx * isz) % 16 != 0)) {
+    xr = x2.clone();
+    ldx = k;
+  }
+  const bool vec = k_vec && w_vec && aligned16(xr.data_ptr()) && (ldx * isz) % 16 == 0;
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  const int64_t ldy = n;
+  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(t, "linear", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(xr.data_ptr());
+    const T* wp = static_cast<const T*>(weight.data_ptr());
+    const T* bp = bias ? static_cast<const T*>(bias_c.data_ptr()) : nullptr;
+    T* yp = static_cast<T*>(y.data_ptr());
+    // Launches of at most 16 activation rows; each reads the whole weight.
+    for (int64_t m0 = 0; m0 < m; m0 += kernels::kGemvMaxRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kernels::kGemvMaxRows, m - m0));
+      const T* xm = xp + m0 * ldx;
+      T* ym = yp + m0 * ldy;
+      const int kk = static_cast<int>(k);
+      switch (rows_template(rows)) {  // the one point where the row count becomes a template argument
+        case 1: launch_gemv<T, 1>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
+        case 2: launch_gemv<T, 2>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
+        case 4: launch_gemv<T, 4>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
+        case 8: launch_gemv<T, 8>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
+        default: launch_gemv<T, 16>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
+      }
+    }
+  });
+  return true;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, LinearPath path,
+              LinearPath* taken) {
+  const int64_t k = x.size(-1), n = weight.size(0);
+  Shape out_shape = x.sizes();
+  out_shape.back() = n;
+  const Tensor x2 = x.reshape({-1, k});
+  const int64_t m = x2.size(0);
+  if (path == LinearPath::Auto) path = forced_linear_path();
+  if (path == LinearPath::Auto) path = linear_path_for(m, n, k, x.dtype());
+  const Tensor* b = bias ? &*bias : nullptr;
+  if (path != LinearPath::Gemm && is_linear_dtype(x.dtype())) {
+    // Both kernels read x's rows with a unit inner stride; anything else is copied (x is small here).
+    const Tensor xr = x2.stride(1) == 1 || k <= 1 ? x2 : x2.contiguous();
+    Tensor y = empty({m, n}, x.dtype(), x.device());
+    const bool done = path == LinearPath::Gemv ? linear_gemv(y, xr, weight, b) : linear_cublaslt(y, xr, weight, b);
+    if (done) {
+      if (taken) *taken = path;
+      return y.view(out_shape);
+    }
+  }
+  if (taken) *taken = LinearPath::Gemm;
+  const Tensor y = bias ? addmm(*bias, x2, weight.t()) : mm(x2, weight.t());
+  return y.view(out_shape);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,41 @@
+// CUDA linear (y = x @ weight^T + bias): the path choice between the matrix-vector kernel (decode, few rows),
+// cuBLASLt with the bias epilogue (more rows) and the general matrix-product ops. Only in KILN_HAVE_CUDA
+// builds. The op layer (src/ops/linear.cpp) has checked shapes, dtypes and devices.
+#pragma once
+
+#include <optional>
+
+#include "kiln/tensor.h"
+
+namespace kiln::cuda {
+
+enum class LinearPath {
+  Auto,      // linear_path_for's choice
+  Gemv,      // src/cuda/kernels/gemv.cuh (any M: more than 16 rows run in launches of 16)
+  CublasLt,  // one cublasLtMatmul with the bias epilogue
+  Gemm,      // mm / addmm (cuBLAS), the general fallback
+};
+const char* linear_path_name(LinearPath p);
+
+// The heuristic: which path linear takes for M rows (product of x's leading dims), weight [N, K], dtype.
+LinearPath linear_path_for(int64_t m, int64_t n, int64_t k, DType dtype);
+
+// Forces every CUDA linear to one path (Auto: the heuristic), process-wide, for benchmarks and tests that
+// compare the paths. The initial value comes from the environment variable KILN_LINEAR_PATH (auto, gemv,
+// cublaslt or gemm). A forced path that cannot take a call (a dtype it lacks, a layout cuBLASLt rejects)
+// falls back to Gemm for that call.
+void set_forced_linear_path(LinearPath p);
+LinearPath forced_linear_path();
+
+// linear on CUDA tensors. `path` overrides both the forced path and the heuristic when it is not Auto.
+// `taken`, when given, receives the path that ran.
+Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+              LinearPath path = LinearPath::Auto, LinearPath* taken = nullptr);
+
+// The paths themselves, on 2-d operands: x2 [M, K] with unit inner stride, weight [N, K] with unit inner
+// stride, bias [N] or null, y [M, N] contiguous (allocated by the caller). Each returns false, having done
+// nothing, when it cannot take the call; then the caller falls back.
+bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias);
+bool linear_cublaslt(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,134 @@
+// grouped_mm, the MoE router and the MoE block: argument checks, dtype rules, dispatch. The CPU path of
+// grouped_mm runs each group through mm (OpenBLAS) on f32 copies; the expert loop is src/cpu/moe.cpp.
+#include <vector>
+
+#include "core/dispatch.h"
+#include "cpu/moe.h"
+#include "kiln/nn.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr DTypeSet kMoeTypes = dset(DType::F32, DType::F16, DType::BF16);
+
+void require_cpu(const char* op, const Tensor& t) {
+  KILN_CHECK(!t.is_cuda(), op, ": no CUDA implementation yet (input ", t.meta(), ")");
+}
+
+// The grouped dim's offsets, checked: non-decreasing, within [0, extent].
+std::vector<int64_t> read_offsets(const Tensor& offs, int64_t extent, const char* what) {
+  const Tensor o = offs.contiguous();
+  std::vector<int64_t> ends(static_cast<size_t>(o.numel()));
+  int64_t prev = 0;
+  for (int64_t g = 0; g < o.numel(); ++g) {
+    const int64_t v = o.data<const int32_t>()[g];
+    KILN_CHECK(v >= prev && v <= extent, "grouped_mm: offs[", g, "] = ", v, " is invalid: offsets must be ",
+               "non-decreasing cumulative ends within [0, ", extent, "] (the ", what, "); offs[", g - 1, "] = ", prev);
+    ends[static_cast<size_t>(g)] = prev = v;
+  }
+  return ends;
+}
+
+}  // namespace
+
+Tensor grouped_mm(const Tensor& a, const Tensor& b, const std::optional<Tensor>& offs, std::optional<DType> out_dtype) {
+  KILN_CHECK(a.defined() && b.defined(), "grouped_mm: undefined input");
+  KILN_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3), "grouped_mm: a and b must be 2-d or ",
+             "3-d, got a ", a.meta(), ", b ", b.meta());
+  KILN_CHECK(a.dtype() == b.dtype() && (dset(a.dtype()) & kMoeTypes), "grouped_mm: a and b must share one dtype of ",
+             dtype_set_str(kMoeTypes), ", got a ", a.meta(), ", b ", b.meta());
+  KILN_CHECK(a.device() == b.device(), "grouped_mm: a ", a.meta(), " and b ", b.meta(), " are on different devices");
+  const DType od = out_dtype.value_or(a.dtype());
+  KILN_CHECK(od == a.dtype() || od == DType::F32, "grouped_mm: out_dtype must be the inputs' dtype or f32, got ",
+             dtype_name(od));
+  const bool batched = a.dim() == 3 && b.dim() == 3;
+  if (batched) {
+    KILN_CHECK(!offs, "grouped_mm: 3-d x 3-d takes no offs (groups are the leading dim)");
+    KILN_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), "grouped_mm: a ", a.meta(), " and b ", b.meta(),
+               " must be [G, M, K] and [G, K, N]");
+  } else {
+    KILN_CHECK(offs.has_value(), "grouped_mm: offs is required when a or b is 2-d (a ", a.meta(), ", b ", b.meta(), ")");
+    KILN_CHECK(offs->dim() == 1 && offs->dtype() == DType::I32 && offs->numel() >= 1, "grouped_mm: offs must be a ",
+               "non-empty 1-d int32 tensor, got ", offs->meta());
+    KILN_CHECK(offs->device() == a.device(), "grouped_mm: offs ", offs->meta(), " must be on the inputs' device ",
+               a.device().str());
+  }
+  const int64_t G = batched ? a.size(0) : offs->numel();
+  Shape out_shape;
+  if (batched) {
+    out_shape = {G, a.size(1), b.size(2)};
+  } else if (a.dim() == 2 && b.dim() == 3) {
+    KILN_CHECK(b.size(0) == G && a.size(1) == b.size(1), "grouped_mm: 2-d x 3-d needs a [M, K], b [G, K, N] with G = ",
+               "offs' length ", G, ", got a ", a.meta(), ", b ", b.meta());
+    out_shape = {a.size(0), b.size(2)};
+  } else if (a.dim() == 3 && b.dim() == 2) {
+    KILN_CHECK(a.size(0) == G && a.size(2) == b.size(0), "grouped_mm: 3-d x 2-d needs a [G, M, K], b [K, N] with G = ",
+               "offs' length ", G, ", got a ", a.meta(), ", b ", b.meta());
+    out_shape = {a.size(1), b.size(1)};
+  } else {
+    KILN_CHECK(a.size(1) == b.size(0), "grouped_mm: 2-d x 2-d needs a [M, K], b [K, N], got a ", a.meta(), ", b ", b.meta());
+    out_shape = {G, a.size(0), b.size(1)};
+  }
+  require_cpu("grouped_mm", a);
+  // f32 copies, one mm per group, rows/columns past the last offset stay 0.
+  const Tensor af = a.to(DType::F32), bf = b.to(DType::F32);
+  Tensor out = zeros(out_shape, DType::F32, a.device());
+  if (batched) {
+    for (int64_t g = 0; g < G; ++g) out.select(0, g).copy_(mm(af.select(0, g), bf.select(0, g)));
+  } else if (a.dim() == 2 && b.dim() == 3) {
+    const auto ends = read_offsets(*offs, a.size(0), "rows of a");
+    for (int64_t g = 0, start = 0; g < G; start = ends[static_cast<size_t>(g)], ++g)
+      if (ends[static_cast<size_t>(g)] > start)
+        out.slice(0, start, ends[static_cast<size_t>(g)]).copy_(mm(af.slice(0, start, ends[static_cast<size_t>(g)]), bf.select(0, g)));
+  } else if (a.dim() == 3) {
+    const auto ends = read_offsets(*offs, b.size(1), "columns of b");
+    for (int64_t g = 0, start = 0; g < G; start = ends[static_cast<size_t>(g)], ++g)
+      if (ends[static_cast<size_t>(g)] > start)
+        out.slice(1, start, ends[static_cast<size_t>(g)]).copy_(mm(af.select(0, g), bf.slice(1, start, ends[static_cast<size_t>(g)])));
+  } else {
+    const auto ends = read_offsets(*offs, a.size(1), "K dim");
+    for (int64_t g = 0, start = 0; g < G; start = ends[static_cast<size_t>(g)], ++g)
+      if (ends[static_cast<size_t>(g)] > start)
+        out.select(0, g).copy_(mm(af.slice(1, start, ends[static_cast<size_t>(g)]), bf.slice(0, start, ends[static_cast<size_t>(g)])));
+  }
+  return out.to(od);
+}
+
+MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k, bool norm_topk_prob) {
+  KILN_CHECK(x.dim() == 2 && router_weight.dim() == 2 && router_weight.size(1) == x.size(1), "moe_route: x must be ",
+             "[T, H] and router_weight [E, H], got x ", x.meta(), ", router_weight ", router_weight.meta());
+  const int64_t E = router_weight.size(0);
+  KILN_CHECK(top_k >= 1 && top_k <= E && top_k <= 64, "moe_route: top_k must be in [1, min(E, 64)] (E = ", E,
+             "), got ", top_k);
+  // As Hugging Face's Qwen3-MoE router: logits in x's dtype, softmax in f32, top-k, renormalise, cast.
+  const Tensor logits = linear(x, router_weight);
+  const Tensor probs = softmax(logits, -1, DType::F32);
+  auto [values, indices] = topk(probs, top_k);
+  if (norm_topk_prob) values = div(values, sum(values, {-1}, true));
+  return MoeRouting{values.to(x.dtype()), indices.to(DType::I32)};
+}
+
+Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Tensor& gate_up, const Tensor& down,
+                   int64_t top_k, bool norm_topk_prob) {
+  KILN_CHECK(x.dim() == 2, "moe_forward: x must be [T, H], got ", x.meta());
+  KILN_CHECK(dset(x.dtype()) & kMoeTypes, "moe_forward: x must be ", dtype_set_str(kMoeTypes), ", got ", x.meta());
+  const int64_t H = x.size(1);
+  KILN_CHECK(gate_up.dim() == 3 && down.dim() == 3 && gate_up.size(2) == H && down.size(1) == H &&
+                 gate_up.size(0) == down.size(0) && gate_up.size(1) == 2 * down.size(2),
+             "moe_forward: experts must be gate_up [E, 2I, H] and down [E, H, I] for H = ", H, ", got gate_up ",
+             gate_up.meta(), ", down ", down.meta());
+  KILN_CHECK(router_weight.dim() == 2 && router_weight.size(0) == gate_up.size(0), "moe_forward: router_weight ",
+             router_weight.meta(), " must be [E, H] with E = ", gate_up.size(0));
+  for (const Tensor* t : {&router_weight, &gate_up, &down})
+    KILN_CHECK(t->dtype() == x.dtype() && t->device() == x.device(), "moe_forward: ", t->meta(),
+               " must match x ", x.meta(), " in dtype and device");
+  const MoeRouting r = moe_route(x, router_weight, top_k, norm_topk_prob);
+  require_cpu("moe_forward", x);
+  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  cpu::moe_experts(out, x.contiguous(), r.experts.contiguous(), r.weights.contiguous(), gate_up.contiguous(),
+                   down.contiguous());
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,290 @@
+// CUDA linear against the CPU linear (which tests/ops/linear_test.cpp checks against double): every path
+// (the matrix-vector kernel, cuBLASLt with the bias epilogue, the matrix-product fallback), odd and tiny K,
+// N = 1 and 3, 1..33 rows, misaligned and strided slices of x and weight, 3-d x, graph capture, and outputs
+// that land on poisoned memory.
+#include "kiln/nn.h"
+#include "kiln/runtime.h"
+#include "ops/linear_check.h"
+#include "test_util.h"
+#if KILN_HAVE_CUDA
+#include "cuda/linear.h"
+#endif
+
+namespace kiln {
+namespace {
+
+#if KILN_HAVE_CUDA
+
+using cuda::LinearPath;
+
+const Device kGpu = cuda_device(0);
+const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
+
+std::string label(DType dt, int64_t m, int64_t n, int64_t k, bool bias, const char* what = "") {
+  return str(dtype_name(dt), " M=", m, " N=", n, " K=", k, bias ? " bias" : " no bias", " ", what);
+}
+
+// A CPU tensor and its CUDA twin with the same values, sizes and strides (a view of an aligned buffer,
+// or of a buffer offset by one element when `offset` is set, or rows `pad` elements apart).
+struct Pair {
+  Tensor cpu, gpu;
+};
+Pair make(int64_t rows, int64_t cols, DType dt, int64_t offset = 0, int64_t pad = 0, bool integers = false) {
+  const int64_t ld = cols + pad;
+  const Shape base_shape{rows * ld + offset};
+  const Tensor base = integers ? test::random_int_tensor(base_shape, DType::I64, -3, 3).to(dt)
+                               : test::random_tensor(base_shape, dt, -1, 1);
+  const Tensor base_gpu = base.to(kGpu);
+  auto view = [&](const Tensor& b) { return b.as_strided({rows, cols}, {ld, 1}, b.storage_offset() + offset); };
+  return Pair{view(base), view(base_gpu)};
+}
+Pair make_bias(int64_t n, DType dt, int64_t offset = 0, bool integers = false) {
+  const Pair p = make(1, n, dt, offset, 0, integers);
+  return Pair{p.cpu.view({n}), p.gpu.view({n})};
+}
+
+// Runs one case through `path` and compares with the CPU (tolerance of linear_close; bit for bit when
+// `exact`). Returns the path that ran.
+LinearPath check_case(const Pair& x, const Pair& w, const std::optional<Pair>& b, LinearPath path, bool exact,
+                      const std::string& what) {
+  SCOPED_TRACE(what + " path " + cuda::linear_path_name(path));
+  const std::optional<Tensor> b_cpu = b ? std::optional<Tensor>(b->cpu) : std::nullopt;
+  const std::optional<Tensor> b_gpu = b ? std::optional<Tensor>(b->gpu) : std::nullopt;
+  LinearPath taken = LinearPath::Auto;
+  const Tensor y = cuda::linear(x.gpu, w.gpu, b_gpu, path, &taken);
+  const Tensor ref = linear(x.cpu, w.cpu, b_cpu);
+  EXPECT_EQ(y.dtype(), x.cpu.dtype());
+  EXPECT_TRUE(y.is_cuda());
+  if (exact) {
+    EXPECT_TRUE(test::equal(y.to(kCPU), ref)) << "took " << cuda::linear_path_name(taken);
+  } else {
+    const bool rounds_before_bias = b && taken != LinearPath::Gemv && x.cpu.dtype() != DType::F32;
+    EXPECT_TRUE(test::linear_close(y, ref, test::linear_abs_scale(x.cpu, w.cpu, b_cpu), x.cpu.dtype(),
+                                   x.cpu.size(-1), rounds_before_bias))
+        << "took " << cuda::linear_path_name(taken);
+  }
+  return taken;
+}
+
+struct NK {
+  int64_t n, k;
+};
+// K: multiples of 8 (the vector path), K not a multiple of 8 or 4 (scalar path), K < 8; N: 1, 3, a few
+// blocks' worth, and one that leaves the last block partly empty.
+const NK kShapes[] = {{64, 1000}, {37, 4097}, {5, 7}, {1, 256}, {3, 4096}, {128, 2048},
+                      {33, 8},   {300, 4},   {17, 1}, {129, 1028}};
+const int64_t kRows[] = {1, 2, 3, 4, 5, 8, 15, 16, 17, 33};
+
+TEST(CudaLinear, DefaultPathMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (const NK& s : kShapes)
+      for (int64_t m : kRows)
+        for (bool with_bias : {false, true}) {
+          const Pair x = make(m, s.k, dt), w = make(s.n, s.k, dt);
+          const std::optional<Pair> b = with_bias ? std::optional<Pair>(make_bias(s.n, dt)) : std::nullopt;
+          const LinearPath taken = check_case(x, w, b, LinearPath::Auto, false, label(dt, m, s.n, s.k, with_bias));
+          // The heuristic's decode choice really runs the matrix-vector kernel.
+          if (m <= 2) EXPECT_EQ(taken, LinearPath::Gemv) << label(dt, m, s.n, s.k, with_bias);
+        }
+}
+
+// Small integers: every product and partial sum is exact in f32 (|sum| <= 9 K + 8 < 2^24), so the GEMV
+// kernel's result must equal the CPU's bit for bit whatever the order; a missed, repeated or misplaced
+// element of K or of a row shows up as an integer difference.
+TEST(CudaLinear, GemvIsExactOnIntegerData) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (const NK& s : kShapes)
+      for (int64_t m : kRows)
+        for (int64_t offset : {0, 1}) {
+          const bool with_bias = m % 2 == 1;
+          const Pair x = make(m, s.k, dt, offset, 0, true), w = make(s.n, s.k, dt, offset, 0, true);
+          const std::optional<Pair> b =
+              with_bias ? std::optional<Pair>(make_bias(s.n, dt, offset, true)) : std::nullopt;
+          EXPECT_EQ(check_case(x, w, b, LinearPath::Gemv, true,
+                               label(dt, m, s.n, s.k, with_bias, offset ? "offset 1" : "")),
+                    LinearPath::Gemv);
+        }
+}
+
+// Decode-sized K: the long loop of the vector path, split-K over several warps and the unrolled steps.
+TEST(CudaLinear, LargeKMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (int64_t m : {1, 4, 16})
+      for (const NK& s : {NK{512, 14336}, NK{136, 14336}, NK{2, 14344}}) {
+        const Pair x = make(m, s.k, dt), w = make(s.n, s.k, dt);
+        const Pair b = make_bias(s.n, dt);
+        check_case(x, w, b, LinearPath::Auto, false, label(dt, m, s.n, s.k, true));
+        // Integer data too: the same bits as the CPU.
+        const Pair xi = make(m, s.k, dt, 0, 0, true), wi = make(s.n, s.k, dt, 0, 0, true);
+        check_case(xi, wi, make_bias(s.n, dt, 0, true), LinearPath::Gemv, true, label(dt, m, s.n, s.k, true, "ints"));
+      }
+}
+
+TEST(CudaLinear, EveryForcedPathMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (const NK& s : {NK{64, 1000}, NK{37, 4097}, NK{3, 4096}, NK{1, 8}, NK{96, 5}})
+      for (int64_t m : {1, 5, 16, 17, 33})
+        for (bool with_bias : {false, true})
+          for (LinearPath path : {LinearPath::Gemv, LinearPath::CublasLt, LinearPath::Gemm}) {
+            const Pair x = make(m, s.k, dt), w = make(s.n, s.k, dt);
+            const std::optional<Pair> b = with_bias ? std::optional<Pair>(make_bias(s.n, dt)) : std::nullopt;
+            const std::string what = label(dt, m, s.n, s.k, with_bias);
+            const LinearPath taken = check_case(x, w, b, path, false, what);
+            // Gemv and Gemm always run as asked; cuBLASLt must take at least the fully aligned shape (fresh
+            // buffers, rows of x, weight and y multiples of 16 bytes), or the test would compare the fallback
+            // with itself.
+            if (path != LinearPath::CublasLt || (s.n == 64 && s.k == 1000)) EXPECT_EQ(taken, path) << what;
+          }
+}
+
+// x and weight as views that start one element into their buffer (not 16-byte aligned), with rows further
+// apart than K (aligned and misaligned row strides), and the bias misaligned too.
+TEST(CudaLinear, MisalignedAndStridedSlicesMatchCpu) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (int64_t k : {1000, 4096, 13})
+      for (int64_t m : {1, 3, 16, 20})
+        for (int64_t x_off : {0, 1})
+          for (int64_t w_off : {0, 1})
+            for (int64_t pad : {0, 8, 3})
+              for (LinearPath path : {LinearPath::Auto, LinearPath::Gemv, LinearPath::CublasLt}) {
+                if (x_off == 0 && w_off == 0 && pad == 0) continue;  // covered above
+                const int64_t n = 45;
+                const Pair x = make(m, k, dt, x_off, pad), w = make(n, k, dt, w_off, pad);
+                const Pair b = make_bias(n, dt, w_off);
+                check_case(x, w, b, path, false,
+                           label(dt, m, n, k, true, str("x offset ", x_off, " w offset ", w_off, " pad ", pad).c_str()));
+                if (path == LinearPath::Gemv) {
+                  const Pair xi = make(m, k, dt, x_off, pad, true), wi = make(n, k, dt, w_off, pad, true);
+                  check_case(xi, wi, make_bias(n, dt, w_off, true), path, true,
+                             label(dt, m, n, k, true, str("ints x offset ", x_off, " w offset ", w_off, " pad ", pad).c_str()));
+                }
+              }
+}
+
+TEST(CudaLinear, ThreeDAndTransposedInputsMatchCpu) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (int64_t k : {512, 100}) {
+      const Tensor x = test::random_tensor({2, 3, k}, dt, -1, 1), w = test::random_tensor({70, k}, dt, -1, 1);
+      const Tensor b = test::random_tensor({70}, dt, -1, 1);
+      const Tensor y = linear(x.to(kGpu), w.to(kGpu), b.to(kGpu));
+      EXPECT_EQ(y.sizes(), (Shape{2, 3, 70}));
+      EXPECT_TRUE(test::linear_close(y, linear(x, w, b), test::linear_abs_scale(x, w, b), dt, k, dt != DType::F32))
+          << dtype_name(dt);
+      // x's last dim not unit-stride: [3, k] viewed from a [k, 3] buffer.
+      const Tensor xt_base = test::random_tensor({k, 3}, dt, -1, 1);
+      const Tensor yt = linear(xt_base.to(kGpu).t(), w.to(kGpu));
+      EXPECT_TRUE(test::linear_close(yt, linear(xt_base.t(), w), test::linear_abs_scale(xt_base.t(), w, std::nullopt),
+                                     dt, k))
+          << dtype_name(dt);
+      // A weight that is a transpose (not unit-stride rows) falls back and still matches.
+      const Tensor wt_base = test::random_tensor({k, 70}, dt, -1, 1);
+      const Tensor yw = linear(x.to(kGpu), wt_base.to(kGpu).t(), b.to(kGpu));
+      EXPECT_TRUE(test::linear_close(yw, linear(x, wt_base.t(), b), test::linear_abs_scale(x, wt_base.t(), b), dt, k,
+                                     dt != DType::F32))
+          << dtype_name(dt);
+    }
+}
+
+// The op allocates its output; make sure it writes every element: fill freed blocks of the output's size
+// with NaN first so a skipped element would read back as NaN, then call twice on different inputs.
+TEST(CudaLinear, OutputsOnPoisonedMemoryAreFullyWritten) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (int64_t m : {1, 7, 16, 40})
+      for (const NK& s : {NK{4099, 256}, NK{129, 4097}}) {
+        for (int i = 0; i < 2; ++i) {
+          {
+            Tensor junk = empty({m, s.n}, dt, kGpu);
+            test::poison(junk);
+          }
+          const Pair x = make(m, s.k, dt), w = make(s.n, s.k, dt);
+          check_case(x, w, std::nullopt, LinearPath::Auto, false, label(dt, m, s.n, s.k, false, "poisoned"));
+        }
+      }
+}
+
+TEST(CudaLinear, EmptyShapes) {
+  KILN_REQUIRE_CUDA();
+  for (LinearPath path : {LinearPath::Gemv, LinearPath::CublasLt, LinearPath::Gemm}) {
+    const Tensor w = zeros({7, 40}, DType::BF16, kGpu);
+    EXPECT_EQ(cuda::linear(empty({0, 40}, DType::BF16, kGpu), w, std::nullopt, path).sizes(), (Shape{0, 7}));
+    EXPECT_EQ(cuda::linear(zeros({3, 40}, DType::BF16, kGpu), zeros({0, 40}, DType::BF16, kGpu), std::nullopt, path)
+                  .sizes(),
+              (Shape{3, 0}));
+  }
+}
+
+// Capture in a graph (cuBLASLt's workspace and the copies of misaligned inputs come from the graph's pool),
+// replay, then change the input in place and replay again.
+TEST(CudaLinear, GraphCaptureAndReplayMatchEager) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (int64_t m : {1, 4, 33})
+      for (int64_t x_off : {0, 1}) {
+        const int64_t n = 300, k = 1024;
+        SCOPED_TRACE(label(dt, m, n, k, true, x_off ? "x offset 1" : ""));
+        const Pair x = make(m, k, dt, x_off), w = make(n, k, dt);
+        const Pair b = make_bias(n, dt);
+        const Tensor eager = linear(x.gpu, w.gpu, b.gpu).to(kCPU);
+        Stream s = Stream::create(kGpu);
+        Graph g;
+        Tensor out;
+        synchronize(kGpu);
+        g.capture(s, [&] { out = linear(x.gpu, w.gpu, b.gpu); });
+        g.replay();
+        s.synchronize();
+        // The same kernels on the same data: the same bits (cuBLASLt's algorithm choice could in principle
+        // differ with the graph's workspace, so its rows count only within tolerance).
+        if (m <= 2) EXPECT_TRUE(test::equal(out.to(kCPU), eager));
+        else EXPECT_TRUE(test::linear_close(out, eager, test::linear_abs_scale(x.cpu, w.cpu, b.cpu), dt, k, dt != DType::F32));
+        // New values in the same buffer (x.gpu is a view of it), replayed: the graph reads them.
+        const Pair x2 = make(m, k, dt, x_off);
+        Tensor(x.gpu).copy_(x2.gpu);
+        synchronize(kGpu);
+        g.replay();
+        s.synchronize();
+        EXPECT_TRUE(test::linear_close(out, linear(x2.cpu, w.cpu, b.cpu), test::linear_abs_scale(x2.cpu, w.cpu, b.cpu),
+                                       dt, k, dt != DType::F32));
+      }
+}
+
+TEST(CudaLinear, HeuristicAndForcedPath) {
+  KILN_REQUIRE_CUDA();
+  EXPECT_EQ(cuda::linear_path_for(1, 4096, 4096, DType::BF16), LinearPath::Gemv);
+  EXPECT_EQ(cuda::linear_path_for(2, 4096, 4096, DType::F16), LinearPath::Gemv);
+  EXPECT_EQ(cuda::linear_path_for(4, 4096, 4096, DType::F16), LinearPath::CublasLt);
+  EXPECT_EQ(cuda::linear_path_for(17, 4096, 4096, DType::F32), LinearPath::CublasLt);
+  EXPECT_EQ(cuda::linear_path_for(1, 4096, 4096, DType::F64), LinearPath::Gemm);
+  // f64 runs through the matrix-product fallback.
+  const Pair x = make(3, 50, DType::F64), w = make(9, 50, DType::F64);
+  EXPECT_EQ(check_case(x, w, make_bias(9, DType::F64), LinearPath::Auto, false, "f64"), LinearPath::Gemm);
+  EXPECT_EQ(check_case(x, w, make_bias(9, DType::F64), LinearPath::Gemv, false, "f64 gemv"), LinearPath::Gemm);
+  // The process-wide override reaches the public op.
+  const LinearPath before = cuda::forced_linear_path();
+  for (LinearPath p : {LinearPath::Gemv, LinearPath::CublasLt, LinearPath::Gemm}) {
+    cuda::set_forced_linear_path(p);
+    const Pair xb = make(2, 512, DType::BF16), wb = make(40, 512, DType::BF16);
+    const Pair bb = make_bias(40, DType::BF16);
+    LinearPath taken = LinearPath::Auto;
+    (void)cuda::linear(xb.gpu, wb.gpu, bb.gpu, LinearPath::Auto, &taken);
+    EXPECT_EQ(taken, p);
+    EXPECT_TRUE(test::linear_close(linear(xb.gpu, wb.gpu, bb.gpu), linear(xb.cpu, wb.cpu, bb.cpu),
+                                   test::linear_abs_scale(xb.cpu, wb.cpu, bb.cpu), DType::BF16, 512, true));
+  }
+  cuda::set_forced_linear_path(before);
+}
+
+#else
+
+TEST(CudaLinear, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend"; }
+
+#endif
+
+}  // namespace
+}  // namespace kiln

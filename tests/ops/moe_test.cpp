@@ -1,0 +1,365 @@
+// grouped_mm, the MoE router and block, FP8 quantisation, scaled_mm and FP8 linear on the CPU, against
+// plain-loop references in double precision.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kiln/nn.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::all_close;
+using test::random_tensor;
+using test::throws_error;
+using test::Tolerance;
+
+std::vector<double> values(const Tensor& t) { return t.to(DType::F64).contiguous().to_vector<double>(); }
+
+Tensor from_doubles(const std::vector<double>& v, const Shape& s, DType d) {
+  return from_vector<double>(v, s).to(d);
+}
+
+Tensor offsets(const std::vector<int32_t>& v) { return from_vector<int32_t>(v); }
+
+// out[m, n] = sum_k a[m, k] b[k, n] over the given index ranges, in double.
+void ref_block(std::vector<double>& out, int64_t ldo, const std::vector<double>& a, int64_t lda,
+               const std::vector<double>& b, int64_t ldb, int64_t a_off, int64_t b_off, int64_t o_off, int64_t m0,
+               int64_t m1, int64_t n0, int64_t n1, int64_t k0, int64_t k1) {
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t n = n0; n < n1; ++n) {
+      double s = 0;
+      for (int64_t k = k0; k < k1; ++k) s += a[a_off + m * lda + k] * b[b_off + k * ldb + n];
+      out[o_off + m * ldo + n] = s;
+    }
+}
+
+Tolerance mm_tol(DType d, int64_t K) {
+  // f32 accumulation over K terms; half outputs round once.
+  if (d == DType::F32) return {1e-5, 1e-5 * std::sqrt(static_cast<double>(K))};
+  return test::default_tolerance(d);
+}
+
+class GroupedMm : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GroupedMm, TwoDByThreeDMatchesPerGroupProducts) {
+  const DType d = GetParam();
+  const int64_t M = 23, K = 19, N = 13;
+  // Empty groups (0 rows), a group at the start and the last offset short of M (rows 21.. are zero).
+  const std::vector<int32_t> ends = {0, 5, 5, 12, 21};
+  const int64_t G = static_cast<int64_t>(ends.size());
+  const Tensor a = random_tensor({M, K}, d), b = random_tensor({G, K, N}, d);
+  const Tensor out = grouped_mm(a, b, offsets(ends));
+  ASSERT_EQ(out.sizes(), (Shape{M, N}));
+  const auto av = values(a), bv = values(b);
+  std::vector<double> ref(static_cast<size_t>(M * N), 0.0);
+  for (int64_t g = 0, start = 0; g < G; start = ends[g], ++g)
+    ref_block(ref, N, av, K, bv, N, 0, g * K * N, 0, start, ends[g], 0, N, 0, K);
+  EXPECT_TRUE(all_close(out, from_doubles(ref, {M, N}, d), mm_tol(d, K)));
+}
+
+TEST_P(GroupedMm, ThreeDByTwoDGroupsColumns) {
+  const DType d = GetParam();
+  const int64_t G = 3, M = 7, K = 11, N = 20;
+  const std::vector<int32_t> ends = {6, 6, 17};
+  const Tensor a = random_tensor({G, M, K}, d), b = random_tensor({K, N}, d);
+  const Tensor out = grouped_mm(a, b, offsets(ends));
+  ASSERT_EQ(out.sizes(), (Shape{M, N}));
+  const auto av = values(a), bv = values(b);
+  std::vector<double> ref(static_cast<size_t>(M * N), 0.0);
+  for (int64_t g = 0, start = 0; g < G; start = ends[g], ++g)
+    ref_block(ref, N, av, K, bv, N, g * M * K, 0, 0, 0, M, start, ends[g], 0, K);
+  EXPECT_TRUE(all_close(out, from_doubles(ref, {M, N}, d), mm_tol(d, K)));
+}
+
+TEST_P(GroupedMm, TwoDByTwoDGroupsK) {
+  const DType d = GetParam();
+  const int64_t M = 6, K = 30, N = 9;
+  const std::vector<int32_t> ends = {8, 8, 29};
+  const int64_t G = 3;
+  const Tensor a = random_tensor({M, K}, d), b = random_tensor({K, N}, d);
+  const Tensor out = grouped_mm(a, b, offsets(ends));
+  ASSERT_EQ(out.sizes(), (Shape{G, M, N}));
+  const auto av = values(a), bv = values(b);
+  std::vector<double> ref(static_cast<size_t>(G * M * N), 0.0);
+  for (int64_t g = 0, start = 0; g < G; start = ends[g], ++g)
+    ref_block(ref, N, av, K, bv, N, 0, 0, g * M * N, 0, M, 0, N, start, ends[g]);
+  EXPECT_TRUE(all_close(out, from_doubles(ref, {G, M, N}, d), mm_tol(d, K)));
+}
+
+TEST_P(GroupedMm, BatchedThreeDByThreeD) {
+  const DType d = GetParam();
+  const int64_t G = 4, M = 5, K = 17, N = 6;
+  const Tensor a = random_tensor({G, M, K}, d), b = random_tensor({G, N, K}, d).transpose(1, 2);  // strided b
+  const Tensor out = grouped_mm(a, b, std::nullopt, DType::F32);
+  EXPECT_EQ(out.dtype(), DType::F32);
+  const auto av = values(a), bv = values(b);
+  std::vector<double> ref(static_cast<size_t>(G * M * N), 0.0);
+  for (int64_t g = 0; g < G; ++g) ref_block(ref, N, av, K, bv, N, g * M * K, g * K * N, g * M * N, 0, M, 0, N, 0, K);
+  EXPECT_TRUE(all_close(out, from_vector<double>(ref, Shape{G, M, N}).to(DType::F32), mm_tol(DType::F32, K)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GroupedMm, ::testing::Values(DType::F32, DType::BF16, DType::F16),
+                         [](const auto& i) { return std::string(dtype_name(i.param)); });
+
+TEST(GroupedMmErrors, InvalidOffsetsAndShapes) {
+  const Tensor a = random_tensor({10, 8}, DType::F32), b = random_tensor({3, 8, 4}, DType::F32);
+  EXPECT_TRUE(throws_error([&] { grouped_mm(a, b, offsets({3, 2, 7})); }, {"offs[1] = 2", "non-decreasing"}));
+  EXPECT_TRUE(throws_error([&] { grouped_mm(a, b, offsets({3, 5, 11})); }, {"offs[2] = 11", "[0, 10]"}));
+  EXPECT_TRUE(throws_error([&] { grouped_mm(a, b, offsets({-1, 5, 7})); }, {"offs[0] = -1"}));
+  EXPECT_TRUE(throws_error([&] { grouped_mm(a, b, offsets({3, 5})); }, {"G = offs' length 2"}));
+  EXPECT_TRUE(throws_error([&] { grouped_mm(a, b, from_vector<int64_t>({3, 5, 7})); }, {"int32"}));
+  EXPECT_TRUE(throws_error([&] { grouped_mm(a, b); }, {"offs is required"}));
+  EXPECT_TRUE(throws_error([&] { grouped_mm(a, b.to(DType::BF16), offsets({1, 2, 3})); }, {"one dtype"}));
+  EXPECT_TRUE(throws_error([&] { grouped_mm(a, random_tensor({3, 7, 4}, DType::F32), offsets({1, 2, 3})); }, {"[G, K, N]"}));
+  EXPECT_TRUE(throws_error([&] { grouped_mm(random_tensor({2, 3, 8}, DType::F32), random_tensor({2, 8, 4}, DType::F32),
+                                            offsets({1, 2})); }, {"no offs"}));
+}
+
+// ---- router and MoE block ------------------------------------------------------------------------------------
+
+struct RefRoute {
+  std::vector<std::vector<int64_t>> experts;
+  std::vector<std::vector<double>> weights;
+};
+
+// Double-precision router on the logits as x's dtype rounds them (the logits are a linear in x's dtype).
+RefRoute ref_route(const Tensor& logits_in_xdtype, int64_t k, bool norm) {
+  const int64_t T = logits_in_xdtype.size(0), E = logits_in_xdtype.size(1);
+  const auto lv = values(logits_in_xdtype);
+  RefRoute r;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> p(static_cast<size_t>(E));
+    double mx = -INFINITY, s = 0;
+    for (int64_t e = 0; e < E; ++e) mx = std::max(mx, lv[t * E + e]);
+    for (int64_t e = 0; e < E; ++e) s += p[e] = std::exp(lv[t * E + e] - mx);
+    for (auto& v : p) v /= s;
+    std::vector<int64_t> idx(static_cast<size_t>(E));
+    std::iota(idx.begin(), idx.end(), 0);
+    std::stable_sort(idx.begin(), idx.end(), [&](int64_t x, int64_t y) { return p[x] > p[y]; });
+    idx.resize(static_cast<size_t>(k));
+    std::vector<double> w;
+    double ws = 0;
+    for (int64_t e : idx) ws += p[e];
+    for (int64_t e : idx) w.push_back(norm ? p[e] / ws : p[e]);
+    r.experts.push_back(idx);
+    r.weights.push_back(w);
+  }
+  return r;
+}
+
+TEST(MoeRoute, MatchesSoftmaxTopkAndRenormalisation) {
+  for (bool norm : {true, false}) {
+    const Tensor x = random_tensor({9, 32}, DType::F32), router = random_tensor({16, 32}, DType::F32, -0.5, 0.5);
+    const MoeRouting r = moe_route(x, router, 4, norm);
+    EXPECT_EQ(r.experts.dtype(), DType::I32);
+    const RefRoute ref = ref_route(linear(x, router), 4, norm);
+    const auto ev = values(r.experts), wv = values(r.weights);
+    for (int64_t t = 0; t < 9; ++t)
+      for (int64_t j = 0; j < 4; ++j) {
+        EXPECT_EQ(ev[t * 4 + j], ref.experts[t][j]) << t << "," << j;
+        EXPECT_NEAR(wv[t * 4 + j], ref.weights[t][j], 1e-6) << t << "," << j;
+      }
+  }
+}
+
+TEST(MoeRoute, TiesPickTheLowerExpert) {
+  // Identical router rows: every expert ties; the top-k must be experts 0..k-1 with equal weights.
+  const Tensor x = random_tensor({3, 8}, DType::F32);
+  const Tensor router = random_tensor({1, 8}, DType::F32).expand({6, 8}).contiguous();
+  const MoeRouting r = moe_route(x, router, 3, true);
+  const auto ev = values(r.experts), wv = values(r.weights);
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(ev[t * 3 + j], j);
+      EXPECT_NEAR(wv[t * 3 + j], 1.0 / 3, 1e-6);
+    }
+}
+
+// The dense computation of the selected experts, in double: the definition moe_forward implements.
+std::vector<double> ref_moe(const Tensor& x, const Tensor& router, const Tensor& gate_up, const Tensor& down,
+                            int64_t k, bool norm) {
+  const int64_t T = x.size(0), H = x.size(1), I = down.size(2);
+  const MoeRouting r = moe_route(x, router, k, norm);  // routing is checked separately above
+  const auto xv = values(x), gv = values(gate_up), dv = values(down), ev = values(r.experts), wv = values(r.weights);
+  const DType d = x.dtype();
+  std::vector<double> out(static_cast<size_t>(T * H), 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = static_cast<int64_t>(ev[t * k + j]);
+      std::vector<double> h(static_cast<size_t>(I));
+      for (int64_t i = 0; i < I; ++i) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < H; ++c) {
+          g += gv[(e * 2 * I + i) * H + c] * xv[t * H + c];
+          u += gv[(e * 2 * I + I + i) * H + c] * xv[t * H + c];
+        }
+        // h is stored in x's dtype before the down projection.
+        h[i] = values(scalar_tensor(g / (1 + std::exp(-g)) * u, DType::F64).to(d))[0];
+      }
+      for (int64_t c = 0; c < H; ++c) {
+        double y = 0;
+        for (int64_t i = 0; i < I; ++i) y += dv[(e * H + c) * I + i] * h[i];
+        out[t * H + c] += wv[t * k + j] * y;
+      }
+    }
+  return out;
+}
+
+struct MoeCase {
+  int64_t T, H, I, E, k;
+  bool norm;
+  DType dtype;
+};
+
+class MoeForward : public ::testing::TestWithParam<MoeCase> {};
+
+TEST_P(MoeForward, EqualsDenseComputationOfSelectedExperts) {
+  const MoeCase c = GetParam();
+  const Tensor x = random_tensor({c.T, c.H}, c.dtype);
+  const Tensor router = random_tensor({c.E, c.H}, c.dtype, -1, 1);
+  const Tensor gate_up = random_tensor({c.E, 2 * c.I, c.H}, c.dtype, -0.3, 0.3);
+  const Tensor down = random_tensor({c.E, c.H, c.I}, c.dtype, -0.3, 0.3);
+  const Tensor out = moe_forward(x, router, gate_up, down, c.k, c.norm);
+  ASSERT_EQ(out.sizes(), x.sizes());
+  ASSERT_EQ(out.dtype(), c.dtype);
+  const auto ref = ref_moe(x, router, gate_up, down, c.k, c.norm);
+  // f32: accumulation order over H, I and k terms; half types: h's rounding is in the reference, the output
+  // rounds once.
+  const Tolerance tol = c.dtype == DType::F32 ? Tolerance{1e-5, 2e-5} : Tolerance{1.6e-2, 2e-3};
+  EXPECT_TRUE(all_close(out, from_doubles(ref, {c.T, c.H}, c.dtype), tol));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeForward,
+                         ::testing::Values(MoeCase{1, 32, 16, 8, 2, true, DType::F32},
+                                           MoeCase{37, 24, 12, 6, 3, false, DType::F32},
+                                           MoeCase{5, 16, 8, 1, 1, true, DType::F32},       // E = 1
+                                           MoeCase{4, 16, 8, 4, 4, false, DType::F32},      // top_k = E
+                                           MoeCase{64, 8, 4, 32, 2, true, DType::F32},      // most experts idle
+                                           MoeCase{7, 40, 20, 8, 2, true, DType::BF16},
+                                           MoeCase{3, 40, 20, 8, 8, false, DType::F16}));
+
+TEST(MoeForwardErrors, ShapesAndDtypes) {
+  const Tensor x = random_tensor({2, 16}, DType::F32), router = random_tensor({4, 16}, DType::F32);
+  const Tensor gu = random_tensor({4, 16, 16}, DType::F32), dn = random_tensor({4, 16, 8}, DType::F32);
+  EXPECT_NO_THROW(moe_forward(x, router, gu, dn, 2, true));
+  EXPECT_TRUE(throws_error([&] { moe_forward(x, router, gu, dn, 5, true); }, {"top_k"}));
+  EXPECT_TRUE(throws_error([&] { moe_forward(x, router, gu, random_tensor({4, 16, 9}, DType::F32), 2, true); },
+                           {"gate_up [E, 2I, H]"}));
+  EXPECT_TRUE(throws_error([&] { moe_forward(x, router, gu.to(DType::BF16), dn, 2, true); }, {"dtype"}));
+  EXPECT_TRUE(throws_error([&] { moe_forward(x, random_tensor({3, 16}, DType::F32), gu, dn, 2, true); }, {"router_weight"}));
+}
+
+// ---- FP8 -----------------------------------------------------------------------------------------------------
+
+TEST(Fp8, QuantiseRoundTripWithinHalfAnUlpOfTheScaledValue) {
+  for (ScaleRecipe r : {ScaleRecipe::TensorWise, ScaleRecipe::RowWise, ScaleRecipe::BlockWise}) {
+    for (bool act : {true, false}) {
+      SCOPED_TRACE(std::string(scale_recipe_name(r)) + (act ? " activation" : " weight"));
+      const Tensor x = random_tensor({150, 300}, DType::F32, -3, 3);
+      const Fp8Tensor q = quantize_fp8(x, r, DType::F8E4M3, act, 128);
+      EXPECT_EQ(q.values.dtype(), DType::F8E4M3);
+      const Tensor back = dequantize_fp8(q, r, DType::F32, act, 128);
+      // e4m3 keeps 3 mantissa bits: relative error <= 2^-4 of each value, plus subnormal spacing of the scale.
+      const auto xv = values(x), bv = values(back), sv = values(q.scales);
+      const double smax = *std::max_element(sv.begin(), sv.end());
+      for (size_t i = 0; i < xv.size(); ++i)
+        ASSERT_LE(std::fabs(bv[i] - xv[i]), std::fabs(xv[i]) / 16 + smax * std::ldexp(1.0, -9)) << i;
+      // Every group's largest magnitude maps to 448 (the scale is amax / 448).
+      const auto qv = values(q.values.to(DType::F32));
+      EXPECT_EQ(*std::max_element(qv.begin(), qv.end(), [](double a, double b) { return std::fabs(a) < std::fabs(b); }) ==
+                    448.0 || *std::min_element(qv.begin(), qv.end()) == -448.0, true);
+    }
+  }
+  const Fp8Tensor q = quantize_fp8(random_tensor({2, 300}, DType::BF16), ScaleRecipe::BlockWise, DType::F8E4M3, true, 128);
+  EXPECT_EQ(q.scales.sizes(), (Shape{2, 3}));
+  const Fp8Tensor w = quantize_fp8(random_tensor({200, 300}, DType::F32), ScaleRecipe::BlockWise, DType::F8E4M3, false, 128);
+  EXPECT_EQ(w.scales.sizes(), (Shape{2, 3}));
+  EXPECT_EQ(quantize_fp8(random_tensor({5, 7}, DType::F32), ScaleRecipe::RowWise).scales.sizes(), (Shape{5, 1}));
+}
+
+TEST(Fp8, ZerosExtremeScalesAndNonFinite) {
+  Tensor x = zeros({2, 4}, DType::F32);
+  EXPECT_EQ(values(quantize_fp8(x, ScaleRecipe::RowWise).scales), (std::vector<double>{1.0, 1.0}));
+  // Extreme magnitudes: tiny and huge rows keep their relative precision through the scale.
+  x = from_vector<float>({1e-30f, -2e-30f, 3e-30f, 0.5e-30f, 1e30f, -3e30f, 2e30f, 1e29f}, Shape{2, 4});
+  const Fp8Tensor q = quantize_fp8(x, ScaleRecipe::RowWise);
+  EXPECT_TRUE(all_close(dequantize_fp8(q, ScaleRecipe::RowWise), x, Tolerance{1.0 / 16, 0}));
+  // NaN or inf in a group: that group's scale is NaN, the others are unaffected.
+  x = from_vector<float>({1, NAN, 2, 3, 1, 2, 3, 4, INFINITY, 0, 0, 0}, Shape{3, 4});
+  const auto s = values(quantize_fp8(x, ScaleRecipe::RowWise).scales);
+  EXPECT_TRUE(std::isnan(s[0]));
+  EXPECT_NEAR(s[1], 4.0 / 448, 1e-9);
+  EXPECT_TRUE(std::isnan(s[2]));
+  // e5m2 range.
+  const Fp8Tensor q5 = quantize_fp8(random_tensor({3, 9}, DType::F32), ScaleRecipe::TensorWise, DType::F8E5M2);
+  EXPECT_EQ(q5.values.dtype(), DType::F8E5M2);
+  EXPECT_NEAR(values(amax(abs(q5.values.to(DType::F32))))[0], 57344.0, 0);
+}
+
+// (a * sa) @ (b * sb) in double from the dequantised operands.
+std::vector<double> ref_scaled(const Tensor& a_deq, const Tensor& b_deq) {
+  const int64_t M = a_deq.size(0), K = a_deq.size(1), N = b_deq.size(1);
+  const auto av = values(a_deq), bv = values(b_deq);
+  std::vector<double> out(static_cast<size_t>(M * N));
+  ref_block(out, N, av, K, bv, N, 0, 0, 0, 0, M, 0, N, 0, K);
+  return out;
+}
+
+TEST(ScaledMm, AllRecipesMatchDequantisedProduct) {
+  const int64_t M = 17, K = 300, N = 140;
+  for (ScaleRecipe r : {ScaleRecipe::TensorWise, ScaleRecipe::RowWise, ScaleRecipe::BlockWise}) {
+    SCOPED_TRACE(scale_recipe_name(r));
+    const Fp8Tensor a = quantize_fp8(random_tensor({M, K}, DType::F32), r, DType::F8E4M3, true, 128);
+    // The weight W [N, K] quantised per output channel / 128x128 block, passed as W^T.
+    const Fp8Tensor w = quantize_fp8(random_tensor({N, K}, DType::F32), r, DType::F8E4M3, false, 128);
+    const Tensor sb = r == ScaleRecipe::RowWise ? w.scales.t() : r == ScaleRecipe::BlockWise ? w.scales.t() : w.scales;
+    const Tensor bias = random_tensor({N}, DType::F32);
+    for (DType od : {DType::F32, DType::BF16}) {
+      const Tensor out = scaled_mm(a.values, w.values.t(), a.scales, sb, r, bias, od);
+      ASSERT_EQ(out.sizes(), (Shape{M, N}));
+      auto ref = ref_scaled(dequantize_fp8(a, r, DType::F64, true), dequantize_fp8(w, r, DType::F64, false).t());
+      const auto bv = values(bias);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) ref[m * N + n] += bv[n];
+      EXPECT_TRUE(all_close(out, from_doubles(ref, {M, N}, od), od == DType::F32 ? Tolerance{1e-5, 1e-4}
+                                                                               : test::default_tolerance(od)));
+    }
+  }
+  const Tensor a8 = random_tensor({4, 8}, DType::F32).to(DType::F8E4M3), b8 = random_tensor({8, 3}, DType::F32).to(DType::F8E4M3);
+  EXPECT_TRUE(throws_error([&] { scaled_mm(a8, b8, ones({4, 1}), ones({1, 2}), ScaleRecipe::RowWise); }, {"[4, 1]", "[1, 3]"}));
+  EXPECT_TRUE(throws_error([&] { scaled_mm(a8.to(DType::BF16), b8, ones({1}), ones({1}), ScaleRecipe::TensorWise); }, {"float8"}));
+}
+
+TEST(LinearFp8, BlockRowAndTensorScalesMatchDequantisedWeight) {
+  const int64_t N = 200, K = 300;  // neither a multiple of the 128 block
+  for (ScaleRecipe r : {ScaleRecipe::TensorWise, ScaleRecipe::RowWise, ScaleRecipe::BlockWise}) {
+    for (DType d : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(scale_recipe_name(r)) + " " + dtype_name(d));
+      const Fp8Tensor q = quantize_fp8(random_tensor({N, K}, DType::F32), r, DType::F8E4M3, false, 128);
+      const Fp8Weight w{q.values, q.scales, r, 128, 128};
+      const Tensor x = random_tensor({2, 3, K}, d);
+      const Tensor bias = random_tensor({N}, d);
+      const Tensor y = linear(x, w, bias);
+      ASSERT_EQ(y.sizes(), (Shape{2, 3, N}));
+      const Tensor wd = dequantize_fp8(q, r, DType::F64, false);
+      auto ref = ref_scaled(x.reshape({6, K}).to(DType::F64), wd.t());
+      const auto bv = values(bias);
+      for (int64_t m = 0; m < 6; ++m)
+        for (int64_t n = 0; n < N; ++n) ref[m * N + n] += bv[n];
+      EXPECT_TRUE(all_close(y, from_doubles(ref, {2, 3, N}, d), d == DType::F32 ? Tolerance{1e-5, 1e-4}
+                                                                              : test::default_tolerance(d)));
+    }
+  }
+  const Fp8Tensor q = quantize_fp8(random_tensor({8, 16}, DType::F32), ScaleRecipe::BlockWise, DType::F8E4M3, false, 4);
+  EXPECT_TRUE(throws_error([&] { linear(random_tensor({1, 16}, DType::F32), Fp8Weight{q.values, q.scales, ScaleRecipe::BlockWise, 8, 8}); },
+                           {"must be f32 with 2 elements [1, 2]"}));
+  EXPECT_TRUE(throws_error([&] { linear(random_tensor({1, 15}, DType::F32), Fp8Weight{q.values, q.scales, ScaleRecipe::BlockWise, 4, 4}); },
+                           {"K = 15"}));
+}
+
+}  // namespace
+}  // namespace kiln

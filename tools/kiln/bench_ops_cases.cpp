@@ -1,0 +1,225 @@
+// The case table of `kiln bench ops`: the decode-time shapes of the models kiln targets (Llama 3, Qwen 2.5,
+// Qwen 3 at 0.5B-70B sizes).
+//
+// Adding cases (attention, MoE, FP8, ...): write a builder like linear_case below that fills name, bytes,
+// copy_bytes (and max_copies if the op is slow) and a `make` that allocates one copy of fresh random inputs
+// and returns the call; then add its rows to op_cases(). Add the same case, with the same name and bytes, to
+// CASES in bench/torch_ops.py (the PyTorch side); `kiln bench ops --list` and `bench/torch_ops.py --list`
+// must print identical tables (tools/kiln/CMakeLists.txt tests that when Python is present).
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "bench_ops.h"
+#include "kiln/nn.h"
+#include "kiln/ops.h"
+
+namespace kiln::cli {
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// Compact decimal for sampling parameters in names: 0.7 -> "0.7", 1 -> "1".
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+const char* dtype_tag(DType d) {
+  switch (d) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    default: return "other";
+  }
+}
+
+int64_t nb(int64_t numel, DType d) { return numel * static_cast<int64_t>(itemsize(d)); }
+
+// Fresh normal(0, std) values on the device: never zeros, never the same buffer twice.
+Tensor rnd(const Shape& shape, DType d, Device dev, double std = 1.0) {
+  Tensor t = empty(shape, d, dev);
+  normal_(t, 0.0, std);
+  return t;
+}
+
+constexpr DType kBF16 = DType::BF16;
+constexpr double kEps = 1e-6;
+
+// y[M, N] = x[M, K] @ w[N, K]^T (+ b[N]), bf16. Many copies for small weights: each call's weight comes
+// from HBM, as in a model whose layers together are far larger than L2.
+OpCase linear_case(int64_t m, int64_t k, int64_t n, bool bias) {
+  OpCase c;
+  c.name = "linear/bf16/M" + str(m) + "/K" + str(k) + "/N" + str(n) + (bias ? "/bias" : "");
+  c.copy_bytes = nb(m * k + n * k + (bias ? n : 0), kBF16);
+  c.bytes = c.copy_bytes + nb(m * n, kBF16);
+  c.max_copies = 2048;
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor x = rnd({m, k}, kBF16, dev), w = rnd({n, k}, kBF16, dev, 0.02);
+    std::optional<Tensor> b;
+    if (bias) b = rnd({n}, kBF16, dev, 0.02);
+    return [x, w, b] { (void)linear(x, w, b); };
+  };
+  return c;
+}
+
+// softmax / log_softmax over the last dim of [rows, cols], output in the input dtype.
+OpCase softmax_case(bool log, DType d, int64_t rows, int64_t cols) {
+  OpCase c;
+  c.name = std::string(log ? "log_softmax/" : "softmax/") + dtype_tag(d) + "/" + str(rows) + "x" + str(cols);
+  c.copy_bytes = nb(rows * cols, d);
+  c.bytes = 2 * c.copy_bytes;
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor x = rnd({rows, cols}, d, dev, 4.0);
+    if (log) return [x] { (void)log_softmax(x, -1); };
+    return [x] { (void)softmax(x, -1); };
+  };
+  return c;
+}
+
+// rms_norm of [rows, d] bf16 with weight [d] (rows = 1: the hidden state of one token; rows = heads, d = 128:
+// Qwen 3's per-head q/k norm).
+OpCase rms_norm_case(int64_t rows, int64_t d) {
+  OpCase c;
+  c.name = "rms_norm/bf16/" + str(rows) + "x" + str(d);
+  c.copy_bytes = nb(rows * d + d, kBF16);
+  c.bytes = c.copy_bytes + nb(rows * d, kBF16);
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor x = rnd({rows, d}, kBF16, dev), w = rnd({d}, kBF16, dev);
+    return [x, w] { (void)rms_norm(x, w, kEps); };
+  };
+  return c;
+}
+
+// residual += x; out = rms_norm(residual): reads x, residual and weight, writes residual and out. The
+// residual grows by x each call (a few hundred calls per copy keep it far from bf16's range).
+OpCase add_rms_norm_case(int64_t rows, int64_t d) {
+  OpCase c;
+  c.name = "add_rms_norm/bf16/" + str(rows) + "x" + str(d);
+  c.copy_bytes = nb(2 * rows * d + d, kBF16);
+  c.bytes = c.copy_bytes + nb(2 * rows * d, kBF16);
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor x = rnd({rows, d}, kBF16, dev), res = rnd({rows, d}, kBF16, dev), w = rnd({d}, kBF16, dev);
+    return [x, res, w]() mutable { (void)add_rms_norm(x, res, w, kEps); };
+  };
+  return c;
+}
+
+// rope_ in place on q [T, Hq, D] and k [T, Hk, D] bf16 at i64 positions, inv_freq precomputed (theta 1e6)
+// as a model does once at load. Reads and writes q and k, reads positions and inv_freq.
+OpCase rope_case(int64_t t, int64_t hq, int64_t hk, int64_t d) {
+  OpCase c;
+  c.name = "rope/bf16/T" + str(t) + "/Hq" + str(hq) + "/Hk" + str(hk) + "/D" + str(d);
+  c.copy_bytes = nb(t * (hq + hk) * d, kBF16) + nb(t, DType::I64) + nb(d / 2, DType::F32);
+  c.bytes = c.copy_bytes + nb(t * (hq + hk) * d, kBF16);
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor q = rnd({t, hq, d}, kBF16, dev), k = rnd({t, hk, d}, kBF16, dev);
+    Tensor pos = randint(0, 32768, {t}, DType::I64, dev);
+    Tensor inv_freq = rope_inv_freq(d, 1e6, dev);
+    return [q, k, pos, inv_freq]() mutable { rope_(q, k, pos, inv_freq); };
+  };
+  return c;
+}
+
+// silu(gate_up[:, :I]) * gate_up[:, I:] for one token, bf16.
+// The graph-replayed cost of launching one tiny kernel (a 1-element fill): the "launch latency" term of the
+// issue's bound for the small decode ops (bytes once at copy speed + this).
+OpCase launch_case() {
+  OpCase c;
+  c.name = "launch/bf16/fill1";
+  c.copy_bytes = 2;
+  c.bytes = 2;
+  c.make = [](Device dev) -> BenchCall {
+    Tensor x = rnd({1}, kBF16, dev);
+    return [x]() mutable { x.fill_(1.0); };
+  };
+  return c;
+}
+
+OpCase silu_and_mul_case(int64_t inter) {
+  OpCase c;
+  c.name = "silu_and_mul/bf16/M1/I" + str(inter);
+  c.copy_bytes = nb(2 * inter, kBF16);
+  c.bytes = c.copy_bytes + nb(inter, kBF16);
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor x = rnd({1, 2 * inter}, kBF16, dev);
+    return [x] { (void)silu_and_mul(x); };
+  };
+  return c;
+}
+
+// One token from f32 logits [1, V] (Hugging Face samples from f32 logits). Logits are normal with std 4, so
+// that a few hundred tokens hold most of the probability, as in a language model's output. Capped at 64
+// copies: these ops are slow enough that L2 residency of the 0.5 MB of logits hardly matters, and PyTorch's
+// sort-based top-p would otherwise take minutes.
+OpCase sample_case(int64_t vocab, double temperature, int64_t top_k, double top_p) {
+  OpCase c;
+  std::string variant;
+  if (temperature == 0) {
+    variant = "greedy";
+  } else {
+    variant = "t" + num(temperature);
+    if (top_k > 0) variant += "_k" + str(top_k);
+    if (top_p < 1) variant += "_p" + num(top_p);
+  }
+  c.name = "sample/f32/1x" + str(vocab) + "/" + variant;
+  c.copy_bytes = nb(vocab, DType::F32);
+  c.bytes = c.copy_bytes + nb(1, DType::I64);
+  c.max_copies = 64;
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor logits = rnd({1, vocab}, DType::F32, dev, 4.0);
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    return [logits, p] { (void)sample(logits, p); };
+  };
+  return c;
+}
+
+}  // namespace
+
+std::vector<OpCase> op_cases() {
+  std::vector<OpCase> cases;
+  cases.push_back(launch_case());
+  // (K, N) of the linear layers of Qwen 2.5/3 0.5B-32B and Llama 3 8B/70B (q/k/v/o, gate/up, down, lm_head).
+  constexpr int64_t kLinear[][2] = {
+      {2048, 4096},  {2048, 512},    {4096, 2048}, {2048, 128},   {2048, 151936}, {4096, 4096}, {4096, 1024},
+      {4096, 14336}, {14336, 4096},  {4096, 128256}, {5120, 5120}, {5120, 1024},  {5120, 25600}, {25600, 5120},
+      {3584, 3584},  {3584, 512},    {3584, 18944}, {18944, 3584}, {1024, 1024},  {896, 896},    {896, 128},
+      {896, 4864},   {4864, 896},    {8192, 8192},  {8192, 1024}, {8192, 28672}, {28672, 8192}};
+  for (const auto& kn : kLinear) {
+    cases.push_back(linear_case(1, kn[0], kn[1], false));
+    cases.push_back(linear_case(1, kn[0], kn[1], true));
+  }
+  // A few rows: speculative decoding and small batches.
+  constexpr int64_t kLinearBatched[][2] = {{4096, 4096}, {4096, 14336}, {2048, 151936}, {14336, 4096}};
+  for (const int64_t m : {2, 4, 16})
+    for (const auto& kn : kLinearBatched) cases.push_back(linear_case(m, kn[0], kn[1], false));
+
+  constexpr int64_t kSoftmax[][2] = {{1, 128256}, {1, 151936}, {4, 128256}, {64, 32000}};
+  for (const bool log : {false, true})
+    for (const DType d : {DType::F32, DType::BF16})
+      for (const auto& rc : kSoftmax) cases.push_back(softmax_case(log, d, rc[0], rc[1]));
+
+  for (const int64_t d : {2048, 4096, 5120, 8192}) cases.push_back(rms_norm_case(1, d));
+  cases.push_back(rms_norm_case(32, 128));  // q-norm, 32 heads
+  cases.push_back(rms_norm_case(8, 128));   // k-norm, 8 heads
+  for (const int64_t d : {2048, 4096, 5120, 8192}) cases.push_back(add_rms_norm_case(1, d));
+
+  constexpr int64_t kRope[][4] = {{1, 32, 8, 128}, {1, 16, 8, 128}, {1, 64, 8, 128}, {512, 32, 8, 128}};
+  for (const auto& r : kRope) cases.push_back(rope_case(r[0], r[1], r[2], r[3]));
+
+  for (const int64_t i : {6144, 12288, 14336, 18944, 25600}) cases.push_back(silu_and_mul_case(i));
+
+  for (const int64_t v : {151936, 128256}) {
+    cases.push_back(sample_case(v, 0.0, 0, 1.0));
+    cases.push_back(sample_case(v, 0.7, 20, 0.8));
+    cases.push_back(sample_case(v, 1.0, 0, 0.9));
+  }
+  return cases;
+}
+
+}  // namespace kiln::cli
