@@ -162,6 +162,14 @@ def rope_case(t, hq, hk, d):
     return Case(f"rope/bf16/T{t}/Hq{hq}/Hk{hk}/D{d}", copy_bytes + 2 * t * (hq + hk) * d, copy_bytes, 256, make)
 
 
+def launch_case():
+    def make(dev):
+        x = rnd((1,), "bf16", dev)
+        return {"fill_": lambda: x.fill_(1.0)}
+
+    return Case("launch/bf16/fill1", 2, 2, 256, make)
+
+
 def silu_and_mul_case(inter):
     copy_bytes = 2 * 2 * inter
 
@@ -217,10 +225,10 @@ SOFTMAX = [(1, 128256), (1, 151936), (4, 128256), (64, 32000)]
 
 
 def cases():
-    out = []
+    out = [launch_case()]
     for k, n in LINEAR:
         out += [linear_case(1, k, n, False), linear_case(1, k, n, True)]
-    for m in (4, 16):
+    for m in (2, 4, 16):
         out += [linear_case(m, k, n, False) for k, n in LINEAR_BATCHED]
     for log in (False, True):
         for tag in ("f32", "bf16"):

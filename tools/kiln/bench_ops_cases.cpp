@@ -124,6 +124,20 @@ OpCase rope_case(int64_t t, int64_t hq, int64_t hk, int64_t d) {
 }
 
 // silu(gate_up[:, :I]) * gate_up[:, I:] for one token, bf16.
+// The graph-replayed cost of launching one tiny kernel (a 1-element fill): the "launch latency" term of the
+// issue's bound for the small decode ops (bytes once at copy speed + this).
+OpCase launch_case() {
+  OpCase c;
+  c.name = "launch/bf16/fill1";
+  c.copy_bytes = 2;
+  c.bytes = 2;
+  c.make = [](Device dev) -> BenchCall {
+    Tensor x = rnd({1}, kBF16, dev);
+    return [x]() mutable { x.fill_(1.0); };
+  };
+  return c;
+}
+
 OpCase silu_and_mul_case(int64_t inter) {
   OpCase c;
   c.name = "silu_and_mul/bf16/M1/I" + str(inter);
@@ -199,6 +213,7 @@ OpCase prefill_attention_case(int64_t hq, int64_t hkv, int64_t d, int64_t l) {
 
 std::vector<OpCase> op_cases() {
   std::vector<OpCase> cases;
+  cases.push_back(launch_case());
   // (K, N) of the linear layers of Qwen 2.5/3 0.5B-32B and Llama 3 8B/70B (q/k/v/o, gate/up, down, lm_head).
   constexpr int64_t kLinear[][2] = {
       {2048, 4096},  {2048, 512},    {4096, 2048}, {2048, 128},   {2048, 151936}, {4096, 4096}, {4096, 1024},
@@ -211,7 +226,7 @@ std::vector<OpCase> op_cases() {
   }
   // A few rows: speculative decoding and small batches.
   constexpr int64_t kLinearBatched[][2] = {{4096, 4096}, {4096, 14336}, {2048, 151936}, {14336, 4096}};
-  for (const int64_t m : {4, 16})
+  for (const int64_t m : {2, 4, 16})
     for (const auto& kn : kLinearBatched) cases.push_back(linear_case(m, kn[0], kn[1], false));
 
   constexpr int64_t kSoftmax[][2] = {{1, 128256}, {1, 151936}, {4, 128256}, {64, 32000}};

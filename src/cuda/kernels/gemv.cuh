@@ -44,10 +44,12 @@ template <int MT>
 constexpr int gemv_rows_per_warp() {
   return MT <= 2 ? 1 : (MT == 8 ? 4 : 2);
 }
-// 16-byte chunks per thread per unrolled step: U * R = 4 independent weight loads in flight per thread.
+// 16-byte chunks per thread per unrolled step: U * R independent weight loads in flight per thread, 8 for
+// one weight row per warp (decode, M <= 2: 64 KB in flight per SM at two blocks of 8 warps, well past the
+// ~22 KB Little's law asks of HBM3e), 4 otherwise (register pressure of R * MT accumulators).
 template <int R>
 constexpr int gemv_unroll() {
-  return 4 / R;
+  return R == 1 ? 8 : 4 / R;
 }
 
 template <class T>
@@ -142,21 +144,26 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   if (vec) {
     const int chunks = k / VEC;
     const int64_t ldx_vec = ldx / VEC;  // ldx is a multiple of VEC on this path
-    int c = t;
-    // Full steps: U chunks per thread, all U * R weight loads issued before any is used.
-    for (; c + (U - 1) * group_threads < chunks; c += U * group_threads) {
+    // Steps of U chunks per thread; every load of a step (U * R weight chunks) is issued before any is used,
+    // including the last, partial step (predicated), so a short row costs one memory round trip rather than
+    // one per chunk.
+    for (int c0 = t; c0 < chunks; c0 += U * group_threads) {
       uint4 wv[U][R];
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+          wv[u][r] = c0 + u * group_threads < chunks
+                         ? gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c0 + u * group_threads)
+                         : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * group_threads;
+        if (c >= chunks) break;
         float wf[R][VEC];
 #pragma unroll
         for (int r = 0; r < R; ++r) gemv_unpack<T>(wv[u][r], wf[r]);
-        const uint4* xp = reinterpret_cast<const uint4*>(x) + c + u * group_threads;
+        const uint4* xp = reinterpret_cast<const uint4*>(x) + c;
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           float xf[VEC];
@@ -167,24 +174,6 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
 #pragma unroll
             for (int e = 0; e < VEC; ++e) acc[r][m] = fmaf(wf[r][e], xf[e], acc[r][m]);
         }
-      }
-    }
-    // The rest: fewer than U chunks left for this thread.
-    for (; c < chunks; c += group_threads) {
-      float wf[R][VEC];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        gemv_unpack<T>(gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c), wf[r]);
-      const uint4* xp = reinterpret_cast<const uint4*>(x) + c;
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        float xf[VEC];
-        gemv_unpack<T>(__ldg(xp), xf);
-        xp += m + 1 < rows ? ldx_vec : 0;
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) acc[r][m] = fmaf(wf[r][e], xf[e], acc[r][m]);
       }
     }
   } else {
