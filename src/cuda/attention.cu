@@ -200,37 +200,53 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
   launch_general(out, q, k, v, mask, lengths, L, scale, stream, err);
 }
 
-void kv_cache_append(const Tensor& cache, const Tensor& src, const Tensor& positions, int64_t lmax) {
-  const Device dev = cache.device();
+void kv_cache_append(const Tensor& k_cache, const Tensor& k_src, const Tensor& v_cache, const Tensor& v_src,
+                     const Tensor& positions, int64_t lmax) {
+  const Device dev = k_cache.device();
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
-  attn::AppendDims a;
-  a.b = src.size(0);
-  a.h = src.size(1);
-  a.t = src.size(2);
-  a.d = src.size(3);
-  a.lmax = lmax;
-  for (int i = 0; i < 4; ++i) {
-    a.cs[i] = cache.stride(i);
-    a.ss[i] = src.stride(i);
-  }
-  const int64_t n = a.b * a.h * a.t * a.d;
-  if (n == 0) return;
   DeviceErrorRecord* err = device_error_record(dev.index);
-  const unsigned grid = grid_for(n, 256, dev.index);
-  auto go = [&](auto* type_tag) {
-    using U = std::remove_pointer_t<decltype(type_tag)>;
-    attn::kv_append_kernel<U><<<grid, 256, 0, stream>>>(static_cast<U*>(cache.data_ptr()),
-                                                        static_cast<const U*>(src.data_ptr()),
-                                                        positions.data<const int32_t>(), a, err);
+  auto dims = [&](const Tensor& cache, const Tensor& src) {
+    attn::AppendDims a;
+    a.b = src.size(0);
+    a.h = src.size(1);
+    a.t = src.size(2);
+    a.d = src.size(3);
+    a.lmax = lmax;
+    for (int i = 0; i < 4; ++i) {
+      a.cs[i] = cache.stride(i);
+      a.ss[i] = src.stride(i);
+    }
+    return a;
   };
-  switch (cache.itemsize()) {
-    case 2: go(static_cast<uint16_t*>(nullptr)); break;
-    case 4: go(static_cast<uint32_t*>(nullptr)); break;
-    case 8: go(static_cast<uint64_t*>(nullptr)); break;
-    default: throw Error(str("kv_cache_append_: unsupported cache dtype ", cache.meta()));
+  // One launch for both caches when their elements are as wide (the usual case); otherwise one each.
+  auto launch = [&](const Tensor& kc, const Tensor& ks, const attn::AppendDims& ka, const Tensor* vc,
+                    const Tensor* vs, const attn::AppendDims& va) {
+    const int64_t n = ka.numel() + va.numel();
+    if (n == 0) return;
+    const unsigned grid = grid_for(n, 256, dev.index);
+    auto go = [&](auto* type_tag) {
+      using U = std::remove_pointer_t<decltype(type_tag)>;
+      attn::kv_append_kernel<U><<<grid, 256, 0, stream>>>(
+          static_cast<U*>(kc.data_ptr()), static_cast<const U*>(ks.data_ptr()), ka,
+          vc ? static_cast<U*>(vc->data_ptr()) : nullptr, vs ? static_cast<const U*>(vs->data_ptr()) : nullptr, va,
+          positions.data<const int32_t>(), err);
+    };
+    switch (kc.itemsize()) {
+      case 2: go(static_cast<uint16_t*>(nullptr)); break;
+      case 4: go(static_cast<uint32_t*>(nullptr)); break;
+      case 8: go(static_cast<uint64_t*>(nullptr)); break;
+      default: throw Error(str("kv_cache_append_: unsupported cache dtype ", kc.meta()));
+    }
+    check_launch("kv_cache_append_");
+  };
+  const attn::AppendDims ka = dims(k_cache, k_src), va = dims(v_cache, v_src);
+  if (k_cache.itemsize() == v_cache.itemsize()) {
+    launch(k_cache, k_src, ka, &v_cache, &v_src, va);
+  } else {
+    launch(k_cache, k_src, ka, nullptr, nullptr, attn::AppendDims{});
+    launch(v_cache, v_src, va, nullptr, nullptr, attn::AppendDims{});
   }
-  check_launch("kv_cache_append_");
 }
 
 }  // namespace kiln::cuda

@@ -233,6 +233,22 @@ TEST(CudaDecodeAttention, AppendThenDecodeMatchesCpu) {
   }
 }
 
+TEST(CudaDecodeAttention, AppendWithDifferentCacheDtypesAndHeadDims) {
+  KILN_REQUIRE_CUDA();
+  // k cache f32 [.., 96], v cache bf16 [.., 40]: two launches (element widths differ); same widths: one.
+  for (DType vdt : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(vdt));
+    Tensor kc = random_tensor({2, 3, 50, 96}, DType::F32), vc = random_tensor({2, 3, 50, 40}, vdt);
+    Tensor kg = kc.to(kGpu), vg = vc.to(kGpu);
+    const Tensor kn = random_tensor({2, 3, 5, 96}, DType::BF16), vn = random_tensor({2, 3, 5, 40}, DType::F16);
+    const std::vector<int32_t> pos = {45, 7};
+    kv_cache_append_(kc, vc, kn, vn, from_vector<int32_t>(pos));
+    kv_cache_append_(kg, vg, kn.to(kGpu), vn.to(kGpu), from_vector<int32_t>(pos).to(kGpu));
+    EXPECT_TRUE(test::equal(kg.cpu(), kc));
+    EXPECT_TRUE(test::equal(vg.cpu(), vc));
+  }
+}
+
 TEST(CudaDecodeAttention, BadLengthsAndPositionsRaiseAtTheNextSync) {
   KILN_REQUIRE_CUDA();
   const Tensor q = random_tensor({2, 8, 1, 128}, DType::BF16, -2, 2, kGpu);
