@@ -15,6 +15,9 @@ What runs for each op is what a PyTorch / Hugging Face decode step runs:
   silu_and_mul    F.silu(gate) * up on the two halves of gate_up
   sample          temperature 0: torch.argmax; otherwise HF's TemperatureLogitsWarper, TopKLogitsWarper,
                   TopPLogitsWarper (that order), softmax and torch.multinomial
+  decode_attention  F.scaled_dot_product_attention(q [1, Hq, 1, D], k, v [1, Hkv, L, D], enable_gqa=True)
+  sdpa_prefill    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) (PyTorch picks its
+                  fastest backend: flash or cuDNN)
 Method (identical to tools/kiln/bench_ops.cpp; docs/benchmarks.md): C = clamp(ceil(4 * L2 / copy_bytes), 2,
 max_copies) copies of fresh random inputs; one warm-up call per copy; eager = median over `repeats` batches of
 min(C, 64) calls cycling the copies (events around each batch); graph = one torch.cuda.CUDAGraph holding one
@@ -191,6 +194,28 @@ def sample_case(vocab, temperature, top_k, top_p):
     return Case(f"sample/f32/1x{vocab}/{variant}", copy_bytes + 8, copy_bytes, 64, make)
 
 
+def decode_attention_case(hq, hkv, d, l):
+    copy_bytes = 2 * (hq * d + 2 * hkv * l * d) + 4
+
+    def make(dev):
+        q, k, v = rnd((1, hq, 1, d), "bf16", dev), rnd((1, hkv, l, d), "bf16", dev), rnd((1, hkv, l, d), "bf16", dev)
+        return {"F.sdpa(gqa)": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)}
+
+    return Case(f"decode_attention/bf16/Hq{hq}/Hkv{hkv}/D{d}/L{l}", copy_bytes + 2 * hq * d, copy_bytes, 256, make)
+
+
+def prefill_attention_case(hq, hkv, d, l):
+    copy_bytes = 2 * (hq + 2 * hkv) * l * d
+
+    def make(dev):
+        q, k, v = rnd((1, hq, l, d), "bf16", dev), rnd((1, hkv, l, d), "bf16", dev), rnd((1, hkv, l, d), "bf16", dev)
+        return {"F.sdpa(causal,gqa)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)}
+
+    return Case(f"sdpa_prefill/bf16/Hq{hq}/Hkv{hkv}/D{d}/L{l}/causal", copy_bytes + 2 * hq * l * d, copy_bytes, 16,
+                make)
+
+
+ATTENTION_HEADS = [(32, 4, 128), (32, 8, 128), (64, 8, 128)]
 LINEAR = [(2048, 4096), (2048, 512), (4096, 2048), (2048, 128), (2048, 151936), (4096, 4096), (4096, 1024),
           (4096, 14336), (14336, 4096), (4096, 128256), (5120, 5120), (5120, 1024), (5120, 25600), (25600, 5120),
           (3584, 3584), (3584, 512), (3584, 18944), (18944, 3584), (1024, 1024), (896, 896), (896, 128),
@@ -215,6 +240,8 @@ def cases():
     out += [silu_and_mul_case(i) for i in (6144, 12288, 14336, 18944, 25600)]
     for v in (151936, 128256):
         out += [sample_case(v, 0.0, 0, 1.0), sample_case(v, 0.7, 20, 0.8), sample_case(v, 1.0, 0, 0.9)]
+    out += [decode_attention_case(*h, l) for h in ATTENTION_HEADS for l in (512, 2048, 8192, 32768)]
+    out += [prefill_attention_case(*h, l) for h in ATTENTION_HEADS for l in (512, 2048, 8192)]
     return out
 
 

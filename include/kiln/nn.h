@@ -59,6 +59,39 @@ Tensor sample(const Tensor& logits, const SamplingParams& params, Generator* gen
 // this one draws anew on every replay. (seed, offset value) gives the same tokens as a Generator would.
 Tensor sample(const Tensor& logits, const SamplingParams& params, uint64_t seed, const Tensor& offset);
 
+// ---------------------------------------------------------------------------------------------------------
+// Attention (src/ops/attention.cpp; docs/attention.md)
+
+// PyTorch's F.scaled_dot_product_attention without dropout. q [..., Hq, Lq, D], k [..., Hk, Lkv, D],
+// v [..., Hv, Lkv, Dv] -> [..., Hq, Lq, Dv] in q's dtype (f16/bf16/f32, and f64 on the CPU), computed with
+// f32 accumulation (f64 on the CPU reference). The dims before the last two broadcast between q, k and v
+// (q [1, 1, 64] with k [2, 1, 1, 64] works). enable_gqa: Hk and Hv divide Hq and query head h reads
+// key head h / (Hq / Hk) (repeat_interleave, without a copy). attn_mask: bool (true = attend) or float
+// (added to the scaled scores; f32 or q's dtype), broadcasting to [..., Hq, Lq, Lkv]. is_causal: query i
+// attends keys j <= i (the top-left aligned tril, also when Lq != Lkv, as PyTorch); is_causal with a mask
+// is an error. scale defaults to 1 / sqrt(D). A row with no key to attend (fully masked, or Lkv = 0) gives
+// 0, as PyTorch 2.11's CPU paths do (_safe_softmax in the math path, the zero-sum guard in the flash path).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const std::optional<Tensor>& attn_mask = std::nullopt, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt, bool enable_gqa = false);
+
+// Decode attention over a KV cache. q [B, Hq, Lq, D] (Lq new tokens per sequence, any strides), k_cache
+// [B, Hkv, Lmax, D], v_cache [B, Hkv, Lmax, Dv] (Hq a multiple of Hkv), lengths i32 [B] on q's device: the
+// number of valid cache positions of each sequence, the Lq new tokens included (append first). Query t of
+// sequence b sits at position lengths[b] - Lq + t and attends the cache positions up to and including its
+// own (bottom-right aligned causal). Returns [B, Hq, Lq, Dv] in q's dtype. The lengths are read on the
+// device, so a captured graph stays valid as they grow; a length outside [0, Lmax] raises kiln::Error at the
+// next synchronisation (CUDA; the CPU throws at once) and that sequence's output is 0.
+Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& lengths,
+                        std::optional<double> scale = std::nullopt);
+
+// Writes k_new [B, Hkv, T, D] and v_new [B, Hkv, T, Dv] into the caches at positions [p, p + T) of each
+// sequence, p = positions[b] (i32 [B] on the caches' device, read on the device). A sequence whose range
+// falls outside [0, Lmax] is skipped and raises kiln::Error at the next synchronisation (CUDA; the CPU throws
+// before writing anything). New values are converted to the caches' dtype.
+void kv_cache_append_(Tensor& k_cache, Tensor& v_cache, const Tensor& k_new, const Tensor& v_new,
+                      const Tensor& positions);
+
 }  // namespace kiln
 
 // ---- Mixture of experts ------------------------------------------------------------------------------------

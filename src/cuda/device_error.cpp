@@ -31,6 +31,8 @@ const char* op_name(int32_t op) {
     case OpId::Fmod: return "fmod";
     case OpId::Remainder: return "remainder";
     case OpId::Sample: return "sample";
+    case OpId::DecodeAttention: return "decode_attention (lengths)";
+    case OpId::KvCacheAppend: return "kv_cache_append_ (positions)";
     default: return "a CUDA op";
   }
 }

@@ -31,7 +31,9 @@ struct DeviceErrorRecord {
 // Ops that can report errors from a kernel (their names live in device_error.cpp).
 enum class OpId : int32_t {
   IndexSelect = 1, Gather, Scatter, ScatterAdd, Take, Embedding, GroupedMm, Other,
-  Div, Fmod, Remainder, Sample
+  Div, Fmod, Remainder, Sample,
+  DecodeAttention,  // value = a length outside [0, Lmax], bound = Lmax + 1
+  KvCacheAppend,    // value = a position p with p + T > Lmax or p < 0, bound = Lmax - T + 1
 };
 
 #if defined(__CUDACC__)

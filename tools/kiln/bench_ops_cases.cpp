@@ -179,6 +179,36 @@ OpCase sample_case(int64_t vocab, double temperature, int64_t top_k, double top_
   return c;
 }
 
+// Decode attention of one new token over a bf16 KV cache of L positions: q [1, Hq, 1, D], k/v caches
+// [1, Hkv, L, D] (full: the length on the device is L). Moves the whole cache once.
+OpCase decode_attention_case(int64_t hq, int64_t hkv, int64_t d, int64_t l) {
+  OpCase c;
+  c.name = "decode_attention/bf16/Hq" + str(hq) + "/Hkv" + str(hkv) + "/D" + str(d) + "/L" + str(l);
+  c.copy_bytes = nb(hq * d + 2 * hkv * l * d, kBF16) + nb(1, DType::I32);
+  c.bytes = c.copy_bytes + nb(hq * d, kBF16);
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor q = rnd({1, hq, 1, d}, kBF16, dev), k = rnd({1, hkv, l, d}, kBF16, dev), v = rnd({1, hkv, l, d}, kBF16, dev);
+    Tensor lengths = full({1}, l, DType::I32, dev);
+    return [q, k, v, lengths] { (void)decode_attention(q, k, v, lengths); };
+  };
+  return c;
+}
+
+// Causal prefill of L tokens, bf16, grouped heads: q [1, Hq, L, D], k/v [1, Hkv, L, D]. FLOPs (for TFLOP/s):
+// 2 * 2 * Hq * D * L * (L + 1) / 2.
+OpCase prefill_attention_case(int64_t hq, int64_t hkv, int64_t d, int64_t l) {
+  OpCase c;
+  c.name = "sdpa_prefill/bf16/Hq" + str(hq) + "/Hkv" + str(hkv) + "/D" + str(d) + "/L" + str(l) + "/causal";
+  c.copy_bytes = nb((hq + 2 * hkv) * l * d, kBF16);
+  c.bytes = c.copy_bytes + nb(hq * l * d, kBF16);
+  c.max_copies = 16;
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor q = rnd({1, hq, l, d}, kBF16, dev), k = rnd({1, hkv, l, d}, kBF16, dev), v = rnd({1, hkv, l, d}, kBF16, dev);
+    return [q, k, v] { (void)scaled_dot_product_attention(q, k, v, std::nullopt, true, std::nullopt, true); };
+  };
+  return c;
+}
+
 }  // namespace
 
 std::vector<OpCase> op_cases() {
@@ -219,6 +249,12 @@ std::vector<OpCase> op_cases() {
     cases.push_back(sample_case(v, 0.7, 20, 0.8));
     cases.push_back(sample_case(v, 1.0, 0, 0.9));
   }
+
+  constexpr int64_t kHeads[][3] = {{32, 4, 128}, {32, 8, 128}, {64, 8, 128}};
+  for (const auto& h : kHeads)
+    for (const int64_t l : {512, 2048, 8192, 32768}) cases.push_back(decode_attention_case(h[0], h[1], h[2], l));
+  for (const auto& h : kHeads)
+    for (const int64_t l : {512, 2048, 8192}) cases.push_back(prefill_attention_case(h[0], h[1], h[2], l));
   return cases;
 }
 

@@ -1,0 +1,114 @@
+// CPU reference attention: one query row at a time, in f64, over (batch, head, block of query rows) in
+// parallel. Each work item copies the keys and values its rows can see into f64 buffers once, so strided,
+// broadcast and grouped k/v cost one gather per block, not one per row.
+#include "cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/dispatch.h"
+
+namespace kiln::cpu {
+namespace {
+
+namespace am = attention_math;
+
+constexpr int64_t kRowBlock = 32;  // query rows per work item: the k/v gather is 1/32 of the row work
+
+template <class T>
+void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                      const Tensor& lengths, const am::Layout& L, double scale) {
+  const T* qp = static_cast<const T*>(q.data_ptr());
+  const T* kp = static_cast<const T*>(k.data_ptr());
+  const T* vp = static_cast<const T*>(v.data_ptr());
+  const char* mp = L.mask == am::MaskKind::None ? nullptr : static_cast<const char*>(mask.data_ptr());
+  const int32_t* lens = L.has_lengths ? lengths.data<const int32_t>() : nullptr;
+  T* op = out.data<T>();
+  const int64_t blocks = (L.lq + kRowBlock - 1) / kRowBlock;
+  const int64_t work = L.outer * L.heads * blocks;
+  const double flops = static_cast<double>(L.outer * L.heads) * L.lq * L.lkv * (L.d + L.dv);
+  const double ninf = -std::numeric_limits<double>::infinity();
+
+  auto mask_value = [&](int64_t idx) -> double {
+    switch (L.mask) {
+      case am::MaskKind::Bool: return reinterpret_cast<const bool*>(mp)[idx] ? 0.0 : ninf;
+      case am::MaskKind::F32: return reinterpret_cast<const float*>(mp)[idx];
+      case am::MaskKind::F64: return reinterpret_cast<const double*>(mp)[idx];
+      default: return 0.0;
+    }
+  };
+
+#pragma omp parallel if (flops > 1e6 && work > 1)
+  {
+    std::vector<double> kbuf, vbuf, s, qrow, acc;
+#pragma omp for schedule(dynamic)
+    for (int64_t w = 0; w < work; ++w) {
+      const int64_t task = w / blocks, blk = w % blocks;
+      const int64_t o = task / L.heads, h = task % L.heads;
+      const am::Offsets off = am::batch_offsets(L, o, h);
+      const int64_t kv_len = lens ? lens[o] : L.lkv;
+      const int64_t i0 = blk * kRowBlock, i1 = std::min(L.lq, i0 + kRowBlock);
+      // key_end grows with i, so the last row of the block sees the most keys.
+      const int64_t nk = am::key_end(i1 - 1, L.lq, kv_len, L.causal, L.has_lengths);
+      kbuf.resize(static_cast<size_t>(nk * L.d));
+      vbuf.resize(static_cast<size_t>(nk * L.dv));
+      s.resize(static_cast<size_t>(nk));
+      qrow.resize(static_cast<size_t>(L.d));
+      acc.resize(static_cast<size_t>(L.dv));
+      for (int64_t j = 0; j < nk; ++j) {
+        for (int64_t c = 0; c < L.d; ++c)
+          kbuf[j * L.d + c] = convert<double>(kp[off.k + j * L.k_row + c * L.k_col]);
+        for (int64_t c = 0; c < L.dv; ++c)
+          vbuf[j * L.dv + c] = convert<double>(vp[off.v + j * L.v_row + c * L.v_col]);
+      }
+      for (int64_t i = i0; i < i1; ++i) {
+        T* orow = op + (task * L.lq + i) * L.dv;
+        const int64_t e = am::key_end(i, L.lq, kv_len, L.causal, L.has_lengths);
+        for (int64_t c = 0; c < L.d; ++c) qrow[c] = convert<double>(qp[off.q + i * L.q_row + c * L.q_col]);
+        double m = ninf;
+        for (int64_t j = 0; j < e; ++j) {
+          double dot = 0;
+          const double* kr = kbuf.data() + j * L.d;
+          for (int64_t c = 0; c < L.d; ++c) dot += qrow[c] * kr[c];
+          double x = dot * scale;
+          if (mp) x += mask_value(off.m + i * L.m_row + j * L.m_col);
+          s[j] = x;
+          if (x > m) m = x;
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        // No key to attend (all masked, or none there): 0, as PyTorch's _safe_softmax. A NaN score keeps
+        // m finite or -inf and turns the row into NaN below, as in PyTorch.
+        bool any_nan = false;
+        for (int64_t j = 0; j < e; ++j) any_nan |= std::isnan(s[j]);
+        if (m == ninf && !any_nan) {
+          for (int64_t c = 0; c < L.dv; ++c) orow[c] = convert<T>(0.0);
+          continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < e; ++j) {
+          const double p = std::exp(s[j] - m);
+          sum += p;
+          if (p == 0.0) continue;  // exp(-inf): a masked key contributes nothing, even an inf value
+          const double* vr = vbuf.data() + j * L.dv;
+          for (int64_t c = 0; c < L.dv; ++c) acc[c] += p * vr[c];
+        }
+        for (int64_t c = 0; c < L.dv; ++c) orow[c] = convert<T>(acc[c] / sum);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+               const Tensor& lengths, const attention_math::Layout& L, double scale) {
+  if (out.numel() == 0) return;
+  visit_dtypes<kFloatTypes>(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    attention_kernel<T>(out, q, k, v, mask, lengths, L, scale);
+  });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,252 @@
+// CUDA launchers of attention: path choice (decode split-KV / flash prefill / general), grid sizes, shared
+// memory, scratch for the split-KV combine, and the KV-cache append. Device code in
+// kernels/flash_attention.cuh and kernels/attention_general.cuh.
+#include "cuda/attention.h"
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <type_traits>
+#include <utility>
+
+#include "core/dispatch.h"
+#include "cuda/device_error.h"
+#include "cuda/kernels/attention_general.cuh"
+#include "cuda/kernels/flash_attention.cuh"
+#include "cuda/launch.h"
+#include "kiln/ops.h"
+
+namespace kiln::cuda {
+namespace {
+
+namespace am = attention_math;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool mult8(int64_t s) { return s % 8 == 0; }
+
+// The tensor-core tiles need 16-byte rows: f16/bf16, D = Dv in {64, 128}, contiguous channels, and every
+// k/v row start 16-byte aligned (base pointer and all strides that move between rows).
+bool tiles_fit(const Tensor& q, const Tensor& k, const Tensor& v, const am::Layout& L) {
+  if (q.dtype() != DType::F16 && q.dtype() != DType::BF16) return false;
+  if (L.d != L.dv || (L.d != 64 && L.d != 128)) return false;
+  // Masks are fused into the prefill tiles (bool or f32; is_causal never comes with one); decode has none.
+  if (L.mask != am::MaskKind::None && (L.has_lengths || L.causal || L.mask == am::MaskKind::F64)) return false;
+  if (L.k_col != 1 || L.v_col != 1 || !mult8(L.k_row) || !mult8(L.v_row)) return false;
+  if (!aligned16(k.data_ptr()) || !aligned16(v.data_ptr())) return false;
+  if (L.heads > 1 && (!mult8(L.hk) || !mult8(L.hv))) return false;
+  const int nb = L.has_lengths ? (L.outer > 1 ? 1 : 0) : L.nbatch;
+  for (int i = 0; i < nb; ++i)
+    if (!mult8(L.bk[i]) || !mult8(L.bv[i])) return false;
+  return true;
+}
+
+template <class F>
+void with_tag(DType t, F&& f) {
+  if (t == DType::BF16) f(attn::Bf16Tag{});
+  else f(attn::F16Tag{});
+}
+
+// Opts a kernel into more than 48 KiB of dynamic shared memory, once per (kernel, device).
+void set_smem(const void* kernel, size_t bytes, int device) {
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done.insert({kernel, device}).second) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+        "scaled_dot_product_attention: cudaFuncSetAttribute");
+}
+
+void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                    const am::Layout& L, double scale, cudaStream_t stream) {
+  attn::FlashParams p;
+  p.out = static_cast<uint16_t*>(out.data_ptr());
+  p.q = static_cast<const uint16_t*>(q.data_ptr());
+  p.k = static_cast<const uint16_t*>(k.data_ptr());
+  p.v = static_cast<const uint16_t*>(v.data_ptr());
+  p.mask = L.mask == am::MaskKind::None ? nullptr : mask.data_ptr();
+  p.L = L;
+  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  p.q_tiles = (L.lq + attn::kTileKeys - 1) / attn::kTileKeys;
+  const int64_t blocks = p.q_tiles * L.heads * L.outer;
+  KILN_CHECK(blocks < (int64_t{1} << 31), "scaled_dot_product_attention: too many query tiles (", blocks, ")");
+  with_tag(q.dtype(), [&](auto tag) {
+    using Tag = decltype(tag);
+    auto go = [&](auto d_const, auto causal_const, auto mask_const) {
+      constexpr int D = decltype(d_const)::value;
+      constexpr bool C = decltype(causal_const)::value;
+      constexpr int M = decltype(mask_const)::value;
+      const size_t smem = static_cast<size_t>(5 * attn::kTileKeys) * (D + attn::kPad) * sizeof(uint16_t);
+      auto kernel = attn::flash_prefill_kernel<Tag, D, C, M>;
+      set_smem(reinterpret_cast<const void*>(kernel), smem, out.device().index);
+      kernel<<<static_cast<unsigned>(blocks), attn::kThreads, smem, stream>>>(p);
+    };
+    using D64 = std::integral_constant<int, 64>;
+    using D128 = std::integral_constant<int, 128>;
+    using T = std::true_type;
+    using F = std::false_type;
+    using None = std::integral_constant<int, attn::kNoMask>;
+    using Bool = std::integral_constant<int, attn::kBoolMask>;
+    using Float = std::integral_constant<int, attn::kFloatMask>;
+    auto with_mask = [&](auto d_const) {
+      if (L.causal) go(d_const, T{}, None{});
+      else if (L.mask == am::MaskKind::Bool) go(d_const, F{}, Bool{});
+      else if (L.mask == am::MaskKind::F32) go(d_const, F{}, Float{});
+      else go(d_const, F{}, None{});
+    };
+    if (L.d == 64) with_mask(D64{});
+    else with_mask(D128{});
+  });
+  check_launch("scaled_dot_product_attention (flash prefill)");
+}
+
+void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lengths,
+                   const am::Layout& L, double scale, cudaStream_t stream, DeviceErrorRecord* err) {
+  const Device dev = out.device();
+  const int64_t b = L.outer, hq = L.heads, hkv = hq / L.gk, rows = L.gk * L.lq;
+  attn::DecodeParams p;
+  p.out = static_cast<uint16_t*>(out.data_ptr());
+  p.q = static_cast<const uint16_t*>(q.data_ptr());
+  p.k = static_cast<const uint16_t*>(k.data_ptr());
+  p.v = static_cast<const uint16_t*>(v.data_ptr());
+  p.lengths = lengths.data<const int32_t>();
+  p.L = L;
+  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  p.row_tiles = static_cast<int>((rows + 15) / 16);
+  p.hkv = hkv;
+  p.err = err;
+  // Splits: about two blocks per multiprocessor over all (sequence, KV head, row tile), at most one per 64
+  // keys of the cache. Sized by Lmax, not the current lengths (which live on the device).
+  const int64_t base = b * hkv * p.row_tiles;
+  const int64_t sms = multiprocessor_count(dev.index);
+  const int64_t max_splits = std::max<int64_t>(1, (L.lkv + attn::kTileKeys - 1) / attn::kTileKeys);
+  p.splits = static_cast<int>(std::clamp<int64_t>((2 * sms + base - 1) / base, 1, std::min<int64_t>(max_splits, 128)));
+  const int64_t out_rows = b * hq * L.lq;
+  Tensor part_o, part_m, part_l;
+  if (p.splits > 1) {
+    part_o = empty({out_rows * p.splits * L.dv}, DType::F32, dev);
+    part_m = empty({out_rows * p.splits}, DType::F32, dev);
+    part_l = empty({out_rows * p.splits}, DType::F32, dev);
+    p.part_o = part_o.data<float>();
+    p.part_m = part_m.data<float>();
+    p.part_l = part_l.data<float>();
+  } else {
+    p.part_o = p.part_m = p.part_l = nullptr;
+  }
+  const int64_t blocks = base * p.splits;
+  KILN_CHECK(blocks < (int64_t{1} << 31), "decode_attention: too many blocks (", blocks, ")");
+  with_tag(q.dtype(), [&](auto tag) {
+    using Tag = decltype(tag);
+    auto go = [&](auto d_const) {
+      constexpr int D = decltype(d_const)::value;
+      const size_t smem = static_cast<size_t>(16 + 4 * attn::kTileKeys) * (D + attn::kPad) * sizeof(uint16_t);
+      auto kernel = attn::flash_decode_kernel<Tag, D>;
+      set_smem(reinterpret_cast<const void*>(kernel), smem, out.device().index);
+      kernel<<<static_cast<unsigned>(blocks), attn::kThreads, smem, stream>>>(p);
+    };
+    if (L.d == 64) go(std::integral_constant<int, 64>{});
+    else go(std::integral_constant<int, 128>{});
+  });
+  check_launch("decode_attention");
+  if (p.splits > 1) {
+    visit_dtypes<dset(DType::F16, DType::BF16)>(out.dtype(), "decode_attention", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      attn::attention_combine_kernel<T><<<static_cast<unsigned>(out_rows), 128, 0, stream>>>(
+          out.data<T>(), p.part_o, p.part_m, p.part_l, p.splits, L.dv);
+    });
+    check_launch("decode_attention (combine)");
+  }
+}
+
+void launch_general(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                    const Tensor& lengths, const am::Layout& L, double scale, cudaStream_t stream,
+                    DeviceErrorRecord* err) {
+  const int64_t per_warp = (L.d + L.dv) * static_cast<int64_t>(sizeof(float));
+  int warps = 4;
+  if (warps * per_warp > 48 * 1024) warps = 1;
+  KILN_CHECK(warps * per_warp <= 48 * 1024, "scaled_dot_product_attention: head dims D = ", L.d, " and Dv = ",
+             L.dv, " are too large for the CUDA kernel (D + Dv must be at most 12288)");
+  const int64_t rows = L.outer * L.heads * L.lq;
+  const int64_t want = (rows + warps - 1) / warps;
+  const int64_t cap = static_cast<int64_t>(multiprocessor_count(out.device().index)) * 64;
+  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(want, cap)));
+  const void* mp = L.mask == am::MaskKind::None ? nullptr : mask.data_ptr();
+  const int32_t* lp = L.has_lengths ? lengths.data<const int32_t>() : nullptr;
+  visit_dtypes<dset(DType::F16, DType::BF16, DType::F32)>(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    attn::attention_general_kernel<T><<<grid, warps * 32, warps * per_warp, stream>>>(
+        out.data<T>(), static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k.data_ptr()),
+        static_cast<const T*>(v.data_ptr()), mp, lp, L, static_cast<float>(scale), rows, err);
+  });
+  check_launch("scaled_dot_product_attention");
+}
+
+}  // namespace
+
+void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+               const Tensor& lengths, const attention_math::Layout& L, double scale) {
+  const char* op = L.has_lengths ? "decode_attention" : "scaled_dot_product_attention";
+  KILN_CHECK(q.dtype() != DType::F64, op, ": f64 is not supported on CUDA (q ", q.meta(), "); use f32, f16 or bf16");
+  KILN_CHECK(L.mask != am::MaskKind::F64, op, ": internal error: f64 mask on CUDA");
+  const Device dev = out.device();
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  DeviceErrorRecord* err = device_error_record(dev.index);
+  if (out.numel() == 0) return;
+  if (tiles_fit(q, k, v, L)) {
+    if (L.has_lengths) launch_decode(out, q, k, v, lengths, L, scale, stream, err);
+    else launch_prefill(out, q, k, v, mask, L, scale, stream);
+    return;
+  }
+  launch_general(out, q, k, v, mask, lengths, L, scale, stream, err);
+}
+
+void kv_cache_append(const Tensor& k_cache, const Tensor& k_src, const Tensor& v_cache, const Tensor& v_src,
+                     const Tensor& positions, int64_t lmax) {
+  const Device dev = k_cache.device();
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  DeviceErrorRecord* err = device_error_record(dev.index);
+  auto dims = [&](const Tensor& cache, const Tensor& src) {
+    attn::AppendDims a;
+    a.b = src.size(0);
+    a.h = src.size(1);
+    a.t = src.size(2);
+    a.d = src.size(3);
+    a.lmax = lmax;
+    for (int i = 0; i < 4; ++i) {
+      a.cs[i] = cache.stride(i);
+      a.ss[i] = src.stride(i);
+    }
+    return a;
+  };
+  // One launch for both caches when their elements are as wide (the usual case); otherwise one each.
+  auto launch = [&](const Tensor& kc, const Tensor& ks, const attn::AppendDims& ka, const Tensor* vc,
+                    const Tensor* vs, const attn::AppendDims& va) {
+    const int64_t n = ka.numel() + va.numel();
+    if (n == 0) return;
+    const unsigned grid = grid_for(n, 256, dev.index);
+    auto go = [&](auto* type_tag) {
+      using U = std::remove_pointer_t<decltype(type_tag)>;
+      attn::kv_append_kernel<U><<<grid, 256, 0, stream>>>(
+          static_cast<U*>(kc.data_ptr()), static_cast<const U*>(ks.data_ptr()), ka,
+          vc ? static_cast<U*>(vc->data_ptr()) : nullptr, vs ? static_cast<const U*>(vs->data_ptr()) : nullptr, va,
+          positions.data<const int32_t>(), err);
+    };
+    switch (kc.itemsize()) {
+      case 2: go(static_cast<uint16_t*>(nullptr)); break;
+      case 4: go(static_cast<uint32_t*>(nullptr)); break;
+      case 8: go(static_cast<uint64_t*>(nullptr)); break;
+      default: throw Error(str("kv_cache_append_: unsupported cache dtype ", kc.meta()));
+    }
+    check_launch("kv_cache_append_");
+  };
+  const attn::AppendDims ka = dims(k_cache, k_src), va = dims(v_cache, v_src);
+  if (k_cache.itemsize() == v_cache.itemsize()) {
+    launch(k_cache, k_src, ka, &v_cache, &v_src, va);
+  } else {
+    launch(k_cache, k_src, ka, nullptr, nullptr, attn::AppendDims{});
+    launch(v_cache, v_src, va, nullptr, nullptr, attn::AppendDims{});
+  }
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,327 @@
+// CUDA attention against the CPU reference (itself tested against a double-precision transcription of
+// PyTorch's math path in tests/ops/attention_test.cpp): the flash prefill tiles (D 64/128, f16/bf16), the
+// general kernel (f32, odd head dims, masks, unaligned rows), the split-KV decode kernel and its combine,
+// the KV-cache append, device-side errors, and graph capture while the device lengths grow.
+//
+// Tolerances: the tensor-core paths round P (the softmax weights) to 16 bits before P @ V, as every flash
+// kernel does, so each output carries about one 16-bit rounding per term on top of the output rounding:
+// bf16 atol 1e-2 (outputs are O(1) averages), f16 atol 2e-3. f32 runs in f32 (expf, f32 dot products)
+// against the CPU's f64: rtol 1e-4, atol 5e-5.
+#include <cmath>
+#include <vector>
+
+#include "kiln/nn.h"
+#include "kiln/runtime.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::all_close;
+using test::random_tensor;
+
+const Device kGpu = cuda_device(0);
+
+test::Tolerance tol(DType dt) {
+  switch (dt) {
+    case DType::BF16: return {1.6e-2, 1e-2};
+    case DType::F16: return {2e-3, 2e-3};
+    default: return {1e-4, 5e-5};
+  }
+}
+
+// Frees a NaN-filled block of the output's size so the caching allocator hands it to the op next: an
+// output element the kernel forgets to write stays NaN.
+void poison_next(const Shape& shape, DType dt) {
+  Tensor junk = full(shape, NAN, dt, kGpu);
+  (void)junk;
+}
+
+Tensor sdpa_gpu(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask, bool causal,
+                bool gqa, const Shape& out_shape) {
+  poison_next(out_shape, q.dtype());
+  return scaled_dot_product_attention(q.to(kGpu), k.to(kGpu), v.to(kGpu),
+                                      mask ? std::optional<Tensor>(mask->to(kGpu)) : std::nullopt, causal,
+                                      std::nullopt, gqa)
+      .cpu();
+}
+
+TEST(CudaAttention, FlashPrefillMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  const std::pair<int64_t, int64_t> lens[] = {{1, 1}, {17, 17}, {64, 64}, {100, 100}, {257, 257},
+                                              {33, 300}, {300, 33}, {128, 200}, {5, 0}};
+  for (int64_t d : {64, 128}) {
+    for (DType dt : {DType::BF16, DType::F16}) {
+      for (auto [lq, lkv] : lens) {
+        for (bool causal : {false, true}) {
+          for (int64_t ratio : {1, 4}) {
+            SCOPED_TRACE(str("D ", d, " ", dtype_name(dt), " Lq ", lq, " Lkv ", lkv, " causal ", causal, " gqa ", ratio));
+            const int64_t b = 2, hq = 4, hkv = hq / ratio;
+            const Tensor q = random_tensor({b, hq, lq, d}, dt), k = random_tensor({b, hkv, lkv, d}, dt);
+            const Tensor v = random_tensor({b, hkv, lkv, d}, dt);
+            const Tensor cpu = scaled_dot_product_attention(q, k, v, std::nullopt, causal, std::nullopt, true);
+            const Tensor got = sdpa_gpu(q, k, v, std::nullopt, causal, true, cpu.sizes());
+            EXPECT_TRUE(all_close(got, cpu, tol(dt)));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, FlashPrefillStridedAndBroadcastInputs) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    // [B, L, H, D] buffers viewed as [B, H, L, D]: rows H * D apart (still 16-byte aligned: the tile path).
+    const Tensor q = random_tensor({2, 70, 8, 128}, dt).transpose(1, 2);
+    const Tensor k = random_tensor({2, 90, 2, 128}, dt).transpose(1, 2);
+    const Tensor v = random_tensor({2, 90, 2, 128}, dt).transpose(1, 2);
+    for (bool causal : {false, true}) {
+      const Tensor cpu = scaled_dot_product_attention(q, k, v, std::nullopt, causal, std::nullopt, true);
+      EXPECT_TRUE(all_close(sdpa_gpu(q, k, v, std::nullopt, causal, true, cpu.sizes()), cpu, tol(dt)));
+    }
+    // Batch dims broadcast: q [1, 1, 64] against k [2, 1, 1, 64]; q [3, 1, 9, 64] against k [1, 4, 20, 64].
+    const Tensor q1 = random_tensor({1, 1, 64}, dt), k1 = random_tensor({2, 1, 1, 64}, dt), v1 = random_tensor({2, 1, 1, 64}, dt);
+    const Tensor c1 = scaled_dot_product_attention(q1, k1, v1);
+    EXPECT_TRUE(all_close(sdpa_gpu(q1, k1, v1, std::nullopt, false, false, c1.sizes()), c1, tol(dt)));
+    const Tensor q2 = random_tensor({3, 1, 9, 64}, dt), k2 = random_tensor({1, 4, 20, 64}, dt), v2 = random_tensor({1, 4, 20, 64}, dt);
+    const Tensor c2 = scaled_dot_product_attention(q2, k2, v2, std::nullopt, true);
+    EXPECT_TRUE(all_close(sdpa_gpu(q2, k2, v2, std::nullopt, true, false, c2.sizes()), c2, tol(dt)));
+    // More batch dims (outer [2, 3] with k broadcast over the 3) with grouped heads, on the tile path.
+    const Tensor q5 = random_tensor({2, 3, 4, 40, 64}, dt), k5 = random_tensor({2, 1, 2, 50, 64}, dt);
+    const Tensor v5 = random_tensor({2, 1, 2, 50, 64}, dt);
+    for (bool causal : {false, true}) {
+      const Tensor c5 = scaled_dot_product_attention(q5, k5, v5, std::nullopt, causal, std::nullopt, true);
+      EXPECT_TRUE(all_close(sdpa_gpu(q5, k5, v5, std::nullopt, causal, true, c5.sizes()), c5, tol(dt)));
+    }
+    // Large logits (|q.k| * scale up to ~1e3): the online softmax must not overflow.
+    const Tensor q4 = random_tensor({1, 2, 70, 64}, dt, -20, 20), k4 = random_tensor({1, 2, 90, 64}, dt, -20, 20);
+    const Tensor v4 = random_tensor({1, 2, 90, 64}, dt);
+    const Tensor c4 = scaled_dot_product_attention(q4, k4, v4, std::nullopt, true);
+    EXPECT_TRUE(all_close(sdpa_gpu(q4, k4, v4, std::nullopt, true, false, c4.sizes()), c4, tol(dt)));
+    // Unaligned rows (a slice starting at element 1 of rows of 129): the general kernel.
+    const Tensor k3 = random_tensor({1, 2, 40, 129}, dt).narrow(-1, 1, 128), v3 = random_tensor({1, 2, 40, 128}, dt);
+    const Tensor q3 = random_tensor({1, 2, 30, 128}, dt);
+    const Tensor c3 = scaled_dot_product_attention(q3, k3, v3, std::nullopt, true);
+    EXPECT_TRUE(all_close(sdpa_gpu(q3, k3, v3, std::nullopt, true, false, c3.sizes()), c3, tol(dt)));
+  }
+}
+
+TEST(CudaAttention, GeneralPathMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  struct Case {
+    Shape q, k, v;
+    DType dt;
+  };
+  const Case cases[] = {
+      {{2, 4, 33, 64}, {2, 4, 47, 64}, {2, 4, 47, 64}, DType::F32},      // f32
+      {{2, 4, 33, 80}, {2, 2, 47, 80}, {2, 2, 47, 80}, DType::BF16},     // D not 64/128
+      {{2, 4, 33, 64}, {2, 4, 47, 64}, {2, 4, 47, 32}, DType::F16},      // Dv != D
+      {{3, 17, 24}, {2, 1, 19, 24}, {19, 40}, DType::F32},               // broadcast, odd sizes
+      {{1, 1, 1, 7}, {1, 1, 1, 7}, {1, 1, 1, 3}, DType::F32},            // size-1 rows
+      {{2, 8, 5, 256}, {2, 1, 300, 256}, {2, 1, 300, 256}, DType::BF16},  // D = 256, MQA
+  };
+  for (const auto& c : cases) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(str("q ", c.q, " k ", c.k, " v ", c.v, " ", dtype_name(c.dt), " causal ", causal));
+      const Tensor q = random_tensor(c.q, c.dt), k = random_tensor(c.k, c.dt), v = random_tensor(c.v, c.dt);
+      const bool gqa = c.q.size() >= 3 && c.k.size() >= 3 && c.q[c.q.size() - 3] != c.k[c.k.size() - 3];
+      const Tensor cpu = scaled_dot_product_attention(q, k, v, std::nullopt, causal, std::nullopt, gqa);
+      EXPECT_TRUE(all_close(sdpa_gpu(q, k, v, std::nullopt, causal, gqa, cpu.sizes()), cpu, tol(c.dt)));
+    }
+  }
+}
+
+// f16/bf16 with D 64/128 take the tiles with the mask fused; f32 takes the general kernel.
+TEST(CudaAttention, MasksAndFullyMaskedRows) {
+  KILN_REQUIRE_CUDA();
+  const int64_t sizes[][3] = {{19, 37, 64}, {100, 150, 128}};
+  for (const auto& sz : sizes)
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    const int64_t b = 2, h = 4, lq = sz[0], lkv = sz[1], d = sz[2];
+    const Tensor q = random_tensor({b, h, lq, d}, dt), k = random_tensor({b, h, lkv, d}, dt);
+    const Tensor v = random_tensor({b, h, lkv, d}, dt, 1, 2);
+    for (const Shape& ms : {Shape{lq, lkv}, Shape{b, 1, lq, lkv}, Shape{1, h, 1, lkv}, Shape{lkv}}) {
+      SCOPED_TRACE(str(dtype_name(dt), " mask ", ms));
+      Tensor bmask = gt(random_tensor(ms, DType::F32, 0, 1), 0.4);
+      if (ms.size() >= 2) bmask.select(-2, 0).fill_(false);  // fully masked rows
+      const Tensor cpu_b = scaled_dot_product_attention(q, k, v, bmask);
+      EXPECT_TRUE(all_close(sdpa_gpu(q, k, v, bmask, false, false, cpu_b.sizes()), cpu_b, tol(dt)));
+      const Tensor fmask = where(bmask, random_tensor(ms, DType::F32, -2, 2), full({}, -INFINITY, DType::F32));
+      const Tensor cpu_f = scaled_dot_product_attention(q, k, v, fmask);
+      EXPECT_TRUE(all_close(sdpa_gpu(q, k, v, fmask, false, false, cpu_f.sizes()), cpu_f, tol(dt)));
+    }
+  }
+}
+
+// ---- decode ----
+
+struct DecodeCase {
+  int64_t b, hq, hkv, d, lmax;
+  std::vector<int32_t> lens;
+};
+
+// unaligned: caches that are slices starting at element 1 of wider rows (the general kernel).
+void check_decode(const DecodeCase& c, DType dt, int64_t lq, bool unaligned = false) {
+  SCOPED_TRACE(str(dtype_name(dt), " B ", c.b, " Hq ", c.hq, " Hkv ", c.hkv, " D ", c.d, " Lmax ", c.lmax, " Lq ", lq,
+                   unaligned ? " unaligned" : ""));
+  const Tensor q = random_tensor({c.b, lq, c.hq, c.d}, dt).transpose(1, 2);  // [B, Hq, Lq, D] view of [B, Lq, Hq, D]
+  const int64_t w = unaligned ? c.d + 1 : c.d;
+  const Tensor kc = random_tensor({c.b, c.hkv, c.lmax, w}, dt).narrow(-1, w - c.d, c.d);
+  const Tensor vc = random_tensor({c.b, c.hkv, c.lmax, w}, dt).narrow(-1, w - c.d, c.d);
+  const Tensor lens = from_vector<int32_t>(c.lens);
+  const Tensor cpu = decode_attention(q, kc, vc, lens);
+  poison_next(cpu.sizes(), dt);
+  const Tensor got = decode_attention(q.to(kGpu), kc.to(kGpu), vc.to(kGpu), lens.to(kGpu)).cpu();
+  EXPECT_TRUE(all_close(got, cpu, tol(dt)));
+}
+
+TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (int64_t lq = 1; lq <= 8; ++lq) {
+      check_decode({3, 32, 4, 128, 600, {1, 100, 513}}, dt, lq);
+      check_decode({2, 8, 8, 64, 130, {130, 17}}, dt, lq);
+    }
+    check_decode({2, 32, 8, 128, 4097, {4097, 2000}}, dt, 1);
+    check_decode({1, 64, 8, 128, 4097, {4096}}, dt, 2);
+    check_decode({2, 8, 2, 128, 32768, {32768, 30001}}, dt, 1);
+    check_decode({4, 4, 4, 64, 64, {0, 1, 63, 64}}, dt, 1);  // a length of 0 gives 0
+  }
+  // f32 caches and unaligned caches take the general kernel.
+  check_decode({2, 8, 2, 64, 300, {300, 7}}, DType::F32, 3);
+  check_decode({2, 8, 2, 128, 300, {300, 7}}, DType::BF16, 2, true);
+}
+
+TEST(CudaDecodeAttention, DecodeKernelEqualsPrefillOnTheSameData) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t b = 1, hq = 32, hkv = 8, d = 128, lmax = 1000, n = 777;
+    const Tensor kc = random_tensor({b, hkv, lmax, d}, dt, -2, 2, kGpu), vc = random_tensor({b, hkv, lmax, d}, dt, -2, 2, kGpu);
+    const Tensor lens = from_vector<int32_t>({static_cast<int32_t>(n)}).to(kGpu);
+    const Tensor kv = kc.narrow(2, 0, n), vv = vc.narrow(2, 0, n);
+    // Lq = 1: the last position sees every valid key (non-causal prefill over the first n keys).
+    const Tensor q1 = random_tensor({b, hq, 1, d}, dt, -2, 2, kGpu);
+    EXPECT_TRUE(all_close(decode_attention(q1, kc, vc, lens).cpu(),
+                          scaled_dot_product_attention(q1, kv, vv, std::nullopt, false, std::nullopt, true).cpu(), tol(dt)));
+    // Lq = n = Lkv: bottom-right and top-left causal coincide.
+    const Tensor qn = random_tensor({b, hq, n, d}, dt, -2, 2, kGpu);
+    EXPECT_TRUE(all_close(decode_attention(qn, kc, vc, lens).cpu(),
+                          scaled_dot_product_attention(qn, kv, vv, std::nullopt, true, std::nullopt, true).cpu(), tol(dt)));
+  }
+}
+
+TEST(CudaDecodeAttention, AppendThenDecodeMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  const int64_t b = 3, hkv = 4, hq = 16, lmax = 300, d = 128, t = 2;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Tensor kc = random_tensor({b, hkv, lmax, d}, dt), vc = random_tensor({b, hkv, lmax, d}, dt);
+    Tensor kg = kc.to(kGpu), vg = vc.to(kGpu);
+    const Tensor kn = random_tensor({b, t, hkv, d}, DType::F32).transpose(1, 2);  // strided, converted
+    const Tensor vn = random_tensor({b, hkv, t, d}, dt);
+    const std::vector<int32_t> pos = {0, 150, 298};
+    kv_cache_append_(kc, vc, kn, vn, from_vector<int32_t>(pos));
+    kv_cache_append_(kg, vg, kn.to(kGpu), vn.to(kGpu), from_vector<int32_t>(pos).to(kGpu));
+    EXPECT_TRUE(test::equal(kg.cpu(), kc));
+    EXPECT_TRUE(test::equal(vg.cpu(), vc));
+    const std::vector<int32_t> lens = {2, 152, 300};
+    const Tensor q = random_tensor({b, hq, t, d}, dt);
+    EXPECT_TRUE(all_close(decode_attention(q.to(kGpu), kg, vg, from_vector<int32_t>(lens).to(kGpu)).cpu(),
+                          decode_attention(q, kc, vc, from_vector<int32_t>(lens)), tol(dt)));
+  }
+}
+
+TEST(CudaDecodeAttention, AppendWithDifferentCacheDtypesAndHeadDims) {
+  KILN_REQUIRE_CUDA();
+  // k cache f32 [.., 96], v cache bf16 [.., 40]: two launches (element widths differ); same widths: one.
+  for (DType vdt : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(vdt));
+    Tensor kc = random_tensor({2, 3, 50, 96}, DType::F32), vc = random_tensor({2, 3, 50, 40}, vdt);
+    Tensor kg = kc.to(kGpu), vg = vc.to(kGpu);
+    const Tensor kn = random_tensor({2, 3, 5, 96}, DType::BF16), vn = random_tensor({2, 3, 5, 40}, DType::F16);
+    const std::vector<int32_t> pos = {45, 7};
+    kv_cache_append_(kc, vc, kn, vn, from_vector<int32_t>(pos));
+    kv_cache_append_(kg, vg, kn.to(kGpu), vn.to(kGpu), from_vector<int32_t>(pos).to(kGpu));
+    EXPECT_TRUE(test::equal(kg.cpu(), kc));
+    EXPECT_TRUE(test::equal(vg.cpu(), vc));
+  }
+}
+
+TEST(CudaDecodeAttention, BadLengthsAndPositionsRaiseAtTheNextSync) {
+  KILN_REQUIRE_CUDA();
+  const Tensor q = random_tensor({2, 8, 1, 128}, DType::BF16, -2, 2, kGpu);
+  Tensor kc = random_tensor({2, 2, 64, 128}, DType::BF16, -2, 2, kGpu), vc = random_tensor({2, 2, 64, 128}, DType::BF16, -2, 2, kGpu);
+  EXPECT_TRUE(test::throws_error([&] { (void)decode_attention(q, kc, vc, from_vector<int32_t>({3, 65}).to(kGpu)).cpu(); },
+                                 {"decode_attention", "65"}));
+  // The general kernel (f32) checks too.
+  EXPECT_TRUE(test::throws_error(
+      [&] { (void)decode_attention(q.to(DType::F32), kc.to(DType::F32), vc.to(DType::F32), from_vector<int32_t>({-1, 3}).to(kGpu)).cpu(); },
+      {"decode_attention", "-1"}));
+  const Tensor k0 = kc.cpu();
+  const Tensor kn = random_tensor({2, 2, 4, 128}, DType::BF16, -2, 2, kGpu), vn = random_tensor({2, 2, 4, 128}, DType::BF16, -2, 2, kGpu);
+  EXPECT_TRUE(test::throws_error([&] {
+    kv_cache_append_(kc, vc, kn, vn, from_vector<int32_t>({61, 0}).to(kGpu));
+    (void)kc.cpu();
+  }, {"kv_cache_append_", "61"}));
+  // Sequence 0 (out of range) was skipped; sequence 1 was written.
+  const Tensor k1 = kc.cpu();
+  EXPECT_TRUE(test::equal(k1.select(0, 0), k0.select(0, 0)));
+  EXPECT_TRUE(test::equal(k1.select(0, 1).narrow(1, 0, 4), kn.cpu().select(0, 1)));
+}
+
+TEST(CudaDecodeAttention, GraphReplayFollowsGrowingDeviceLengths) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t b = 2, hkv = 8, hq = 32, lmax = 2048, d = 128;
+    Tensor kc = zeros({b, hkv, lmax, d}, dt, kGpu), vc = zeros({b, hkv, lmax, d}, dt, kGpu);
+    Tensor kc_cpu = zeros({b, hkv, lmax, d}, dt), vc_cpu = zeros({b, hkv, lmax, d}, dt);
+    Tensor q = zeros({b, hq, 1, d}, dt, kGpu), kn = zeros({b, hkv, 1, d}, dt, kGpu), vn = zeros({b, hkv, 1, d}, dt, kGpu);
+    Tensor pos = zeros({b}, DType::I32, kGpu), lens = zeros({b}, DType::I32, kGpu);
+    // Prefill some history on both sides.
+    std::vector<int32_t> len = {100, 1500};
+    for (int64_t i = 0; i < b; ++i) {
+      const Tensor kh = random_tensor({hkv, len[i], d}, dt), vh = random_tensor({hkv, len[i], d}, dt);
+      kc_cpu.select(0, i).narrow(1, 0, len[i]).copy_(kh);
+      vc_cpu.select(0, i).narrow(1, 0, len[i]).copy_(vh);
+    }
+    kc.copy_(kc_cpu);
+    vc.copy_(vc_cpu);
+    Stream s = Stream::create(kGpu);
+    Graph g;
+    Tensor out;
+    (void)decode_attention(q, kc, vc, lens);  // warm-up outside the capture (one-time kernel set-up)
+    synchronize(kGpu);
+    g.capture(s, [&] {
+      kv_cache_append_(kc, vc, kn, vn, pos);
+      out = decode_attention(q, kc, vc, lens);
+    });
+    for (int step = 0; step < 6; ++step) {
+      const Tensor qh = random_tensor({b, hq, 1, d}, dt), kh = random_tensor({b, hkv, 1, d}, dt), vh = random_tensor({b, hkv, 1, d}, dt);
+      const Tensor ph = from_vector<int32_t>(len);
+      std::vector<int32_t> next = len;
+      for (auto& x : next) x += 1;
+      const Tensor lh = from_vector<int32_t>(next);
+      {
+        StreamGuard guard(s);
+        q.copy_(qh);
+        kn.copy_(kh);
+        vn.copy_(vh);
+        pos.copy_(ph);
+        lens.copy_(lh);
+      }
+      g.replay();
+      s.synchronize();
+      kv_cache_append_(kc_cpu, vc_cpu, kh, vh, ph);
+      const Tensor expect = decode_attention(qh, kc_cpu, vc_cpu, lh);
+      EXPECT_TRUE(all_close(out.cpu(), expect, tol(dt))) << "step " << step;
+      len = next;
+      len[0] += 300;  // jumps too: the graph reads whatever the device holds
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
