@@ -1,0 +1,158 @@
+// Device code of the MoE block around the expert products (grouped_mm.cuh): the fused router (softmax,
+// top-k, renormalisation), the token -> expert permutation and the weighted combine. The launcher is
+// src/cuda/moe.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/gemv.cuh"
+#include "cuda/kernels/grouped_mm.cuh"
+#include "ops/math.h"
+#include "ops/softmax_math.h"
+
+namespace kiln::cuda::kernels {
+
+inline constexpr int kRouteMaxExperts = 256;
+inline constexpr int kRouteMaxTopk = 16;
+inline constexpr int kRouteThreads = 128;  // one warp per token
+inline constexpr int kRoutePerLane = kRouteMaxExperts / 32;
+
+// a is a better pick than b: larger probability (NaN counts as the largest, as torch.topk), ties to the
+// lower expert index.
+__device__ __forceinline__ bool route_better(float va, int ea, float vb, int eb) {
+  const bool na = va != va, nb = vb != vb;
+  if (na != nb) return na;
+  if (!na && va != vb) return va > vb;
+  return ea < eb;
+}
+
+// logits [T, E] (row stride ld, x's dtype) -> weights [T, k] (x's dtype), experts [T, k] i32, contiguous.
+// As moe_route: p = softmax(logits) in f32, the k largest (ties: lower index) in descending order, then
+// optionally p / sum(selected p). E <= kRouteMaxExperts, k <= min(E, kRouteMaxTopk).
+template <class T>
+__global__ void __launch_bounds__(kRouteThreads)
+    moe_route_kernel(const T* __restrict__ logits, int64_t ld, int64_t tokens, int E, int k, bool norm,
+                     T* __restrict__ weights, int32_t* __restrict__ experts) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (kRouteThreads / 32) + (threadIdx.x >> 5);
+  if (t >= tokens) return;  // whole warps leave together
+  const T* row = logits + t * ld;
+  float v[kRoutePerLane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kRoutePerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < E ? gemv_to_f32(row[e]) : -INFINITY;
+    if (e < E) mx = softmax_math::max_nan(mx, v[i]);
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) mx = softmax_math::max_nan(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, d));
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kRoutePerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < E ? softmax_math::exp_shifted(v[i], mx) : 0.f;
+    sum += v[i];
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, d);
+#pragma unroll
+  for (int i = 0; i < kRoutePerLane; ++i) v[i] = softmax_math::softmax_from_exp(v[i], sum);
+
+  unsigned taken = 0;  // bit i: expert lane + 32 i is selected
+  float sel_v[kRouteMaxTopk];
+  int sel_e[kRouteMaxTopk];
+  float sel_sum = 0.f;
+#pragma unroll
+  for (int q = 0; q < kRouteMaxTopk; ++q) {
+    if (q >= k) break;
+    float bv = -INFINITY;
+    int be = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kRoutePerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (e < E && !(taken >> i & 1u) && route_better(v[i], e, bv, be)) {
+        bv = v[i];
+        be = e;
+      }
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+      const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, d);
+      const int oe = __shfl_xor_sync(0xFFFFFFFFu, be, d);
+      if (route_better(ov, oe, bv, be)) {
+        bv = ov;
+        be = oe;
+      }
+    }
+    // k <= E, so be is a real expert; its owner marks it taken.
+    if ((be & 31) == lane) taken |= 1u << (be >> 5);
+    sel_v[q] = bv;
+    sel_e[q] = be;
+    sel_sum += bv;
+  }
+  if (lane == 0) {
+    for (int q = 0; q < k; ++q) {
+      const float w = norm ? sel_v[q] / sel_sum : sel_v[q];
+      weights[t * k + q] = gemv_from_f32<T>(w);
+      experts[t * k + q] = sel_e[q];
+    }
+  }
+}
+
+inline constexpr int kPermuteThreads = 1024;
+inline constexpr int kPermuteMaxExperts = 4096;
+
+// One block. experts [P] (the router's [T, k] flattened; out-of-range ids are clamped, they come from the
+// router) -> offs [E] (cumulative ends of each expert's rows), rows_tok [P] (token of the r-th row in
+// expert order) and rows_pair [P] (its flat (token, slot) index). The order of rows inside one expert is
+// the order of shared-memory atomics: it changes no result (every row's products are computed on their
+// own, in a fixed order). Dynamic shared memory: 2 E ints.
+__global__ void __launch_bounds__(kPermuteThreads)
+    moe_permute_kernel(const int32_t* __restrict__ experts, int P, int E, int k, int32_t* __restrict__ offs,
+                       int32_t* __restrict__ rows_tok, int32_t* __restrict__ rows_pair) {
+  extern __shared__ int perm_dyn[];
+  __shared__ int warp_tmp[kPermuteThreads / 32];
+  int* ends = perm_dyn;
+  int* cursor = perm_dyn + E;
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int e = tid; e < E; e += kPermuteThreads) ends[e] = 0;
+  __syncthreads();
+  auto expert_of = [&](int i) {
+    const int e = experts[i];
+    return e < 0 ? 0 : (e >= E ? E - 1 : e);
+  };
+  for (int i = tid; i < P; i += kPermuteThreads) atomicAdd(&ends[expert_of(i)], 1);
+  __syncthreads();
+  for (int e = tid; e < E; e += kPermuteThreads) cursor[e] = ends[e];
+  gmm_block_scan<kPermuteThreads>(ends, E, ScanSum{}, 0, warp_tmp);  // ends with a barrier
+  for (int e = tid; e < E; e += kPermuteThreads) {
+    cursor[e] = ends[e] - cursor[e];  // the expert's first row
+    offs[e] = ends[e];
+  }
+  __syncthreads();
+  for (int i = tid; i < P; i += kPermuteThreads) {
+    const int pos = atomicAdd(&cursor[expert_of(i)], 1);
+    rows_pair[pos] = i;
+    rows_tok[pos] = i / k;
+  }
+}
+
+// out[t, c] = sum over slots j < k, in order, of weight[t, j] * y[t * k + j, c] in f32, rounded once.
+// y [T k, H] f32 contiguous, weights [T, k], out [T, H] contiguous.
+template <class T>
+__global__ void moe_combine_kernel(const float* __restrict__ y, const T* __restrict__ weights, int64_t tokens,
+                                   int64_t H, int k, T* __restrict__ out) {
+  const int64_t n = tokens * H;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / H, c = i - t * H;
+    float acc = 0.f;
+    for (int j = 0; j < k; ++j) acc += gemv_to_f32(weights[t * k + j]) * y[(t * k + j) * H + c];
+    out[i] = gemv_from_f32<T>(acc);
+  }
+}
+
+}  // namespace kiln::cuda::kernels
