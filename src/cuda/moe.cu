@@ -163,7 +163,7 @@ MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k
   check_same_device("moe_route", dev, router_weight);
   const Tensor logits = cuda::linear(x, router_weight, std::nullopt);
   const int64_t T = x.size(0), E = router_weight.size(0);
-  if (E > kernels::kRouteMaxExperts || top_k > kernels::kRouteMaxTopk) {
+  if (E > kernels::kRouteMaxExperts) {
     // Outside the fused kernel's range: the composed definition.
     const Tensor probs = softmax(logits, -1, DType::F32);
     auto [values, indices] = topk(probs, top_k);

@@ -22,7 +22,7 @@ enum class GroupedMmPath { Auto, Decode, Tiled };
 void set_forced_grouped_mm_path(GroupedMmPath p);
 
 // moe_route on CUDA (x [T, H], router_weight [E, H]): logits through cuda::linear, then one fused kernel
-// (softmax f32, top-k, renormalisation) when E <= 256 and top_k <= 16, else the composed ops.
+// (softmax f32, top-k, renormalisation) when E <= 256, else the composed ops.
 MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k, bool norm_topk_prob);
 
 // moe_forward on CUDA: routing, the permutation, gate_up with SiLU-mul fused, down, the combine.

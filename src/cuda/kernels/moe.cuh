@@ -15,7 +15,6 @@
 namespace kiln::cuda::kernels {
 
 inline constexpr int kRouteMaxExperts = 256;
-inline constexpr int kRouteMaxTopk = 16;
 inline constexpr int kRouteThreads = 128;  // one warp per token
 inline constexpr int kRoutePerLane = kRouteMaxExperts / 32;
 
@@ -30,7 +29,7 @@ __device__ __forceinline__ bool route_better(float va, int ea, float vb, int eb)
 
 // logits [T, E] (row stride ld, x's dtype) -> weights [T, k] (x's dtype), experts [T, k] i32, contiguous.
 // As moe_route: p = softmax(logits) in f32, the k largest (ties: lower index) in descending order, then
-// optionally p / sum(selected p). E <= kRouteMaxExperts, k <= min(E, kRouteMaxTopk).
+// optionally p / sum(selected p). 1 <= k <= E <= kRouteMaxExperts.
 template <class T>
 __global__ void __launch_bounds__(kRouteThreads)
     moe_route_kernel(const T* __restrict__ logits, int64_t ld, int64_t tokens, int E, int k, bool norm,
@@ -61,19 +60,19 @@ __global__ void __launch_bounds__(kRouteThreads)
 #pragma unroll
   for (int i = 0; i < kRoutePerLane; ++i) v[i] = softmax_math::softmax_from_exp(v[i], sum);
 
-  unsigned taken = 0;  // bit i: expert lane + 32 i is selected
-  float sel_v[kRouteMaxTopk];
-  int sel_e[kRouteMaxTopk];
-  float sel_sum = 0.f;
+  // k rounds of a warp arg-max over the experts not yet taken; each lane remembers the slot of the
+  // experts it owns, so no per-slot arrays are needed and k is bounded only by E.
+  int slot[kRoutePerLane];
 #pragma unroll
-  for (int q = 0; q < kRouteMaxTopk; ++q) {
-    if (q >= k) break;
+  for (int i = 0; i < kRoutePerLane; ++i) slot[i] = -1;
+  float sel_sum = 0.f;  // the same on every lane, summed in slot order
+  for (int q = 0; q < k; ++q) {
     float bv = -INFINITY;
     int be = INT_MAX;
 #pragma unroll
     for (int i = 0; i < kRoutePerLane; ++i) {
       const int e = lane + 32 * i;
-      if (e < E && !(taken >> i & 1u) && route_better(v[i], e, bv, be)) {
+      if (e < E && slot[i] < 0 && route_better(v[i], e, bv, be)) {
         bv = v[i];
         be = e;
       }
@@ -87,18 +86,18 @@ __global__ void __launch_bounds__(kRouteThreads)
         be = oe;
       }
     }
-    // k <= E, so be is a real expert; its owner marks it taken.
-    if ((be & 31) == lane) taken |= 1u << (be >> 5);
-    sel_v[q] = bv;
-    sel_e[q] = be;
+    // k <= E, so be is a real expert; its owner records the slot.
+#pragma unroll
+    for (int i = 0; i < kRoutePerLane; ++i)
+      if (lane + 32 * i == be) slot[i] = q;
     sel_sum += bv;
   }
-  if (lane == 0) {
-    for (int q = 0; q < k; ++q) {
-      const float w = norm ? sel_v[q] / sel_sum : sel_v[q];
-      weights[t * k + q] = gemv_from_f32<T>(w);
-      experts[t * k + q] = sel_e[q];
-    }
+#pragma unroll
+  for (int i = 0; i < kRoutePerLane; ++i) {
+    if (slot[i] < 0) continue;
+    const float w = norm ? v[i] / sel_sum : v[i];
+    weights[t * k + slot[i]] = gemv_from_f32<T>(w);
+    experts[t * k + slot[i]] = lane + 32 * i;
   }
 }
 
