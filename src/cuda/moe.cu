@@ -69,17 +69,18 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
     const bool vec = p.mode != GmmMode::KGroups && p.a_sk == 1 && p.b_sk == 1 && p.K % vec_elems == 0 &&
                      aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
     const int64_t ncols = kernels::gmm_tile_cols(p.act);
-    const int64_t gy = (p.N + ncols - 1) / ncols;
+    const int64_t gx = (p.N + ncols - 1) / ncols;  // <= INT_MAX: N is an int
     const int64_t mt = (static_cast<int64_t>(p.M) + kernels::kBM - 1) / kernels::kBM;
-    KILN_CHECK(gy <= 65535, op, ": N = ", p.N, " is too large for one launch (at most ", 65535 * ncols, ")");
     dim3 grid;
     size_t smem = 0;
     if (p.mode == GmmMode::RowGroups) {
-      grid = dim3(static_cast<unsigned>(mt + p.G + 1), static_cast<unsigned>(gy), 1);
+      KILN_CHECK(mt + p.G + 1 <= 65535, op, ": M = ", p.M, " rows in ", p.G, " groups is too large for one launch (at most ",
+                 (65535 - p.G - 1) * kernels::kBM, " rows)");
+      grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(mt + p.G + 1), 1);
       smem = static_cast<size_t>(2 * p.G + 1) * sizeof(int);
     } else {
-      KILN_CHECK(mt <= INT_MAX && p.G <= 65535, op, ": ", p.G, " groups of ", p.M, " rows is too large for one launch");
-      grid = dim3(static_cast<unsigned>(mt), static_cast<unsigned>(gy), static_cast<unsigned>(p.G));
+      KILN_CHECK(mt <= 65535 && p.G <= 65535, op, ": ", p.G, " groups of ", p.M, " rows is too large for one launch");
+      grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(mt), static_cast<unsigned>(p.G));
       if (p.mode == GmmMode::KGroups) smem = static_cast<size_t>(p.G) * sizeof(int);
     }
     kernels::gmm_tile_kernel<T><<<grid, kernels::kTileThreads, smem, stream>>>(p, vec);

@@ -344,8 +344,11 @@ struct WmmaType {
   using type = std::conditional_t<std::is_same_v<T, BFloat16>, __nv_bfloat16, __half>;
 };
 
-// RowGroups: grid = (ceil(M / kBM) + G + 1, ceil(N / gmm_tile_cols(act))), dynamic shared 2 G + 1 ints.
-// KGroups / Batched: grid = (ceil(M / kBM), ceil(N / gmm_tile_cols(act)), G); KGroups: G ints.
+// RowGroups: grid = (ceil(N / gmm_tile_cols(act)), ceil(M / kBM) + G + 1), dynamic shared 2 G + 1 ints.
+// KGroups / Batched: grid = (ceil(N / gmm_tile_cols(act)), ceil(M / kBM), G); KGroups: G ints.
+// The column tiles are the fastest grid dim: the blocks resident together share a few A tiles and walk
+// across one group's B (an expert's weights, a few MB) while it sits in L2; the other order would stream
+// A from memory once per column tile.
 // vec: unit K strides of A and B, 16-byte aligned bases and row/group strides, K % (16 / sizeof(T)) == 0
 // (never for KGroups, whose K ranges start anywhere).
 template <class T>
@@ -362,7 +365,7 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
 
   const int tid = static_cast<int>(threadIdx.x);
   const int ncols = gmm_tile_cols(p.act);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * ncols;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * ncols;
   int g, m0, m1, k0, k1;
   bool zero_rows = false;
   if (p.mode == GmmMode::RowGroups) {
@@ -374,7 +377,7 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
       tiles[q] = (hi - lo + kBM - 1) / kBM;
     }
     gmm_block_scan<kTileThreads>(tiles, p.G + 1, ScanSum{}, 0, warp_tmp);
-    const int slot = static_cast<int>(blockIdx.x);
+    const int slot = static_cast<int>(blockIdx.y);
     g = gmm_upper_bound(tiles, p.G + 1, slot);
     if (g > p.G) return;  // more slots than tiles
     const int tile = slot - (g > 0 ? tiles[g - 1] : 0);
@@ -386,7 +389,7 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
     zero_rows = g == p.G;
   } else {
     g = static_cast<int>(blockIdx.z);
-    m0 = static_cast<int>(blockIdx.x) * kBM;
+    m0 = static_cast<int>(blockIdx.y) * kBM;
     m1 = m0 + kBM < p.M ? m0 + kBM : p.M;
     k0 = 0;
     k1 = p.K;
@@ -440,26 +443,52 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
   }
   const int ty = tid / 16, tx = tid % 16;
 
+  // Vector path: the next K step's 16-byte chunks are loaded into registers while the tensor cores work
+  // on the current one (a register double buffer); NA / NB chunks per thread.
+  constexpr int CPR = kBK / VEC;
+  constexpr int NA = kBM * CPR / kTileThreads, NB = kBN * CPR / kTileThreads;
+  static_assert(NA * kTileThreads == kBM * CPR && NB * kTileThreads == kBN * CPR, "tile / thread mismatch");
+  uint4 ra[NA], rb[NB];
+  auto load_vec = [&](int kt) {
+#pragma unroll
+    for (int q = 0; q < NA; ++q) {
+      const int c = tid + q * kTileThreads;
+      const int r = c / CPR, kc = c % CPR;
+      const int m = m0 + r, k = kt + kc * VEC;
+      ra[q] = make_uint4(0, 0, 0, 0);
+      if (m < m1 && k < k1) ra[q] = *reinterpret_cast<const uint4*>(a + gmm_a_row(p, m) * p.a_sm + k);
+    }
+#pragma unroll
+    for (int q = 0; q < NB; ++q) {
+      const int c = tid + q * kTileThreads;
+      const int jc = c / CPR, kc = c % CPR;
+      const int k = kt + kc * VEC;
+      bool ok;
+      const int64_t n = b_col(jc, ok);
+      rb[q] = make_uint4(0, 0, 0, 0);
+      if (ok && k < k1) rb[q] = *reinterpret_cast<const uint4*>(b + n * p.b_sn + k);
+    }
+  };
+  auto store_vec = [&] {
+#pragma unroll
+    for (int q = 0; q < NA; ++q) {
+      const int c = tid + q * kTileThreads;
+      *reinterpret_cast<uint4*>(As + (c / CPR) * LD + (c % CPR) * VEC) = ra[q];
+    }
+#pragma unroll
+    for (int q = 0; q < NB; ++q) {
+      const int c = tid + q * kTileThreads;
+      *reinterpret_cast<uint4*>(Bs + (c / CPR) * LD + (c % CPR) * VEC) = rb[q];
+    }
+  };
+  if (vec && k0 < k1) load_vec(k0);
+
   for (int kt = k0; kt < k1; kt += kBK) {
-    // A tile: rows m0.. (>= m1: 0), K kt.. (>= k1: 0).
+    // A tile: rows m0.. (>= m1: 0), K kt.. (>= k1: 0); B tile likewise over its columns.
     if (vec) {
-      constexpr int CPR = kBK / VEC;
-      for (int c = tid; c < kBM * CPR; c += kTileThreads) {
-        const int r = c / CPR, kc = c % CPR;
-        const int m = m0 + r, k = kt + kc * VEC;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (m < m1 && k < k1) v = *reinterpret_cast<const uint4*>(a + gmm_a_row(p, m) * p.a_sm + k);
-        *reinterpret_cast<uint4*>(As + r * LD + kc * VEC) = v;
-      }
-      for (int c = tid; c < kBN * CPR; c += kTileThreads) {
-        const int jc = c / CPR, kc = c % CPR;
-        const int k = kt + kc * VEC;
-        bool ok;
-        const int64_t n = b_col(jc, ok);
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (ok && k < k1) v = *reinterpret_cast<const uint4*>(b + n * p.b_sn + k);
-        *reinterpret_cast<uint4*>(Bs + jc * LD + kc * VEC) = v;
-      }
+      store_vec();
+      __syncthreads();
+      if (kt + kBK < k1) load_vec(kt + kBK);
     } else {
       const bool a_kfast = p.a_sk == 1;
       for (int i = tid; i < kBM * kBK; i += kTileThreads) {
@@ -479,8 +508,8 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
         if (ok && k < k1) v = b[static_cast<int64_t>(k) * p.b_sk + n * p.b_sn];
         Bs[jc * LD + kk] = v;
       }
+      __syncthreads();
     }
-    __syncthreads();
     if constexpr (kHalf) {
 #pragma unroll
       for (int kk = 0; kk < kBK; kk += 16) {
