@@ -159,18 +159,26 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tenso
   run_gmm(p, a.dtype(), decode, dev, op);
 }
 
+namespace {
+
+// Whether the fused routing kernels (a warp per token, E values over its lanes) take E experts.
+bool fused_route(int64_t E) { return E <= kernels::kRouteMaxExperts; }
+
+MoeRouting route_composed(const Tensor& logits, int64_t top_k, bool norm_topk_prob, DType dtype) {
+  const Tensor probs = softmax(logits, -1, DType::F32);
+  auto [values, indices] = topk(probs, top_k);
+  if (norm_topk_prob) values = div(values, sum(values, {-1}, true));
+  return MoeRouting{values.to(dtype), indices.to(DType::I32)};
+}
+
+}  // namespace
+
 MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k, bool norm_topk_prob) {
   const Device dev = x.device();
   check_same_device("moe_route", dev, router_weight);
   const Tensor logits = cuda::linear(x, router_weight, std::nullopt);
   const int64_t T = x.size(0), E = router_weight.size(0);
-  if (E > kernels::kRouteMaxExperts) {
-    // Outside the fused kernel's range: the composed definition.
-    const Tensor probs = softmax(logits, -1, DType::F32);
-    auto [values, indices] = topk(probs, top_k);
-    if (norm_topk_prob) values = div(values, sum(values, {-1}, true));
-    return MoeRouting{values.to(x.dtype()), indices.to(DType::I32)};
-  }
+  if (!fused_route(E)) return route_composed(logits, top_k, norm_topk_prob, x.dtype());
   MoeRouting r{empty({T, top_k}, x.dtype(), dev), empty({T, top_k}, DType::I32, dev)};
   if (T == 0) return r;
   DeviceGuard guard(dev);
@@ -198,19 +206,37 @@ Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor
   KILN_CHECK(E <= kernels::kPermuteMaxExperts, op, ": E = ", E, " experts; the CUDA permutation takes at most ",
              kernels::kPermuteMaxExperts);
   const Tensor x = x_in.contiguous(), gate_up = gate_up_in.contiguous(), down = down_in.contiguous();
-  const MoeRouting r = cuda::moe_route(x, router_weight, top_k, norm_topk_prob);
-  const Tensor experts = r.experts.contiguous(), weights = r.weights.contiguous();
   const int P = to_int(T * top_k, op, "tokens x top_k");
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
 
-  // Token -> expert permutation: offs [E] (int32 cumulative ends), the rows in expert order.
+  // Routing and the token -> expert permutation: offs [E] (int32 cumulative ends), the rows in expert
+  // order. Up to kFusedRouteTokens tokens both run in one block (decode: one launch less).
+  constexpr int64_t kFusedRouteTokens = 64;
   const Tensor offs = empty({E}, DType::I32, dev);
   const Tensor rows_tok = empty({P}, DType::I32, dev), rows_pair = empty({P}, DType::I32, dev);
-  kernels::moe_permute_kernel<<<1, kernels::kPermuteThreads, static_cast<size_t>(2 * E) * sizeof(int), stream>>>(
-      experts.data<const int32_t>(), P, static_cast<int>(E), static_cast<int>(top_k), offs.data<int32_t>(),
-      rows_tok.data<int32_t>(), rows_pair.data<int32_t>());
-  check_launch(op);
+  const size_t perm_smem = static_cast<size_t>(2 * E) * sizeof(int);
+  MoeRouting r;
+  if (fused_route(E) && T <= kFusedRouteTokens) {
+    const Tensor logits = cuda::linear(x, router_weight, std::nullopt);
+    r = MoeRouting{empty({T, top_k}, x.dtype(), dev), empty({T, top_k}, DType::I32, dev)};
+    visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), op, [&](auto tag) {
+      using X = typename decltype(tag)::type;
+      kernels::moe_route_permute_kernel<X><<<1, kernels::kPermuteThreads, perm_smem, stream>>>(
+          logits.data<const X>(), logits.stride(0), static_cast<int>(T), static_cast<int>(E), static_cast<int>(top_k),
+          norm_topk_prob, r.weights.data<X>(), r.experts.data<int32_t>(), offs.data<int32_t>(),
+          rows_tok.data<int32_t>(), rows_pair.data<int32_t>());
+    });
+    check_launch(op);
+  } else {
+    r = cuda::moe_route(x, router_weight, top_k, norm_topk_prob);
+    const Tensor experts = r.experts.contiguous();
+    kernels::moe_permute_kernel<<<1, kernels::kPermuteThreads, perm_smem, stream>>>(
+        experts.data<const int32_t>(), P, static_cast<int>(E), static_cast<int>(top_k), offs.data<int32_t>(),
+        rows_tok.data<int32_t>(), rows_pair.data<int32_t>());
+    check_launch(op);
+  }
+  const Tensor weights = r.weights.contiguous();
 
   const bool decode = use_decode(P, E);
   // h [P, I] (x's dtype, expert order) = silu(x_tok @ gate_e^T) * (x_tok @ up_e^T).

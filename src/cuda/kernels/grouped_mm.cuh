@@ -20,7 +20,7 @@
 //    expert layout) is streamed with 16-byte loads like linear's gemv (gemv.cuh), warps split K.
 //  - gmm_tile_kernel (every mode): 64 x 64 output tiles, K steps of 32 through shared memory; bf16/f16 on
 //    tensor cores (WMMA m16n16k16, f32 accumulators), f32 on CUDA cores (f32 FMAs: exact f32 semantics,
-//    no TF32). In RowGroups mode blockIdx.x is an m-tile slot: group g has ceil(rows_g / 64) m-tiles
+//    no TF32). In RowGroups mode blockIdx.y is an m-tile slot: group g has ceil(rows_g / 64) m-tiles
 //    (the rows past s[G-1] form a last pseudo-group written as 0), so ceil(M / 64) + G + 1 slots bound
 //    them; each block finds its (group, m-tile) by a scan of the tile counts and a binary search.
 //

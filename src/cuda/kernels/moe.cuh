@@ -30,13 +30,11 @@ __device__ __forceinline__ bool route_better(float va, int ea, float vb, int eb)
 // logits [T, E] (row stride ld, x's dtype) -> weights [T, k] (x's dtype), experts [T, k] i32, contiguous.
 // As moe_route: p = softmax(logits) in f32, the k largest (ties: lower index) in descending order, then
 // optionally p / sum(selected p). 1 <= k <= E <= kRouteMaxExperts.
+// One warp routes token t (all 32 lanes call this together).
 template <class T>
-__global__ void __launch_bounds__(kRouteThreads)
-    moe_route_kernel(const T* __restrict__ logits, int64_t ld, int64_t tokens, int E, int k, bool norm,
-                     T* __restrict__ weights, int32_t* __restrict__ experts) {
+__device__ void route_token(const T* __restrict__ logits, int64_t ld, int64_t t, int E, int k, bool norm,
+                            T* __restrict__ weights, int32_t* __restrict__ experts) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * (kRouteThreads / 32) + (threadIdx.x >> 5);
-  if (t >= tokens) return;  // whole warps leave together
   const T* row = logits + t * ld;
   float v[kRoutePerLane];
   float mx = -INFINITY;
@@ -101,6 +99,15 @@ __global__ void __launch_bounds__(kRouteThreads)
   }
 }
 
+// grid = ceil(T / 4) blocks of kRouteThreads: a warp per token.
+template <class T>
+__global__ void __launch_bounds__(kRouteThreads)
+    moe_route_kernel(const T* __restrict__ logits, int64_t ld, int64_t tokens, int E, int k, bool norm,
+                     T* __restrict__ weights, int32_t* __restrict__ experts) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (kRouteThreads / 32) + (threadIdx.x >> 5);
+  if (t < tokens) route_token(logits, ld, t, E, k, norm, weights, experts);  // whole warps alike
+}
+
 inline constexpr int kPermuteThreads = 1024;
 inline constexpr int kPermuteMaxExperts = 4096;
 
@@ -109,34 +116,57 @@ inline constexpr int kPermuteMaxExperts = 4096;
 // expert order) and rows_pair [P] (its flat (token, slot) index). The order of rows inside one expert is
 // the order of shared-memory atomics: it changes no result (every row's products are computed on their
 // own, in a fixed order). Dynamic shared memory: 2 E ints.
-__global__ void __launch_bounds__(kPermuteThreads)
-    moe_permute_kernel(const int32_t* __restrict__ experts, int P, int E, int k, int32_t* __restrict__ offs,
-                       int32_t* __restrict__ rows_tok, int32_t* __restrict__ rows_pair) {
-  extern __shared__ int perm_dyn[];
-  __shared__ int warp_tmp[kPermuteThreads / 32];
-  int* ends = perm_dyn;
-  int* cursor = perm_dyn + E;
+template <int THREADS>
+__device__ void permute_block(const int32_t* experts, int P, int E, int k, int32_t* __restrict__ offs,
+                              int32_t* __restrict__ rows_tok, int32_t* __restrict__ rows_pair, int* ends,
+                              int* cursor, int* warp_tmp) {
   const int tid = static_cast<int>(threadIdx.x);
-  for (int e = tid; e < E; e += kPermuteThreads) ends[e] = 0;
+  for (int e = tid; e < E; e += THREADS) ends[e] = 0;
   __syncthreads();
   auto expert_of = [&](int i) {
     const int e = experts[i];
     return e < 0 ? 0 : (e >= E ? E - 1 : e);
   };
-  for (int i = tid; i < P; i += kPermuteThreads) atomicAdd(&ends[expert_of(i)], 1);
+  for (int i = tid; i < P; i += THREADS) atomicAdd(&ends[expert_of(i)], 1);
   __syncthreads();
-  for (int e = tid; e < E; e += kPermuteThreads) cursor[e] = ends[e];
-  gmm_block_scan<kPermuteThreads>(ends, E, ScanSum{}, 0, warp_tmp);  // ends with a barrier
-  for (int e = tid; e < E; e += kPermuteThreads) {
+  for (int e = tid; e < E; e += THREADS) cursor[e] = ends[e];
+  gmm_block_scan<THREADS>(ends, E, ScanSum{}, 0, warp_tmp);  // ends with a barrier
+  for (int e = tid; e < E; e += THREADS) {
     cursor[e] = ends[e] - cursor[e];  // the expert's first row
     offs[e] = ends[e];
   }
   __syncthreads();
-  for (int i = tid; i < P; i += kPermuteThreads) {
+  for (int i = tid; i < P; i += THREADS) {
     const int pos = atomicAdd(&cursor[expert_of(i)], 1);
     rows_pair[pos] = i;
     rows_tok[pos] = i / k;
   }
+}
+
+__global__ void __launch_bounds__(kPermuteThreads)
+    moe_permute_kernel(const int32_t* __restrict__ experts, int P, int E, int k, int32_t* __restrict__ offs,
+                       int32_t* __restrict__ rows_tok, int32_t* __restrict__ rows_pair) {
+  extern __shared__ int perm_dyn[];
+  __shared__ int warp_tmp[kPermuteThreads / 32];
+  permute_block<kPermuteThreads>(experts, P, E, k, offs, rows_tok, rows_pair, perm_dyn, perm_dyn + E, warp_tmp);
+}
+
+// Routing and permutation in one block for a few tokens (decode): one launch less. Each warp routes tokens
+// warp, warp + 32, ...; the block barrier then makes their expert ids visible to the permutation.
+template <class T>
+__global__ void __launch_bounds__(kPermuteThreads)
+    moe_route_permute_kernel(const T* __restrict__ logits, int64_t ld, int tokens, int E, int k, bool norm,
+                             T* __restrict__ weights, int32_t* experts, int32_t* __restrict__ offs,
+                             int32_t* __restrict__ rows_tok, int32_t* __restrict__ rows_pair) {
+  // experts is written by the routing warps and read back by other threads after the barrier: plain
+  // (coherent) loads, never the read-only path, hence no __restrict__.
+  extern __shared__ int perm_dyn[];
+  __shared__ int warp_tmp[kPermuteThreads / 32];
+  for (int t = static_cast<int>(threadIdx.x >> 5); t < tokens; t += kPermuteThreads / 32)
+    route_token(logits, ld, t, E, k, norm, weights, experts);
+  __syncthreads();
+  permute_block<kPermuteThreads>(experts, tokens * k, E, k, offs, rows_tok, rows_pair, perm_dyn, perm_dyn + E,
+                                 warp_tmp);
 }
 
 // out[t, c] = sum over slots j < k, in order, of weight[t, j] * y[t * k + j, c] in f32, rounded once.
