@@ -401,7 +401,8 @@ TEST(CudaMoeForward, EveryDtypeOddSizesAndIntegerRouting) {
   KILN_REQUIRE_CUDA();
   for (DType d : kDtypes)
     for (const MoeCase& c : {MoeCase{5, 16, 8, 1, 1, true}, MoeCase{4, 16, 8, 4, 4, false}, MoeCase{64, 8, 4, 32, 2, true},
-                             MoeCase{7, 37, 21, 8, 2, true}, MoeCase{3, 40, 20, 8, 8, false}, MoeCase{33, 64, 1, 6, 3, true}}) {
+                             MoeCase{7, 37, 21, 8, 2, true}, MoeCase{3, 40, 20, 8, 8, false}, MoeCase{33, 64, 1, 6, 3, true},
+                             MoeCase{2000, 24, 16, 64, 8, true}}) {  // thousands of tokens: 16000 rows
       check_moe(c, d, false);
       check_moe(c, d, true);
     }
