@@ -154,6 +154,9 @@ inline constexpr int kDecWarps = kDecThreads / 32;
 inline constexpr int kDecRows = 4;  // A rows of one group per block (runtime count <= this)
 inline constexpr int kDecR = 2;     // weight rows per warp group: one column pair (gate, up) with act
 inline constexpr int kDecU = 2;     // 16-byte chunks per weight row per unrolled step: kDecU * kDecR loads in flight
+// TUNE (H200, `kiln bench ops --filter grouped_mm/bf16/T1`): at 64 registers four 256-thread blocks fit an SM,
+// 64 KB of loads in flight per SM; 128 experts top-8 2048 -> 1536 launches 768 blocks (1.45 waves of 528).
+// kDecR = 4 (one wave, same loads in flight) is the first alternative to measure.
 
 // Output columns per block for a given split (warps per weight-row group).
 __host__ __device__ constexpr int gmm_decode_cols_per_block(int split, bool act) {
