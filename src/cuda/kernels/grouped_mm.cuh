@@ -333,11 +333,37 @@ template <class T>
 constexpr int gmm_tile_ld() {
   return kBK + static_cast<int>(16 / sizeof(T));  // rows stay 16-byte aligned, banks shift per row
 }
+// K steps in flight on the bf16/f16 vector path (a cp.async ring of A and B tiles); the f32 and scalar
+// paths use one stage. Three stages of 10 KB, with the 2 G + 1 ints of offsets (G <= kGmmMaxGroups), stay
+// under the 48 KB a block gets without opting in.
+template <class T>
+constexpr int gmm_tile_stages() {
+  return std::is_same_v<T, float> ? 1 : 3;
+}
+template <class T>
+constexpr int gmm_tile_stage_elems() {
+  return (kBM + kBN) * gmm_tile_ld<T>();
+}
 template <class T>
 constexpr int gmm_tile_smem_bytes() {
-  const int ab = 2 * kBM * gmm_tile_ld<T>() * static_cast<int>(sizeof(T));
+  const int ab = gmm_tile_stages<T>() * gmm_tile_stage_elems<T>() * static_cast<int>(sizeof(T));
   const int cs = kBM * kCLd * static_cast<int>(sizeof(float));
   return ab > cs ? ab : cs;
+}
+static_assert(3 * (kBM + kBN) * (kBK + 8) * 2 + (2 * kGmmMaxGroups + 1) * 4 + 64 <= 48 * 1024,
+              "tile kernel shared memory exceeds the default 48 KB");
+
+// 16 bytes global -> shared without a register round trip; src_bytes = 0 writes 16 zero bytes (src must
+// still be a valid address).
+__device__ __forceinline__ void gmm_cp_async16(void* smem, const void* gmem, bool pred) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void gmm_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void gmm_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 // Output columns per tile: with act, half the product's columns (gate and up halves).
 __host__ __device__ constexpr int gmm_tile_cols(bool act) { return act ? kBN / 2 : kBN; }
@@ -446,8 +472,9 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
   }
   const int ty = tid / 16, tx = tid % 16;
 
-  // Vector path: the next K step's 16-byte chunks are loaded into registers while the tensor cores work
-  // on the current one (a register double buffer); NA / NB chunks per thread.
+  // f32 vector path: the next K step's 16-byte chunks are loaded into registers while the current one is
+  // multiplied (a register double buffer); NA / NB chunks per thread (the bf16/f16 path below uses them
+  // for its cp.async ring).
   constexpr int CPR = kBK / VEC;
   constexpr int NA = kBM * CPR / kTileThreads, NB = kBN * CPR / kTileThreads;
   static_assert(NA * kTileThreads == kBM * CPR && NB * kTileThreads == kBN * CPR, "tile / thread mismatch");
@@ -484,9 +511,82 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
       *reinterpret_cast<uint4*>(Bs + (c / CPR) * LD + (c % CPR) * VEC) = rb[q];
     }
   };
-  if (vec && k0 < k1) load_vec(k0);
+  // One K step of tensor-core work on tiles at (as, bs).
+  auto mma_step = [&](const T* as, const T* bs) {
+    if constexpr (kHalf) {
+#pragma unroll
+      for (int kk = 0; kk < kBK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, W, wmma::row_major> fa[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, W, wmma::col_major> fb[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          wmma::load_matrix_sync(fa[i], reinterpret_cast<const W*>(as + (wm * 32 + i * 16) * LD + kk), LD);
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj)
+          wmma::load_matrix_sync(fb[jj], reinterpret_cast<const W*>(bs + (wn * 32 + jj * 16) * LD + kk), LD);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj) wmma::mma_sync(fc[i][jj], fa[i], fb[jj], fc[i][jj]);
+      }
+    }
+  };
 
-  for (int kt = k0; kt < k1; kt += kBK) {
+  bool done = false;
+  if constexpr (kHalf) {
+    if (vec) {
+      // bf16/f16 vector path: a ring of S stages filled by cp.async, S - 1 K steps ahead of the tensor
+      // cores. Iteration i waits for step i's group (S - 2 younger groups may still fly), then the barrier
+      // both publishes step i's tiles and retires step i - 1's stage, which the next issue overwrites.
+      // Every iteration commits one group (empty past the end), so the group count stays exact.
+      constexpr int S = gmm_tile_stages<T>();
+      constexpr int SE = gmm_tile_stage_elems<T>();
+      auto issue = [&](int kt, int stage) {
+        T* as = As + stage * SE;
+        T* bs = as + kBM * LD;
+#pragma unroll
+        for (int q = 0; q < NA; ++q) {
+          const int c = tid + q * kTileThreads;
+          const int r = c / CPR, kc = c % CPR;
+          const int m = m0 + r, k = kt + kc * VEC;
+          const bool ok = m < m1 && k < k1;
+          gmm_cp_async16(as + r * LD + kc * VEC, ok ? a + gmm_a_row(p, m) * p.a_sm + k : a, ok);
+        }
+#pragma unroll
+        for (int q = 0; q < NB; ++q) {
+          const int c = tid + q * kTileThreads;
+          const int jc = c / CPR, kc = c % CPR;
+          const int k = kt + kc * VEC;
+          bool ok;
+          const int64_t n = b_col(jc, ok);
+          ok = ok && k < k1;
+          gmm_cp_async16(bs + jc * LD + kc * VEC, ok ? b + n * p.b_sn + k : b, ok);
+        }
+      };
+      const int steps = (k1 - k0 + kBK - 1) / kBK;
+#pragma unroll
+      for (int st = 0; st < S - 1; ++st) {
+        if (st < steps) issue(k0 + st * kBK, st);
+        gmm_cp_async_commit();
+      }
+      for (int i = 0; i < steps; ++i) {
+        gmm_cp_async_wait<S - 2>();
+        __syncthreads();
+        const int next = i + S - 1;
+        if (next < steps) issue(k0 + next * kBK, next % S);
+        gmm_cp_async_commit();
+        const T* as = As + (i % S) * SE;
+        mma_step(as, as + kBM * LD);
+      }
+      gmm_cp_async_wait<0>();
+      __syncthreads();  // the ring becomes Cs
+      done = true;
+    }
+  }
+
+  if (!done && vec && k0 < k1) load_vec(k0);
+
+  for (int kt = k0; kt < k1 && !done; kt += kBK) {
     // A tile: rows m0.. (>= m1: 0), K kt.. (>= k1: 0); B tile likewise over its columns.
     if (vec) {
       store_vec();
@@ -514,21 +614,7 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
       __syncthreads();
     }
     if constexpr (kHalf) {
-#pragma unroll
-      for (int kk = 0; kk < kBK; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, W, wmma::row_major> fa[2];
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, W, wmma::col_major> fb[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          wmma::load_matrix_sync(fa[i], reinterpret_cast<const W*>(As + (wm * 32 + i * 16) * LD + kk), LD);
-#pragma unroll
-        for (int jj = 0; jj < 2; ++jj)
-          wmma::load_matrix_sync(fb[jj], reinterpret_cast<const W*>(Bs + (wn * 32 + jj * 16) * LD + kk), LD);
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int jj = 0; jj < 2; ++jj) wmma::mma_sync(fc[i][jj], fa[i], fb[jj], fc[i][jj]);
-      }
+      mma_step(As, Bs);
     } else {
 #pragma unroll 4
       for (int kk = 0; kk < kBK; ++kk) {
