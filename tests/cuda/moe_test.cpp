@@ -359,7 +359,9 @@ void check_moe(const MoeCase& c, DType d, bool integer_routing) {
   const Tensor x = integer_routing ? test::random_int_tensor({c.T, c.H}, d, -2, 2) : test::random_tensor({c.T, c.H}, d, -1, 1);
   const Tensor router = integer_routing ? test::random_int_tensor({c.E, c.H}, d, -1, 1)
                                         : test::random_tensor({c.E, c.H}, d, -1, 1);
-  const double ws = integer_routing ? 0.3 / c.H : 0.3;  // keeps h and the output O(1)
+  // Small enough that h stays well below 1: h is rounded to x's dtype on both sides, and where the two f32
+  // values straddle a rounding boundary the references differ by one ulp of h times a down weight.
+  const double ws = integer_routing ? 0.3 / c.H : 0.1;
   const Tensor gate_up = test::random_tensor({c.E, 2 * c.I, c.H}, d, -ws, ws);
   const Tensor down = test::random_tensor({c.E, c.H, c.I}, d, -0.3, 0.3);
   const Tensor xg = x.to(kGpu), rg = router.to(kGpu), gug = gate_up.to(kGpu), dg = down.to(kGpu);
@@ -373,8 +375,8 @@ void check_moe(const MoeCase& c, DType d, bool integer_routing) {
   // f32: accumulation order; half types: h may round differently by one ulp, the output rounds once on
   // each side.
   const test::Tolerance tol = d == DType::F32 ? test::Tolerance{2e-5, 2e-5}
-                              : d == DType::F16 ? test::Tolerance{2e-3, 1e-4}
-                                                : test::Tolerance{1.6e-2, 1e-3};
+                              : d == DType::F16 ? test::Tolerance{2e-3, 2e-4}
+                                                : test::Tolerance{1.6e-2, 2e-3};
   EXPECT_TRUE(test::all_close(out.to(kCPU), ref, tol));
   if (integer_routing) EXPECT_TRUE(test::all_close(out.to(kCPU), moe_forward(x, router, gate_up, down, c.k, c.norm), tol));
 }
