@@ -18,7 +18,8 @@
 //    expert's weights are read once per kDecRows rows: once for decode, where a group holds one row);
 //    blockIdx.x tiles the output columns. A weight row of B[g] (K contiguous: the checkpoints' [N, K]
 //    expert layout) is streamed with 16-byte loads like linear's gemv (gemv.cuh), warps split K.
-//  - gmm_tile_kernel (every mode): 64 x 64 output tiles, K steps of 32 through shared memory; bf16/f16 on
+//  - gmm_tile_kernel (every mode): 64 x 64 output tiles, K steps of 32 through shared memory (a three-stage
+//    cp.async ring when rows are 16-byte aligned, else element loads); bf16/f16 on
 //    tensor cores (WMMA m16n16k16, f32 accumulators), f32 on CUDA cores (f32 FMAs: exact f32 semantics,
 //    no TF32). In RowGroups mode blockIdx.y is an m-tile slot: group g has ceil(rows_g / 64) m-tiles
 //    (the rows past s[G-1] form a last pseudo-group written as 0), so ceil(M / 64) + G + 1 slots bound
