@@ -1,0 +1,309 @@
+// tokenizer.json against the Hugging Face `tokenizers` library: the reference ids and decoded texts in
+// tests/data/tokenizers/<name>.ref.json were written by scripts/make_reference.py (section tokenizers).
+#include "kiln/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "kiln/error.h"
+#include "test_util.h"
+
+namespace kiln {
+namespace {
+
+using json = nlohmann::json;
+
+std::string data_path(const std::string& name) { return std::string(KILN_TEST_DATA_DIR) + "/tokenizers/" + name; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f) << "cannot open " << path;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<int32_t> ids_of(const json& j) { return j.get<std::vector<int32_t>>(); }
+
+std::string show(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 60)) {
+    if (c < 0x20) out += "\\x" + std::to_string(c);
+    else out += static_cast<char>(c);
+  }
+  return s.size() > 60 ? out + "...(" + std::to_string(s.size()) + " bytes)" : out;
+}
+
+class TokenizerReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenizerReference, EncodeAndDecodeMatchTokenizers) {
+  const Tokenizer tok = Tokenizer::from_file(data_path(GetParam() + ".json"));
+  const json ref = json::parse(read_file(data_path(GetParam() + ".ref.json")));
+  ASSERT_GT(ref["encode"].size(), 40u);
+  // Twice: the second pass is served from the word cache and must agree.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const json& c : ref["encode"]) {
+      const std::string text = c["text"].get<std::string>();
+      SCOPED_TRACE("text '" + show(text) + "' pass " + std::to_string(pass));
+      const std::vector<int32_t> ids = tok.encode(text, true);
+      EXPECT_EQ(ids, ids_of(c["ids"]));
+      EXPECT_EQ(tok.encode(text, false), ids_of(c["ids_plain"]));
+      EXPECT_EQ(tok.decode(ids_of(c["ids"]), false), c["decoded"].get<std::string>());
+      EXPECT_EQ(tok.decode(ids_of(c["ids"]), true), c["decoded_skip"].get<std::string>());
+    }
+  }
+  ASSERT_GT(ref["decode"].size(), 20u);
+  for (const json& c : ref["decode"]) {
+    const std::vector<int32_t> ids = ids_of(c["ids"]);
+    SCOPED_TRACE("decode " + c["ids"].dump());
+    EXPECT_EQ(tok.decode(ids, false), c["text"].get<std::string>());
+    EXPECT_EQ(tok.decode(ids, true), c["text_skip"].get<std::string>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerReference,
+                         ::testing::Values("qwen2", "llama3", "gpt2", "pairs_ignore_merges"));
+
+// Random text of ASCII, Latin, Greek, CJK, emoji, combining marks and whitespace runs.
+std::string random_text(std::mt19937_64& g, size_t n_chars) {
+  static const std::vector<std::pair<char32_t, char32_t>> ranges = {
+      {0x20, 0x7E}, {0x09, 0x0D}, {0xA0, 0x17F}, {0x300, 0x36F}, {0x391, 0x3C9}, {0x4E00, 0x4E80},
+      {0x3040, 0x30FF}, {0x1F600, 0x1F64F}, {0x200B, 0x200D}, {0x2000, 0x200A}, {0x30, 0x39}};
+  std::string s;
+  for (size_t i = 0; i < n_chars; ++i) {
+    const auto& [lo, hi] = ranges[g() % ranges.size()];
+    const char32_t c = lo + static_cast<char32_t>(g() % (hi - lo + 1));
+    if (c < 0x80) {
+      s += static_cast<char>(c);
+    } else if (c < 0x800) {
+      s += static_cast<char>(0xC0 | (c >> 6));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      s += static_cast<char>(0xE0 | (c >> 12));
+      s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      s += static_cast<char>(0xF0 | (c >> 18));
+      s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return s;
+}
+
+TEST(Tokenizer, ByteLevelRoundTripsRandomText) {
+  // llama3 has no normalizer: decoding the ids gives back exactly the input bytes.
+  const Tokenizer tok = Tokenizer::from_file(data_path("llama3.json"));
+  for (int i = 0; i < 200; ++i) {
+    const std::string s = random_text(test::rng(), 1 + test::rng()() % 300);
+    SCOPED_TRACE(show(s));
+    const auto ids = tok.encode(s, false);
+    EXPECT_EQ(tok.decode(ids), s);
+    for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok.vocab_size());
+  }
+}
+
+TEST(Tokenizer, ConcurrentEncodingAgrees) {
+  const Tokenizer tok = Tokenizer::from_file(data_path("qwen2.json"));
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) texts.push_back(random_text(test::rng(), 200));
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& t : texts) expected.push_back(tok.encode(t));
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int r = 0; r < 5; ++r)
+        for (size_t i = 0; i < texts.size(); ++i) bad[k] += tok.encode(texts[(i + k) % texts.size()]) != expected[(i + k) % texts.size()];
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(bad[k], 0) << "thread " << k;
+}
+
+TEST(Tokenizer, VocabularyQueries) {
+  const Tokenizer tok = Tokenizer::from_file(data_path("qwen2.json"));
+  EXPECT_EQ(tok.vocab_size(), 1003);
+  EXPECT_EQ(tok.token_to_id("<|im_end|>"), 1002);
+  EXPECT_EQ(tok.id_to_token(1001), "<|im_start|>");
+  EXPECT_TRUE(tok.is_special(1000));
+  EXPECT_FALSE(tok.is_special(5));
+  EXPECT_EQ(tok.id_to_token(5000), std::nullopt);
+  EXPECT_EQ(tok.id_to_token(-1), std::nullopt);
+  EXPECT_EQ(tok.token_to_id("no such token"), std::nullopt);
+  // A model directory holds tokenizer.json.
+  const auto dir = std::filesystem::temp_directory_path() / ("kiln_tok_" + std::to_string(test::rng()()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(data_path("llama3.json"), dir / "tokenizer.json");
+  const auto llama = Tokenizer::from_model_dir(dir.string());
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(llama.encode("hi", true).front(), llama.token_to_id("<|begin_of_text|>"));
+  EXPECT_NE(llama.encode("hi", false).front(), llama.token_to_id("<|begin_of_text|>"));
+}
+
+TEST(Tokenizer, InvalidUtf8InputIsAnError) {
+  const Tokenizer tok = Tokenizer::from_file(data_path("qwen2.json"));
+  for (std::string bad : {std::string("ab\xff"), std::string("\xe4\xb8"), std::string("x\xc0\x80y"),
+                          std::string("\xed\xa0\x80")}) {
+    EXPECT_TRUE(test::throws_error([&] { tok.encode(bad); }, {"not valid UTF-8", "byte"})) << show(bad);
+  }
+}
+
+// ---- malformed tokenizer.json -------------------------------------------------------------------------------
+
+json qwen2_json() { return json::parse(read_file(data_path("qwen2.json"))); }
+
+void expect_text_error(const std::string& text, const std::string& needle) {
+  EXPECT_TRUE(test::throws_error([&] { Tokenizer::from_json(text, "bad.json"); }, {needle}))
+      << "expected an error containing '" << needle << "'";
+}
+void expect_load_error(const json& j, const std::string& needle) { expect_text_error(j.dump(), needle); }
+
+TEST(TokenizerLoad, MalformedFilesAreErrorsNamingTheField) {
+  expect_text_error("", "not valid JSON");
+  expect_text_error("{\"model\": ", "not valid JSON");
+  expect_text_error("[1, 2]", "expected an object");
+  expect_text_error(std::string(100000, '[') + std::string(100000, ']'), "nested deeper");
+  expect_text_error("{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [], \"x\": \"\xff\"}}", "not valid JSON");
+  expect_load_error(json::object(), "missing field 'model'");
+
+  json j = qwen2_json();
+  j["model"].erase("vocab");
+  expect_load_error(j, "model: missing field 'vocab'");
+  j = qwen2_json();
+  j["model"]["vocab"] = json::array();
+  expect_load_error(j, "model.vocab");
+  j = qwen2_json();
+  j["model"]["vocab"]["a"] = 4000000000u;
+  expect_load_error(j, "out of range");
+  j = qwen2_json();
+  j["model"]["vocab"]["a"] = -1;
+  expect_load_error(j, "out of range");
+  j = qwen2_json();
+  j["model"]["vocab"]["a"] = 1.5;
+  expect_load_error(j, "expected a token id");
+  j = qwen2_json();
+  j["model"]["vocab"]["zzzz-new"] = 7;
+  expect_load_error(j, "both have id 7");
+  j = qwen2_json();
+  j["model"]["merges"].push_back(json::array({"Ġ", "not-a-token"}));
+  expect_load_error(j, "'not-a-token' is not in model.vocab");
+  j = qwen2_json();
+  j["model"]["merges"].push_back(json::array({"a", "b"}));  // "ab" is no token of this vocabulary
+  if (!j["model"]["vocab"].contains("ab")) expect_load_error(j, "the result 'ab' is not in model.vocab");
+  j = qwen2_json();
+  j["model"]["merges"].push_back("a b c");
+  expect_load_error(j, "model.merges[");
+  j = qwen2_json();
+  j["model"]["merges"].push_back(42);
+  expect_load_error(j, "model.merges[");
+  j = qwen2_json();
+  j["model"]["type"] = "WordPiece";
+  expect_load_error(j, "model 'WordPiece' is not supported");
+  j = qwen2_json();
+  j["model"]["dropout"] = 0.1;
+  expect_load_error(j, "model.dropout");
+  j = qwen2_json();
+  j["normalizer"] = {{"type", "Lowercase"}};
+  expect_load_error(j, "normalizer 'Lowercase' is not supported");
+  j = qwen2_json();
+  j["normalizer"] = {{"type", "Sequence"}};
+  expect_load_error(j, "normalizer: missing field 'normalizers'");
+  j = qwen2_json();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
+  expect_load_error(j, "invalid regex");
+  j = qwen2_json();
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways";
+  expect_load_error(j, "unknown behavior 'Sideways'");
+  j = qwen2_json();
+  j["pre_tokenizer"]["pretokenizers"][1]["type"] = "Metaspace";
+  expect_load_error(j, "pre_tokenizer.pretokenizers[1].type");
+  j = qwen2_json();
+  j["added_tokens"][1]["id"] = 50;
+  expect_load_error(j, "added_tokens[1].id");
+  j = qwen2_json();
+  j["added_tokens"][0].erase("content");
+  expect_load_error(j, "added_tokens[0]: missing field 'content'");
+  j = qwen2_json();
+  j["added_tokens"][2]["special"] = "yes";
+  expect_load_error(j, "added_tokens[2].special");
+  j = qwen2_json();
+  j["truncation"] = {{"max_length", 8}};
+  expect_load_error(j, "truncation");
+  j = qwen2_json();
+  j["decoder"] = {{"type", "WordPiece"}};
+  expect_load_error(j, "decoder 'WordPiece' is not supported");
+  j = qwen2_json();
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                                 {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+                         {"special_tokens", json::object()}};
+  expect_load_error(j, "special token '<s>' is not in post_processor.special_tokens");
+  json seq = {{"type", "NFC"}};
+  for (int i = 0; i < 20; ++i) seq = {{"type", "Sequence"}, {"normalizers", json::array({seq})}};
+  j = qwen2_json();
+  j["normalizer"] = seq;
+  expect_load_error(j, "nested too deeply");
+  EXPECT_TRUE(test::throws_error([] { Tokenizer::from_file(data_path("no_such_file.json")); }, {"cannot open"}));
+}
+
+TEST(TokenizerLoad, UnknownCharacterWithoutUnkTokenIsDropped) {
+  // tokenizers drops a character missing from the vocabulary when there is no unk_token; with one, it is
+  // unk (fused when fuse_unk).
+  json j = qwen2_json();
+  j["pre_tokenizer"] = nullptr;
+  j["normalizer"] = nullptr;
+  const auto id_a = j["model"]["vocab"]["a"].get<int32_t>();
+  const auto id_b = j["model"]["vocab"]["b"].get<int32_t>();
+  const Tokenizer plain = Tokenizer::from_json(j.dump());
+  EXPECT_EQ(plain.encode("a\xe2\x82\xac" "b", false), plain.encode("ab", false));
+  EXPECT_EQ(plain.encode("\xe2\x82\xac", false), std::vector<int32_t>{});
+  j["model"]["unk_token"] = "<|endoftext|>";
+  j["model"]["vocab"]["<|endoftext|>"] = 1000;  // as GPT-2's vocab has it
+  const auto unk = 1000;
+  EXPECT_EQ(Tokenizer::from_json(j.dump()).encode("a\xe2\x82\xac\xe2\x82\xac" "b", false),
+            (std::vector<int32_t>{id_a, unk, unk, id_b}));
+  j["model"]["fuse_unk"] = true;
+  EXPECT_EQ(Tokenizer::from_json(j.dump()).encode("a\xe2\x82\xac\xe2\x82\xac" "b", false),
+            (std::vector<int32_t>{id_a, unk, id_b}));
+}
+
+// Random damage to a valid file: every outcome is a loaded tokenizer or a kiln::Error, never a crash.
+TEST(TokenizerLoad, DamagedFilesNeverCrash) {
+  const std::string good = read_file(data_path("gpt2.json"));
+  auto& g = test::rng();
+  int loaded = 0, rejected = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string s = good;
+    switch (i % 3) {
+      case 0: s.resize(g() % s.size()); break;
+      case 1:
+        for (int k = 0; k < 4; ++k) s[g() % s.size()] = static_cast<char>(g() % 256);
+        break;
+      default: {
+        const size_t a = g() % s.size(), n = g() % 64;
+        s.erase(a, std::min(n, s.size() - a));
+      }
+    }
+    try {
+      Tokenizer t = Tokenizer::from_json(s, "damaged.json");
+      (void)t.encode("hello <mask> world 123 don't 中文");
+      (void)t.decode(t.encode("x y z"));
+      ++loaded;
+    } catch (const Error&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 100);
+  EXPECT_EQ(loaded + rejected, 300);
+}
+
+}  // namespace
+}  // namespace kiln
