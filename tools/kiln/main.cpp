@@ -19,10 +19,16 @@ int main(int argc, char** argv) {
   demo->add_option("--device", device, "cpu, cuda, cuda:N or auto (the best available)");
   demo->add_option("--repeats", repeats, "Timed repeats per operator")->check(CLI::Range(1, 100000));
 
+  kiln::cli::TokenizerArgs tokenize_args, detokenize_args;
+  auto* tokenize = kiln::cli::add_tokenize(app, tokenize_args);
+  auto* detokenize = kiln::cli::add_detokenize(app, detokenize_args);
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*info) return kiln::cli::run_info(memory);
     if (*demo) return kiln::cli::run_demo(device, repeats);
+    if (*tokenize) return kiln::cli::run_tokenize(tokenize_args);
+    if (*detokenize) return kiln::cli::run_detokenize(detokenize_args);
   } catch (const kiln::Error& e) {
     std::cerr << "kiln: error: " << e.what() << "\n";
     return 1;
