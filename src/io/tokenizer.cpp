@@ -1,6 +1,7 @@
 // tokenizer.json: encoding and decoding. Loading (the JSON schema and its checks) is tokenizer_load.cpp.
 #include "io/tokenizer_impl.h"
 
+#include <deque>
 #include <fstream>
 
 namespace kiln {
@@ -59,7 +60,7 @@ void split_on_added(std::string_view s, const tok::TokenMatcher& matcher, const 
 
 // tokenizers' NormalizedString::split for one regex and behaviour; appends the non-empty pieces.
 void split_pieces(std::string_view s, const tok::Regex& re, SplitBehavior behavior, bool invert,
-                  std::vector<std::string>& out) {
+                  std::vector<std::string_view>& out) {
   thread_local std::vector<std::pair<size_t, size_t>> found;
   found.clear();
   re.find_all(s, found);
@@ -79,7 +80,7 @@ void split_pieces(std::string_view s, const tok::Regex& re, SplitBehavior behavi
   if (prev != s.size()) parts.push_back({prev, s.size(), invert});
 
   auto emit = [&](size_t a, size_t b) {
-    if (b > a) out.emplace_back(s.substr(a, b - a));
+    if (b > a) out.push_back(s.substr(a, b - a));
   };
   switch (behavior) {
     case SplitBehavior::Isolated:
@@ -120,35 +121,41 @@ void split_pieces(std::string_view s, const tok::Regex& re, SplitBehavior behavi
 }  // namespace
 
 void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<uint32_t>& ids) const {
-  thread_local std::vector<std::string> cur, next;
-  cur.clear();
-  cur.emplace_back(piece);
-  for (const PreStep& step : pre) {
+  // Pieces are views: into `piece`, or into `store` for the text a step rewrote.
+  thread_local std::vector<std::string_view> cur, next;
+  thread_local std::deque<std::string> store;
+  store.clear();
+  cur.assign(1, piece);
+  // When ByteLevel is the last step, the model maps the bytes itself (after its cache lookup).
+  const bool model_maps_bytes = !pre.empty() && pre.back().kind == PreStep::ByteLevel;
+  for (size_t k = 0; k < pre.size(); ++k) {
+    const PreStep& step = pre[k];
     next.clear();
-    for (const std::string& p : cur) {
+    for (std::string_view p : cur) {
       if (step.kind == PreStep::Split) {
         split_pieces(p, *step.regex, step.behavior, step.invert, next);
         continue;
       }
       // ByteLevel: optional prefix space, optional GPT-2 split, then bytes to the byte-level alphabet.
-      std::string with_space;
       std::string_view q = p;
       if (step.add_prefix_space && (q.empty() || q[0] != ' ')) {
-        with_space = " " + p;
-        q = with_space;
+        store.push_back(" ");
+        store.back().append(p);
+        q = store.back();
       }
       const size_t first = next.size();
       if (step.use_regex) split_pieces(q, *gpt2_regex, SplitBehavior::Isolated, false, next);
-      else if (!q.empty()) next.emplace_back(q);
-      std::string mapped;
-      for (size_t k = first; k < next.size(); ++k) {
-        tok::byte_level_alphabet().map(next[k], mapped);
-        next[k].swap(mapped);
+      else if (!q.empty()) next.push_back(q);
+      if (k + 1 == pre.size()) continue;
+      for (size_t j = first; j < next.size(); ++j) {
+        store.emplace_back();
+        tok::byte_level_alphabet().map(next[j], store.back());
+        next[j] = store.back();
       }
     }
     cur.swap(next);
   }
-  for (const std::string& w : cur) model.tokenize(w, ids);
+  for (std::string_view w : cur) model.tokenize(w, model_maps_bytes, ids);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {

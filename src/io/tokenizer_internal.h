@@ -32,6 +32,8 @@ bool is_word_char(char32_t c);
 
 // ---- normalisation --------------------------------------------------------------------------------------
 enum class NormForm { NFC, NFD, NFKC, NFKD };
+// True for characters that a string of such characters keeps unchanged under NFC (a fast path).
+bool nfc_inert(char32_t c);
 void normalize(std::string& s, NormForm form);
 
 // ---- regex ----------------------------------------------------------------------------------------------
@@ -49,6 +51,7 @@ class Regex {
  private:
   void* code_ = nullptr;  // pcre2_code_8
   void* mcontext_ = nullptr;
+  bool jit_ = false;
   std::string what_;
 };
 std::string escape_regex(std::string_view literal);
@@ -65,33 +68,97 @@ struct ByteLevelAlphabet {
 const ByteLevelAlphabet& byte_level_alphabet();
 
 // ---- hashing of strings with heterogeneous lookup -------------------------------------------------------
+inline uint64_t hash_bytes(std::string_view s) { return std::hash<std::string_view>{}(s); }
 struct StringHash {
   using is_transparent = void;
-  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  // Not noexcept on purpose: libstdc++ then stores each node's hash, so a bucket walk does not rehash keys.
+  size_t operator()(std::string_view s) const { return hash_bytes(s); }
 };
 template <class V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
+// ---- flat hash tables for the encoding hot path ---------------------------------------------------------
+// Pair of token ids -> (rank, merged id): open addressing, linear probing, load <= 1/2.
+class MergeMap {
+ public:
+  struct Value {
+    uint32_t rank, id;
+  };
+  void reserve(size_t n);
+  // Inserts or overwrites.
+  void set(uint32_t a, uint32_t b, Value v);
+  const Value* find(uint32_t a, uint32_t b) const {
+    if (slots_.empty()) return nullptr;
+    const uint64_t key = (uint64_t(a) << 32) | b;
+    for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (!s.used) return nullptr;
+      if (s.key == key) return &s.value;
+    }
+  }
+  size_t size() const { return size_; }
+
+ private:
+  struct Slot {
+    uint64_t key = 0;
+    Value value{0, 0};
+    bool used = false;
+  };
+  static size_t mix(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return static_cast<size_t>(k);
+  }
+  void grow();
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, size_ = 0;
+};
+
+// Word -> ids, bounded: keys and ids live in two arenas, and the whole cache starts over when full.
+class WordCache {
+ public:
+  // Appends the cached ids of `word` to out and returns true, or returns false.
+  bool get(std::string_view word, std::vector<uint32_t>& out) const;
+  void put(std::string_view word, const uint32_t* ids, size_t n);
+
+ private:
+  static constexpr size_t kSlots = 1 << 17;  // at most kSlots / 2 words
+  static constexpr size_t kMaxKeyBytes = 4 << 20;
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_off = 0, key_len = 0, ids_off = 0, ids_len = 0;
+    bool used = false;
+  };
+  void clear();
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<uint32_t> ids_;
+  size_t size_ = 0;
+};
+
 // ---- BPE --------------------------------------------------------------------------------------------------
 struct BpeModel {
   StringMap<uint32_t> vocab;
-  // (left id << 32 | right id) -> (rank, merged id)
-  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges;
+  MergeMap merges;
+  // When the input reaches the model as raw bytes (a ByteLevel pre-tokenizer is the last step): the id of
+  // each byte's byte-level character, or -1 when it is not in the vocabulary.
+  std::array<int64_t, 256> byte_ids{};
   std::optional<std::string> unk_token;
   bool fuse_unk = false;
   bool byte_fallback = false;
   bool ignore_merges = false;
   std::array<int64_t, 256> byte_fallback_ids{};  // id of "<0xXX>" or -1
 
-  // Appends the ids of one pre-token.
-  void tokenize(std::string_view word, std::vector<uint32_t>& out) const;
+  // Appends the ids of one pre-token. byte_level: `word` is raw bytes that the model sees as their
+  // byte-level characters (ByteLevel's mapping, done here so that cache hits skip it).
+  void tokenize(std::string_view word, bool byte_level, std::vector<uint32_t>& out) const;
 
  private:
-  void merge_word(std::string_view word, std::vector<uint32_t>& out) const;
-  static constexpr size_t kCacheCapacity = 1 << 16;
+  void merge_word(std::string_view word, bool byte_level, std::vector<uint32_t>& out) const;
   static constexpr size_t kCacheMaxWordBytes = 256;
   mutable std::mutex cache_mutex_;
-  mutable StringMap<std::vector<uint32_t>> cache_;
+  mutable WordCache cache_;
 };
 
 // ---- added tokens -----------------------------------------------------------------------------------------

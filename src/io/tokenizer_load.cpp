@@ -237,6 +237,10 @@ class Loader {
       if (!fresh)
         fail("model.vocab", str("tokens ", quote_token(*other->second), " and ", quote_token(it.key()), " both have id ", id));
     }
+    for (int b = 0; b < 256; ++b) {
+      auto f = bpe.vocab.find(tok::byte_level_alphabet().byte_to_utf8[b]);
+      bpe.byte_ids[b] = f == bpe.vocab.end() ? -1 : f->second;
+    }
     bpe.byte_fallback_ids.fill(-1);
     if (bpe.byte_fallback) {
       for (int b = 0; b < 256; ++b) {
@@ -278,7 +282,7 @@ class Loader {
         fail(mpath, str("merge of ", quote_token(a), " and ", quote_token(b), ": the result ", quote_token(merged),
                         " is not in model.vocab"));
       // A repeated pair takes its later rank, as tokenizers' HashMap collect does.
-      bpe.merges[(uint64_t(ia->second) << 32) | ib->second] = {rank, im->second};
+      bpe.merges.set(ia->second, ib->second, {rank, im->second});
       ++rank;
     }
   }

@@ -152,8 +152,26 @@ bool is_word_char(char32_t c) {
 
 // ---- normalisation --------------------------------------------------------------------------------------
 
+bool nfc_inert(char32_t c) {
+  // Characters with no canonical decomposition that differs in NFC, combining class 0, and that no
+  // canonical composition takes as its second character: a string of them is its own NFC. Checked for
+  // every one of them against utf8proc by the tests.
+  return c < 0x300 || (c >= 0x400 && c <= 0x482) || (c >= 0x48A && c <= 0x52F) || (c >= 0x3041 && c <= 0x3096) ||
+         (c >= 0x30A1 && c <= 0x30FA) || (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3) ||
+         (c >= 0x1F300 && c <= 0x1FAFF) || (c >= 0x200B && c <= 0x200D) || c == 0xFE0F;
+}
+
 void normalize(std::string& s, NormForm form) {
   if (is_ascii(s)) return;  // every normal form of ASCII is itself
+  if (form == NormForm::NFC) {
+    bool inert = true;
+    for (size_t i = 0; i < s.size() && inert;) {
+      char32_t c;
+      i += static_cast<size_t>(utf8_next(s, i, &c));
+      inert = nfc_inert(c);
+    }
+    if (inert) return;
+  }
   int options = UTF8PROC_STABLE;
   switch (form) {
     case NormForm::NFC: options |= UTF8PROC_COMPOSE; break;
@@ -191,7 +209,8 @@ Regex::Regex(const std::string& pattern, const std::string& what) : what_(what) 
   if (!code)
     throw Error(str(what, ": invalid regex at offset ", err_off, ": ", pcre2_message(err), " (pattern ", pattern,
                     ")"));
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without JIT support pcre2_match interprets: still correct
+  // Without JIT support pcre2_match interprets: slower, same matches.
+  jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
   code_ = code;
   auto* mc = pcre2_match_context_create(nullptr);
   pcre2_set_match_limit(mc, kMatchLimit);
@@ -216,8 +235,10 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>&
   size_t pos = 0;
   size_t last_match_end = std::string_view::npos;
   while (pos <= s.size()) {
-    uint32_t options = PCRE2_NO_UTF_CHECK;
-    int rc = pcre2_match(code, subject, s.size(), pos, options, md.p, mc);
+    const uint32_t options = PCRE2_NO_UTF_CHECK;
+    // pcre2_jit_match skips pcre2_match's option checks: this call runs once per pre-token.
+    int rc = jit_ ? pcre2_jit_match(code, subject, s.size(), pos, 0, md.p, mc)
+                  : pcre2_match(code, subject, s.size(), pos, options, md.p, mc);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
       // The JIT's machine stack is small; the interpreter keeps its backtracking state on the heap.
       rc = pcre2_match(code, subject, s.size(), pos, options | PCRE2_NO_JIT, md.p, mc);

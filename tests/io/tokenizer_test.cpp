@@ -11,6 +11,9 @@
 #include <sstream>
 #include <thread>
 
+#include <utf8proc.h>
+
+#include "io/tokenizer_internal.h"
 #include "kiln/error.h"
 #include "test_util.h"
 
@@ -154,6 +157,37 @@ TEST(Tokenizer, InvalidUtf8InputIsAnError) {
                           std::string("\xed\xa0\x80")}) {
     EXPECT_TRUE(test::throws_error([&] { tok.encode(bad); }, {"not valid UTF-8", "byte"})) << show(bad);
   }
+}
+
+// The NFC fast path skips utf8proc for strings of "inert" characters: each must be its own NFC, have
+// combining class 0, and never be the second character of a canonical composition (the last character of
+// some character's canonical decomposition), so that no string of them changes under NFC.
+TEST(TokenizerText, NfcInertCharactersAreStableUnderNfc) {
+  std::vector<bool> second(0x110000, false);
+  for (utf8proc_int32_t p = 0; p < 0x110000; ++p) {
+    utf8proc_int32_t buf[32];
+    int last_boundclass = 0;
+    const auto n = utf8proc_decompose_char(p, buf, 32, UTF8PROC_DECOMPOSE, &last_boundclass);
+    if (n >= 2) second[static_cast<size_t>(buf[n - 1])] = true;
+  }
+  ASSERT_TRUE(second[0x301] && second[0x3099] && second[0x11A8]);  // acute, kana voicing, Hangul final jamo
+  int64_t checked = 0;
+  for (char32_t c = 0; c < 0x110000; ++c) {
+    if (!tok::nfc_inert(c) || (c >= 0xD800 && c <= 0xDFFF)) continue;
+    std::string s;
+    tok::append_utf8(s, c);
+    utf8proc_uint8_t* out = nullptr;
+    const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+                                &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    ASSERT_GE(n, 0);
+    const std::string nfc(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+    std::free(out);
+    ASSERT_EQ(nfc, s) << "U+" << std::hex << static_cast<uint32_t>(c);
+    ASSERT_EQ(utf8proc_get_property(static_cast<utf8proc_int32_t>(c))->combining_class, 0) << std::hex << uint32_t(c);
+    ASSERT_FALSE(second[c]) << "U+" << std::hex << static_cast<uint32_t>(c) << " ends a decomposition";
+    ++checked;
+  }
+  EXPECT_GT(checked, 35000);
 }
 
 // ---- malformed tokenizer.json -------------------------------------------------------------------------------
