@@ -64,7 +64,8 @@ def make(out_dir):
 
 def time_hf(tok_path, text_path, ids_out=None, repeats=5):
     from tokenizers import Tokenizer
-    text = pathlib.Path(text_path).read_text(encoding="utf-8")
+    with open(text_path, encoding="utf-8", newline="") as f:  # no newline translation: \r stays \r
+        text = f.read()
     docs = []
     i = 0
     while i < len(text):  # the same documents as bench/tokenizer_bench.cpp: split after each blank line

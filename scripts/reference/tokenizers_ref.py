@@ -54,12 +54,45 @@ def hard_strings(specials):
         "".join(random.Random(1).choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5000)),
         "the the the the the the the the", "@@@ ### $$$ %%% ^^^", "!!!???...", "\\n is not a newline",
         "<|fake|> <not special>", "Straße STRASSE",
+        # onig's \s is White_Space (no U+180E); letters and digits of Unicode 15-16 that PCRE2 10.42 lacks
+        "x\u180e's y\u180e 1", "\U00031350\U00031351 ext-H \U0002EBF0", "\u1C89\u1C8A \U00010D40\U00010D41 \U0001D2C0",
+        "hex 0x1F \\h \\s", "\u00a0\u00a0x\u2007\u2007", "'\u0085's",
     ]
+    s += random_docs(150, seed=11)
     for t in specials:
         s += [t, f"a{t}b", f" {t} ", f"x {t}\n{t}y", f"{t}{t}", f"hello {t}world  {t}  end"]
     if len(specials) >= 2:
         s.append(f"{specials[1]}user\nhi there{specials[-1]}\n{specials[1]}assistant\n")
     return s
+
+
+def random_docs(n, seed):
+    """Mixtures of special tokens, tricky words and characters from many scripts and whitespace kinds."""
+    rng = random.Random(seed)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<mask>", "[WORD]",
+                "hello world", "ﬁx", "fix", "\u00b8\u00ad", "<|eot_id|>"]
+    ranges = [(0x20, 0x7E)] * 6 + [
+        (0x09, 0x0D), (0xA0, 0x17F), (0x300, 0x36F), (0x391, 0x3C9), (0x400, 0x45F), (0x600, 0x6FF),
+        (0x900, 0x97F), (0x4E00, 0x4E80), (0x3040, 0x30FF), (0xAC00, 0xAC80), (0x1100, 0x11FF),
+        (0x1F300, 0x1F64F), (0x1F3FB, 0x1F3FF), (0x200B, 0x200F), (0x2000, 0x200A), (0x30, 0x39),
+        (0xFE00, 0xFE0F), (0x2028, 0x2029), (0x85, 0x85), (0x180E, 0x180E), (0x3000, 0x3000), (0xFB00, 0xFB06),
+        (0x2460, 0x24FF), (0x17F, 0x17F), (0x31350, 0x31360), (0x10D40, 0x10D49)]
+    words = ["don't", "I'LL", "we've", "'s", "'S", "the", " the", "  ", "\n\n", "\r\n", "\t", "1234567", "café",
+             "cafe\u0301", "中文", "😀", "👨‍👩‍👧‍👦", "tokenizer", "supercalifragilistic", "kiln", "zzz", " a", "a "]
+    docs = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(0, 30)):
+            r = rng.random()
+            if r < 0.15:
+                parts.append(rng.choice(specials))
+            elif r < 0.5:
+                parts.append(rng.choice(words))
+            else:
+                lo, hi = rng.choice(ranges)
+                parts.append(chr(rng.randint(lo, hi)) * rng.choice([1, 1, 1, 2, 3]))
+        docs.append("".join(parts))
+    return docs
 
 
 def byte_to_unicode():

@@ -55,6 +55,9 @@ class Regex {
   std::string what_;
 };
 std::string escape_regex(std::string_view literal);
+// Rewrites the class escapes whose meaning differs between onig (Ruby syntax, which tokenizers uses) and
+// PCRE2: \s \S \d \D \w \W \h \H, and \p{L} \p{N} for letters newer than PCRE2's Unicode tables.
+std::string onig_to_pcre2(std::string_view pattern);
 
 // ---- byte-level alphabet (GPT-2's bytes_to_unicode) -----------------------------------------------------
 struct ByteLevelAlphabet {

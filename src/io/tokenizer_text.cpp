@@ -132,9 +132,12 @@ bool is_white_space(char32_t c) {
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
+bool newer_letter_or_digit(char32_t c);
+
 bool is_word_char(char32_t c) {
   if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
   if (c == 0x200C || c == 0x200D) return true;  // Join_Control
+  if (newer_letter_or_digit(c)) return true;
   // Other_Alphabetic symbols (circled and squared Latin letters) are \w although their category is So.
   if ((c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
       (c >= 0x1F170 && c <= 0x1F189))
@@ -200,11 +203,135 @@ std::string pcre2_message(int code) {
 constexpr uint32_t kMatchLimit = 50'000'000;
 }  // namespace
 
+// Letters and numbers that onig in tokenizers 0.23 knows (Unicode 15.0 to 16.0) and PCRE2 10.42 (Unicode
+// 14.0) does not: the difference of the two engines' \p{L}, \p{N} and \d over all code points. With a newer
+// PCRE2 they are already members and the union changes nothing. Rust's \w (single_word) knows them too.
+constexpr std::pair<char32_t, char32_t> kExtraLetterRanges[] = {
+    {0x1C89, 0x1C8A}, {0xA7CB, 0xA7CD}, {0xA7DA, 0xA7DC}, {0x105C0, 0x105F3}, {0x10D4A, 0x10D65},
+    {0x10D6F, 0x10D85}, {0x10EC2, 0x10EC4}, {0x1123F, 0x11240}, {0x11380, 0x11389}, {0x1138B, 0x1138B},
+    {0x1138E, 0x1138E}, {0x11390, 0x113B5}, {0x113B7, 0x113B7}, {0x113D1, 0x113D1}, {0x113D3, 0x113D3},
+    {0x11BC0, 0x11BE0}, {0x11F02, 0x11F02}, {0x11F04, 0x11F10}, {0x11F12, 0x11F33}, {0x1342F, 0x1342F},
+    {0x13441, 0x13446}, {0x13460, 0x143FA}, {0x16100, 0x1611D}, {0x16D40, 0x16D6C}, {0x18CFF, 0x18CFF},
+    {0x1B132, 0x1B132}, {0x1B155, 0x1B155}, {0x1DF25, 0x1DF2A}, {0x1E030, 0x1E06D}, {0x1E4D0, 0x1E4EB},
+    {0x1E5D0, 0x1E5ED}, {0x1E5F0, 0x1E5F0}, {0x2B739, 0x2B739}, {0x2EBF0, 0x2EE5D}, {0x31350, 0x323AF}};
+constexpr std::pair<char32_t, char32_t> kExtraDigitRanges[] = {
+    {0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9}, {0x11F50, 0x11F59}, {0x16130, 0x16139},
+    {0x16D70, 0x16D79}, {0x1CCF0, 0x1CCF9}, {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA}};
+constexpr std::pair<char32_t, char32_t> kExtraNumberRanges[] = {
+    {0x1D2C0, 0x1D2D3}};
+
+template <size_t K>
+bool in_ranges(const std::pair<char32_t, char32_t> (&rs)[K], char32_t c) {
+  for (const auto& [lo, hi] : rs)
+    if (c >= lo && c <= hi) return true;
+  return false;
+}
+
+bool newer_letter_or_digit(char32_t c) {
+  return c >= 0x1C89 && (in_ranges(kExtraLetterRanges, c) || in_ranges(kExtraDigitRanges, c));
+}
+
+template <size_t K>
+std::string class_items(const std::pair<char32_t, char32_t> (&rs)[K]) {
+  std::string out;
+  char buf[40];
+  for (const auto& [lo, hi] : rs) {
+    std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", static_cast<unsigned>(lo), static_cast<unsigned>(hi));
+    out += buf;
+  }
+  return out;
+}
+
+// onig's \s is White_Space; PCRE2's (UCP) also has U+180E.
+constexpr const char* kSpace = R"(\t\n\x{0B}\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+// onig's \h is a hexadecimal digit (PCRE2's is horizontal space).
+constexpr const char* kHex = "0-9A-Fa-f";
+
+std::string onig_to_pcre2(std::string_view p) {
+  static const std::string kExtraLetters = class_items(kExtraLetterRanges);
+  static const std::string kExtraDigits = class_items(kExtraDigitRanges);
+  static const std::string kExtraNumbers = class_items(kExtraNumberRanges);
+  std::string out;
+  out.reserve(p.size() * 2);
+  bool in_class = false;
+  // A class-like escape: positive members `set`; outside a class it becomes [set] or [^set]; inside a class
+  // a positive one is spliced in, a negated one (rare; no splice exists) is left to PCRE2.
+  auto put = [&](std::string_view original, const std::string& set, bool negated) {
+    if (in_class) out += negated ? std::string(original) : set;
+    else out += (negated ? "[^" : "[") + set + "]";
+  };
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      const char e = p[i + 1];
+      if (e == 'p' || e == 'P') {
+        size_t len = 3;
+        std::string name;
+        if (i + 2 < p.size() && p[i + 2] == '{') {
+          const size_t close = p.find('}', i + 3);
+          if (close == std::string_view::npos) {
+            out.append(p.substr(i));
+            break;
+          }
+          name = std::string(p.substr(i + 3, close - i - 3));
+          len = close - i + 1;
+        } else if (i + 2 < p.size()) {
+          name = std::string(1, p[i + 2]);
+        } else {
+          out.append(p.substr(i));
+          break;
+        }
+        const std::string_view original = p.substr(i, len);
+        if (name == "L") put(original, std::string(R"(\p{L})") + kExtraLetters, e == 'P');
+        else if (name == "N") put(original, std::string(R"(\p{N})") + kExtraDigits + kExtraNumbers, e == 'P');
+        else out.append(original);
+        i += len - 1;
+        continue;
+      }
+      const std::string_view original = p.substr(i, 2);
+      switch (e) {
+        case 's': case 'S': put(original, kSpace, e == 'S'); break;
+        case 'd': case 'D': put(original, std::string(R"(\p{Nd})") + kExtraDigits, e == 'D'); break;
+        case 'h': case 'H': put(original, kHex, e == 'H'); break;
+        case 'w': case 'W':
+          // onig's \w: Alphabetic, marks, decimal digits, connector punctuation, Join_Control.
+          put(original, std::string(R"(\p{L}\p{M}\p{Nd}\p{Nl}\p{Pc}\x{200C}\x{200D}\x{24B6}-\x{24E9})"
+                                    R"(\x{1F130}-\x{1F149}\x{1F150}-\x{1F169}\x{1F170}-\x{1F189})") +
+                            kExtraLetters + kExtraDigits,
+              e == 'W');
+          break;
+        default: out.append(original);
+      }
+      ++i;
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
+      if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];  // a leading ] is a member
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < p.size() && p[i + 1] == ':') {  // [:alpha:]
+      const size_t close = p.find(":]", i + 2);
+      if (close != std::string_view::npos) {
+        out.append(p.substr(i, close + 2 - i));
+        i = close + 1;
+        continue;
+      }
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
+
 Regex::Regex(const std::string& pattern, const std::string& what) : what_(what) {
   int err = 0;
   PCRE2_SIZE err_off = 0;
   // onig (which tokenizers uses) has Ruby syntax: ^ and $ match at line boundaries, hence MULTILINE.
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+  const std::string translated = onig_to_pcre2(pattern);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                                    PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &err_off, nullptr);
   if (!code)
     throw Error(str(what, ": invalid regex at offset ", err_off, ": ", pcre2_message(err), " (pattern ", pattern,
