@@ -1,9 +1,13 @@
-# Runs `kiln tokenize` and `kiln detokenize` on every reference case of one tokenizer and compares their
-# output with what Hugging Face tokenizers gave (tests/data/tokenizers/<name>.ref.json).
+# Runs `kiln tokenize` and `kiln detokenize` on the hand-written reference cases of one tokenizer (the first
+# 60; the random documents after them are left to kiln_tokenizer_tests) and compares their output with what
+# Hugging Face tokenizers gave (tests/data/tokenizers/<name>.ref.json).
 #   cmake -DKILN=path/to/kiln -DTOKENIZER=.../name.json -DREFERENCE=.../name.ref.json -P cli_tokenizer_check.cmake
 file(READ "${REFERENCE}" ref)
 string(JSON cases GET "${ref}" encode)
 string(JSON n LENGTH "${cases}")
+if(n GREATER 60)
+  set(n 60)
+endif()
 math(EXPR last "${n} - 1")
 set(failures 0)
 foreach(i RANGE ${last})
