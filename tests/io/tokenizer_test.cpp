@@ -309,6 +309,26 @@ TEST(TokenizerLoad, UnknownCharacterWithoutUnkTokenIsDropped) {
             (std::vector<int32_t>{id_a, unk, id_b}));
 }
 
+// Expected ids from tokenizers 0.23.3 for this file. Note its order: bytes of a later character come before
+// a pending (fused) unknown.
+TEST(TokenizerLoad, ByteFallbackAndFusedUnknownsAsTokenizers) {
+  const json j = {
+      {"added_tokens", json::array()},
+      {"model",
+       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
+        {"vocab", {{"<unk>", 0}, {"a", 1}, {"b", 2}, {"<0xE2>", 3}, {"<0x82>", 4}, {"<0xAC>", 5}, {"ab", 6}, {"<0xC3>", 7}}},
+        {"merges", json::array({json::array({"a", "b"})})}}}};
+  const Tokenizer tok = Tokenizer::from_json(j.dump());
+  using V = std::vector<int32_t>;
+  EXPECT_EQ(tok.encode("a\u20ac" "b"), (V{1, 3, 4, 5, 2}));
+  EXPECT_EQ(tok.encode("ab\u20ac" "ab"), (V{6, 3, 4, 5, 6}));
+  EXPECT_EQ(tok.encode("\u00e9"), (V{0}));
+  EXPECT_EQ(tok.encode("a\u00e9"), (V{1, 0}));
+  EXPECT_EQ(tok.encode("\u00e7\u20ac"), (V{3, 4, 5, 0}));
+  EXPECT_EQ(tok.encode("xy\u20ac"), (V{3, 4, 5, 0}));
+  EXPECT_EQ(tok.encode("x\u00e9"), (V{0}));
+}
+
 // Random damage to a valid file: every outcome is a loaded tokenizer or a kiln::Error, never a crash.
 TEST(TokenizerLoad, DamagedFilesNeverCrash) {
   const std::string good = read_file(data_path("gpt2.json"));
