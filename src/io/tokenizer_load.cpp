@@ -73,9 +73,141 @@ void check_depth(std::string_view text, const std::string& origin) {
   }
 }
 
+
+// A SAX handler that builds the document like nlohmann's DOM parser, except for model.vocab and model.merges
+// (over 90% of a large tokenizer.json): their entries go straight into flat lists, skipping a std::map of
+// 150k keys and 150k two-element arrays. In the document they become an empty object / array.
+class TokenizerSax {
+ public:
+  json root;
+  std::vector<std::pair<std::string, json>> vocab;  // (token, id value as written)
+  std::vector<json> merges;                          // each entry as written ("a b", [a, b] or anything else)
+  std::string error;
+
+  bool null() { return value(json(nullptr)); }
+  bool boolean(bool v) { return value(json(v)); }
+  bool number_integer(json::number_integer_t v) { return value(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return value(json(v)); }
+  bool number_float(json::number_float_t v, const std::string&) { return value(json(v)); }
+  bool string(std::string& v) { return value(json(std::move(v))); }
+  bool binary(json::binary_t& v) { return value(json(json::binary_t(v))); }
+  bool key(std::string& k) {
+    if (skip_ == 0 && mode_ == Mode::Vocab && depth_in_mode_ == 1) {
+      vocab_key_ = std::move(k);
+      return true;
+    }
+    if (skip_ > 0 || mode_ != Mode::Dom) return true;
+    key_ = k;
+    obj_elem_ = &(*stack_.back())[k];
+    return true;
+  }
+  bool start_object(std::size_t) { return open(true); }
+  bool start_array(std::size_t) { return open(false); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    error = e.what();
+    return false;
+  }
+
+ private:
+  enum class Mode { Dom, Vocab, Merges };
+
+  bool value(json&& v) {
+    if (skip_ > 0) return true;
+    if (mode_ == Mode::Vocab) {
+      vocab.emplace_back(std::move(vocab_key_), std::move(v));
+      return true;
+    }
+    if (mode_ == Mode::Merges) {
+      if (depth_in_mode_ == 1) merges.push_back(std::move(v));
+      else merges.back().push_back(std::move(v));  // inside [a, b]
+      return true;
+    }
+    place(std::move(v));
+    return true;
+  }
+  json* place(json&& v) {
+    if (stack_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    if (stack_.back()->is_array()) {
+      stack_.back()->push_back(std::move(v));
+      return &stack_.back()->back();
+    }
+    *obj_elem_ = std::move(v);
+    return obj_elem_;
+  }
+  bool open(bool object) {
+    if (skip_ > 0) {
+      ++skip_;
+      return true;
+    }
+    if (mode_ == Mode::Vocab) {
+      // A nested value where an id belongs: keep its type for the error message, skip its content.
+      vocab.emplace_back(std::move(vocab_key_), object ? json::object() : json::array());
+      skip_ = 1;
+      return true;
+    }
+    if (mode_ == Mode::Merges) {
+      if (depth_in_mode_ == 1 && !object) {
+        merges.push_back(json::array());
+        ++depth_in_mode_;
+      } else {
+        if (depth_in_mode_ == 1) merges.push_back(json::object());
+        else merges.back().push_back(object ? json::object() : json::array());
+        skip_ = 1;
+      }
+      return true;
+    }
+    // model.vocab / model.merges: a member of the object that is the value of the root's "model" key
+    const bool in_model = stack_.size() == 2 && stack_[0] == &root && stack_[1]->is_object() && model_open_;
+    if (in_model && object && key_ == "vocab") {
+      place(json::object());
+      vocab.clear();  // a repeated key: the last one wins, as in the document
+      mode_ = Mode::Vocab;
+      depth_in_mode_ = 1;
+      return true;
+    }
+    if (in_model && !object && key_ == "merges") {
+      place(json::array());
+      merges.clear();
+      mode_ = Mode::Merges;
+      depth_in_mode_ = 1;
+      return true;
+    }
+    const bool opening_model = stack_.size() == 1 && object && key_ == "model";
+    json* c = place(object ? json::object() : json::array());
+    stack_.push_back(c);
+    if (stack_.size() == 2) model_open_ = opening_model;
+    return true;
+  }
+  bool close() {
+    if (skip_ > 0) {
+      --skip_;
+      return true;
+    }
+    if (mode_ != Mode::Dom) {
+      if (--depth_in_mode_ == 0) mode_ = Mode::Dom;
+      return true;
+    }
+    stack_.pop_back();
+    return true;
+  }
+
+  std::vector<json*> stack_;
+  json* obj_elem_ = nullptr;
+  std::string key_, vocab_key_;
+  bool model_open_ = false;
+  Mode mode_ = Mode::Dom;
+  int depth_in_mode_ = 0;
+  int skip_ = 0;
+};
+
 class Loader {
  public:
-  Loader(const std::string& origin, Tokenizer::Impl& t) : origin_(origin), t_(t) {}
+  Loader(const std::string& origin, Tokenizer::Impl& t, TokenizerSax& sax) : origin_(origin), t_(t), sax_(sax) {}
 
   [[noreturn]] void fail(const std::string& path, const std::string& msg) const {
     throw Error(str(origin_, ": ", path, ": ", msg));
@@ -226,16 +358,19 @@ class Loader {
     bpe.byte_fallback = boolean(m, path, "byte_fallback", false);
     bpe.ignore_merges = boolean(m, path, "ignore_merges", false);
 
-    const json& vocab = required(m, path, "vocab");
-    if (!vocab.is_object()) fail("model.vocab", str("expected an object of token: id, found ", type_name(vocab)));
+    const json& vocab_doc = required(m, path, "vocab");
+    if (!vocab_doc.is_object())
+      fail("model.vocab", str("expected an object of token: id, found ", type_name(vocab_doc)));
+    const auto& vocab = sax_.vocab;  // the entries, in file order (the document holds an empty object)
     bpe.vocab.reserve(vocab.size());
     t_.model_id_to_token.reserve(vocab.size());
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      const uint32_t id = this->id(it.value(), str("model.vocab[", quote_token(it.key()), "]"));
-      auto [pos, inserted] = bpe.vocab.emplace(it.key(), id);
+    for (const auto& [token, value] : vocab) {
+      const uint32_t id = this->id(value, str("model.vocab[", quote_token(token), "]"));
+      auto [pos, inserted] = bpe.vocab.emplace(token, id);
+      if (!inserted) fail("model.vocab", str("token ", quote_token(token), " appears twice"));
       auto [other, fresh] = t_.model_id_to_token.emplace(id, &pos->first);
       if (!fresh)
-        fail("model.vocab", str("tokens ", quote_token(*other->second), " and ", quote_token(it.key()), " both have id ", id));
+        fail("model.vocab", str("tokens ", quote_token(*other->second), " and ", quote_token(token), " both have id ", id));
     }
     for (int b = 0; b < 256; ++b) {
       auto f = bpe.vocab.find(tok::byte_level_alphabet().byte_to_utf8[b]);
@@ -250,8 +385,9 @@ class Loader {
       }
     }
 
-    const json& merges = required(m, path, "merges");
-    if (!merges.is_array()) fail("model.merges", str("expected an array, found ", type_name(merges)));
+    const json& merges_doc = required(m, path, "merges");
+    if (!merges_doc.is_array()) fail("model.merges", str("expected an array, found ", type_name(merges_doc)));
+    const std::vector<json>& merges = sax_.merges;  // the entries (the document holds an empty array)
     bpe.merges.reserve(merges.size());
     uint32_t rank = 0;
     for (size_t i = 0; i < merges.size(); ++i) {
@@ -430,22 +566,24 @@ class Loader {
 
   const std::string& origin_;
   Tokenizer::Impl& t_;
+  TokenizerSax& sax_;
 };
 
 }  // namespace
 
 std::unique_ptr<Tokenizer::Impl> load_tokenizer_impl(std::string_view text, const std::string& origin) {
   check_depth(text, origin);
-  json root;
+  TokenizerSax sax;
   try {
-    root = json::parse(text.begin(), text.end());
+    if (!json::sax_parse(text.begin(), text.end(), &sax) || !sax.error.empty())
+      throw Error(str(origin, ": not valid JSON: ", sax.error));
   } catch (const json::exception& e) {
     throw Error(str(origin, ": not valid JSON: ", e.what()));
   }
   auto t = std::make_unique<Tokenizer::Impl>();
   t->origin = origin;
   try {
-    Loader(origin, *t).load(root);
+    Loader(origin, *t, sax).load(sax.root);
   } catch (const json::exception& e) {  // a type slip the checks above missed is still an Error, not a crash
     throw Error(str(origin, ": unexpected JSON content: ", e.what()));
   }

@@ -280,12 +280,56 @@ TEST(TokenizerLoad, MalformedFilesAreErrorsNamingTheField) {
                                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
                          {"special_tokens", json::object()}};
   expect_load_error(j, "special token '<s>' is not in post_processor.special_tokens");
+  // vocab and merges are read by a streaming parser: the same checks hold for what it collects.
+  j = qwen2_json();
+  j["model"]["vocab"]["x"] = {{"nested", 1}};
+  expect_load_error(j, "model.vocab['x']: expected a token id (a non-negative integer), found an object");
+  j = qwen2_json();
+  j["model"]["vocab"]["x"] = json::array({1, 2});
+  expect_load_error(j, "found an array");
+  j = qwen2_json();
+  j["model"]["merges"].push_back(json::array({"a", "b", "c"}));
+  expect_load_error(j, "expected \"a b\" or [a, b], found an array");
+  j = qwen2_json();
+  j["model"]["merges"].push_back({{"a", "b"}});
+  expect_load_error(j, "found an object");
+  j = qwen2_json();
+  j["model"]["merges"].push_back(json::array({"a", json::array({"b"})}));
+  expect_load_error(j, "model.merges[");
+  {
+    std::string text = read_file(data_path("qwen2.json"));
+    const size_t at = text.find("\"vocab\":{") + 9;
+    expect_text_error(text.substr(0, at) + "\"a\":5000," + text.substr(at), "token 'a' appears twice");
+  }
   json seq = {{"type", "NFC"}};
   for (int i = 0; i < 20; ++i) seq = {{"type", "Sequence"}, {"normalizers", json::array({seq})}};
   j = qwen2_json();
   j["normalizer"] = seq;
   expect_load_error(j, "nested too deeply");
   EXPECT_TRUE(test::throws_error([] { Tokenizer::from_file(data_path("no_such_file.json")); }, {"cannot open"}));
+}
+
+// A second "model" key replaces the first, as in a JSON document; "vocab" / "merges" elsewhere are
+// ordinary values.
+TEST(TokenizerLoad, StreamedVocabularyFollowsTheDocument) {
+  const std::string good = read_file(data_path("qwen2.json"));
+  const Tokenizer reference = Tokenizer::from_json(good);
+  json other = json::parse(good);
+  other["normalizer"] = nullptr;
+  other["decoder"]["merges"] = json::array({"x y"});  // ignored field of the decoder
+  other["decoder"]["vocab"] = {{"q", 1}};
+  const std::string tail = good.substr(good.size() - 1);
+  ASSERT_EQ(tail, "}");
+  std::string twice = good.substr(0, good.size() - 1) + ",\"model\":" + json::parse(good)["model"].dump() + "}";
+  for (const std::string& text : {other.dump(), twice}) {
+    const Tokenizer t = Tokenizer::from_json(text);
+    EXPECT_EQ(t.vocab_size(), reference.vocab_size());
+    EXPECT_EQ(t.encode("hello world, don't 1234 <|im_end|>"), reference.encode("hello world, don't 1234 <|im_end|>"));
+  }
+  json no_model_vocab = json::parse(good);
+  no_model_vocab["model"]["vocab"] = json::array();
+  no_model_vocab["pre_tokenizer"]["vocab"] = {{"a", 0}};
+  expect_load_error(no_model_vocab, "model.vocab: expected an object");
 }
 
 TEST(TokenizerLoad, UnknownCharacterWithoutUnkTokenIsDropped) {
