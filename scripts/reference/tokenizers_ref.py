@@ -181,12 +181,13 @@ def build_all():
                     AddedToken("hello world", rstrip=True, normalized=False),
                     AddedToken("ﬁx", normalized=True),
                     AddedToken("\u00b8\u00ad", normalized=False),
+                    AddedToken("\u00ca\u00ac", normalized=False),  # bytes CA AC in the byte alphabet: decodes to U+02AC
                     AddedToken("\u00b8\u00af", normalized=True)])
     eot = tok.token_to_id("<|endoftext|>")
     tok.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A <|endoftext|>",
                                                        special_tokens=[("<|endoftext|>", eot)])
     out["gpt2"] = (merges_as_strings(json.loads(tok.to_str())),
-                   specials + ["[WORD]", "hello world", "ﬁx", "fix", "\u00b8\u00ad"])
+                   specials + ["[WORD]", "hello world", "ﬁx", "fix", "\u00b8\u00ad", "\u00ca\u00ac"])
 
     # Qwen2 pattern with merges kept as [a, b] pairs, no normalizer, and ignore_merges on a vocab with
     # words the merges cannot build.

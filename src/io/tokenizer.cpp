@@ -188,45 +188,28 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   const Impl& m = *impl_;
-  std::string out, chunk;
-  bool chunk_started = false;  // for the no-decoder case: tokens of a chunk are joined by spaces
-  auto push = [&](const std::string& token) {
-    if (m.decoder == Impl::Decoder::ByteLevel) {
-      if (!tok::byte_level_alphabet().unmap(token, chunk)) chunk += token;
-    } else {
-      if (chunk_started) chunk += ' ';
-      chunk += token;
-      chunk_started = true;
-    }
-  };
-  auto flush = [&] {
-    if (m.decoder == Impl::Decoder::ByteLevel) out += tok::from_utf8_lossy(chunk);
-    else out += chunk;
-    chunk.clear();
-    chunk_started = false;
-  };
+  // Every token, added ones included, goes through the decoder: ByteLevel maps a token's characters back to
+  // bytes (a token with a character outside the byte alphabet, e.g. a space, stands for its own UTF-8
+  // bytes) and decodes all bytes at once; without a decoder tokens are joined by spaces.
+  std::string bytes;
+  bool first = true;
   for (int32_t sid : ids) {
     if (sid < 0) continue;
     const auto id = static_cast<uint32_t>(sid);
-    if (auto a = m.added_by_id.find(id); a != m.added_by_id.end()) {
-      const AddedToken& t = m.added[a->second];
-      if (t.special) {
-        if (!skip_special_tokens) push(t.content);
-      } else if (!t.normalized) {
-        // tokenizers writes these verbatim, between separately decoded chunks.
-        flush();
-        out += t.content;
-      } else {
-        push(t.content);
-      }
-    } else if (auto t = m.model_id_to_token.find(id); t != m.model_id_to_token.end()) {
-      if (skip_special_tokens && m.special_contents.count(*t->second)) continue;
-      push(*t->second);
+    const std::string* token = nullptr;
+    if (auto a = m.added_by_id.find(id); a != m.added_by_id.end()) token = &m.added[a->second].content;
+    else if (auto t = m.model_id_to_token.find(id); t != m.model_id_to_token.end()) token = t->second;
+    if (!token) continue;  // ids in no vocabulary are skipped, as tokenizers does
+    if (skip_special_tokens && m.special_contents.count(*token)) continue;
+    if (m.decoder == Impl::Decoder::ByteLevel) {
+      if (!tok::byte_level_alphabet().unmap(*token, bytes)) bytes += *token;
+    } else {
+      if (!first) bytes += ' ';
+      bytes += *token;
     }
-    // ids in no vocabulary are skipped, as tokenizers does
+    first = false;
   }
-  flush();
-  return out;
+  return m.decoder == Impl::Decoder::ByteLevel ? tok::from_utf8_lossy(bytes) : bytes;
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -151,6 +151,19 @@ TEST(Tokenizer, VocabularyQueries) {
   EXPECT_NE(llama.encode("hi", false).front(), llama.token_to_id("<|begin_of_text|>"));
 }
 
+// Without a decoder tokenizers joins all tokens, added ones included, with spaces (values from 0.23.3).
+TEST(Tokenizer, NoDecoderJoinsTokensWithSpaces) {
+  json j = json::parse(read_file(data_path("gpt2.json")));
+  j["decoder"] = nullptr;
+  const Tokenizer t = Tokenizer::from_json(j.dump());
+  auto id = [&](const char* s) { return *t.token_to_id(s); };
+  const std::vector<int32_t> ids = {id("a"), id("b"), 600, id("c"), 603, id("d"), 604, id("e"), 605};
+  EXPECT_EQ(t.decode(ids), "a b <|endoftext|> c hello world d fix e \u00b8\u00ad");
+  EXPECT_EQ(t.decode(ids, true), "a b c hello world d fix e \u00b8\u00ad");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{603, 603}), "hello world hello world");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{}), "");
+}
+
 TEST(Tokenizer, InvalidUtf8InputIsAnError) {
   const Tokenizer tok = Tokenizer::from_file(data_path("qwen2.json"));
   for (std::string bad : {std::string("ab\xff"), std::string("\xe4\xb8"), std::string("x\xc0\x80y"),
