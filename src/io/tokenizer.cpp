@@ -221,8 +221,8 @@ int64_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   const Impl& m = *impl_;
-  for (const AddedToken& t : m.added)
-    if (t.content == token) return static_cast<int32_t>(t.id);
+  if (auto a = m.added_by_content.find(token); a != m.added_by_content.end())
+    return static_cast<int32_t>(m.added[a->second].id);
   if (auto it = m.model.vocab.find(token); it != m.model.vocab.end()) return static_cast<int32_t>(it->second);
   return std::nullopt;
 }

@@ -35,6 +35,7 @@ struct Tokenizer::Impl {
 
   std::vector<tok::AddedToken> added;  // as listed in the file (duplicates resolved)
   std::unordered_map<uint32_t, size_t> added_by_id;
+  tok::StringMap<size_t> added_by_content;
   std::unordered_set<std::string> special_contents;
   tok::TokenMatcher raw_matcher;         // added tokens with normalized = false: matched on the input
   tok::TokenMatcher normalized_matcher;  // normalized = true: matched on the normalized text

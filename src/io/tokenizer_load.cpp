@@ -440,7 +440,9 @@ class Loader {
       a.rstrip = boolean(e, path, "rstrip", false);
       a.normalized = boolean(e, path, "normalized", !a.special);
       if (a.content.empty()) continue;  // tokenizers ignores these
-      // tokenizers keeps (matches and decodes) a normalized token in its normalized form.
+      // tokenizers matches and decodes a normalized token in its normalized form; token_to_id takes the
+      // content as written.
+      const std::string written = a.content;
       if (a.normalized)
         for (tok::NormForm f : t_.normalizers) tok::normalize(a.content, f);
       // The id tokenizers assigns (it ignores the id in the file and warns when they differ): the one the
@@ -468,6 +470,7 @@ class Loader {
       max_added = std::max<int64_t>(max_added, a.id);
       by_content.emplace(a.content, t_.added.size());
       t_.added_by_id.emplace(a.id, t_.added.size());
+      t_.added_by_content.emplace(written, t_.added.size());
       if (a.special) t_.special_contents.insert(a.content);
       t_.added.push_back(std::move(a));
     }

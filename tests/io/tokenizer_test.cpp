@@ -164,6 +164,15 @@ TEST(Tokenizer, NoDecoderJoinsTokensWithSpaces) {
   EXPECT_EQ(t.decode(std::vector<int32_t>{}), "");
 }
 
+TEST(Tokenizer, NormalizedAddedTokenKeepsItsWrittenNameForLookup) {
+  // tokenizers 0.23.3: token_to_id("\ufb01x") = 604, token_to_id("fix") = None, id_to_token(604) = "fix".
+  const Tokenizer t = Tokenizer::from_file(data_path("gpt2.json"));
+  EXPECT_EQ(t.token_to_id("\xef\xac\x81x"), 604);
+  EXPECT_EQ(t.token_to_id("fix"), std::nullopt);
+  EXPECT_EQ(t.id_to_token(604), "fix");
+  EXPECT_EQ(t.token_to_id("hello world"), 603);
+}
+
 TEST(Tokenizer, InvalidUtf8InputIsAnError) {
   const Tokenizer tok = Tokenizer::from_file(data_path("qwen2.json"));
   for (std::string bad : {std::string("ab\xff"), std::string("\xe4\xb8"), std::string("x\xc0\x80y"),
