@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
       ->required();
   inspect->add_flag("--read", inspect_read, "Also read every tensor and report the loading rate");
   inspect->add_option("--device", inspect_device, "With --read: load to this device (cuda, cuda:N) instead");
+  kiln::cli::TokenizerArgs tokenize_args, detokenize_args;
+  auto* tokenize = kiln::cli::add_tokenize(app, tokenize_args);
+  auto* detokenize = kiln::cli::add_detokenize(app, detokenize_args);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -44,6 +47,8 @@ int main(int argc, char** argv) {
     if (*demo) return kiln::cli::run_demo(device, repeats);
     if (*bench_ops) return kiln::cli::run_bench_ops(bench_opts);
     if (*inspect) return kiln::cli::run_inspect(inspect_path, inspect_read, inspect_device);
+    if (*tokenize) return kiln::cli::run_tokenize(tokenize_args);
+    if (*detokenize) return kiln::cli::run_detokenize(detokenize_args);
   } catch (const kiln::Error& e) {
     std::cerr << "kiln: error: " << e.what() << "\n";
     return 1;
