@@ -18,6 +18,10 @@ What runs for each op is what a PyTorch / Hugging Face decode step runs:
   decode_attention  F.scaled_dot_product_attention(q [1, Hq, 1, D], k, v [1, Hkv, L, D], enable_gqa=True)
   sdpa_prefill    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) (PyTorch picks its
                   fastest backend: flash or cuDNN)
+  grouped_mm      torch._grouped_mm(a, w.transpose(-2, -1), offs=offs) (int32 cumulative ends)
+  moe             torch_moe below: transformers' grouped_mm experts path (router linear, softmax f32, topk,
+                  renormalise, sort tokens by expert, _grouped_mm gate_up, silu * up, _grouped_mm down,
+                  weighted index_add)
 Method (identical to tools/kiln/bench_ops.cpp; docs/benchmarks.md): C = clamp(ceil(4 * L2 / copy_bytes), 2,
 max_copies) copies of fresh random inputs; one warm-up call per copy; eager = median over `repeats` batches of
 min(C, 64) calls cycling the copies (events around each batch); graph = one torch.cuda.CUDAGraph holding one
@@ -46,7 +50,7 @@ class Case:
         self.name, self.bytes, self.copy_bytes, self.max_copies, self.make = name, nbytes, copy_bytes, max_copies, make
 
 
-ITEMSIZE = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8}
+ITEMSIZE = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4}
 
 
 def dt(tag):
@@ -98,6 +102,28 @@ def hf_sample(logits, temperature, top_k, top_p):
         scores = scores.masked_fill(indices_to_remove, -float("inf"))
     probs = F.softmax(scores, dim=-1)
     return torch.multinomial(probs, num_samples=1).squeeze(1)
+
+
+def torch_moe(x, router_w, gate_up, down, top_k, norm):
+    """The sparse MoE block as transformers' grouped_mm experts path computes it (no host sync)."""
+    num_experts = router_w.shape[0]
+    logits = F.linear(x, router_w)
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, experts = torch.topk(probs, top_k, dim=-1)
+    if norm:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    weights = weights.to(x.dtype)
+    flat = experts.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    token = order // top_k
+    counts = torch.histc(flat.float(), bins=num_experts, min=0, max=num_experts - 1)
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    gu = torch._grouped_mm(x[token], gate_up.transpose(-2, -1), offs=offs)
+    gate, up = gu.chunk(2, dim=-1)
+    h = F.silu(gate) * up
+    y = torch._grouped_mm(h, down.transpose(-2, -1), offs=offs)
+    y = y * weights.reshape(-1)[order].unsqueeze(-1)
+    return torch.zeros_like(x).index_add_(0, token, y)
 
 
 # ---- the case table: keep in step with tools/kiln/bench_ops_cases.cpp -----------------------------------
@@ -162,6 +188,14 @@ def rope_case(t, hq, hk, d):
     return Case(f"rope/bf16/T{t}/Hq{hq}/Hk{hk}/D{d}", copy_bytes + 2 * t * (hq + hk) * d, copy_bytes, 256, make)
 
 
+def launch_case():
+    def make(dev):
+        x = rnd((1,), "bf16", dev)
+        return {"fill_": lambda: x.fill_(1.0)}
+
+    return Case("launch/bf16/fill1", 2, 2, 256, make)
+
+
 def silu_and_mul_case(inter):
     copy_bytes = 2 * 2 * inter
 
@@ -208,6 +242,66 @@ def prefill_attention_case(hq, hkv, d, l):
 
 
 ATTENTION_HEADS = [(32, 4, 128), (32, 8, 128), (64, 8, 128)]
+MOE_TOPK = 8
+MOE_SHAPES = [(128, 2048, 768), (64, 2048, 1408), (256, 2048, 512)]
+
+
+def moe_tag(e, h, i):
+    return f"E{e}_H{h}_I{i}"
+
+
+def grouped_mm_case(shape, t, gate_up):
+    # Same inputs as tools/kiln/bench_ops_cases.cpp: T = 1 takes a disjoint set of 8 experts per copy of one
+    # shared weight tensor; T > 1 spreads 8T / E rows over every expert.
+    e, h, i = shape
+    n, k = (2 * i, h) if gate_up else (h, i)
+    rows = t * MOE_TOPK
+    used = MOE_TOPK if t == 1 else e
+    nbytes = 2 * (used * n * k + rows * k + rows * n) + 4 * e
+    copy_bytes = 2 * (used * n * k + rows * k) + 4 * e
+    shared = {"next": 0}
+
+    def make(dev):
+        if "w" not in shared:
+            shared["w"] = rnd((e, n, k), "bf16", dev, 0.02)
+        if t == 1:
+            stride = e // MOE_TOPK
+            sel = shared["next"] % stride
+            shared["next"] += 1
+            counts = [1 if x % stride == sel else 0 for x in range(e)]
+            ends, r = [], 0
+            for cnt in counts:
+                r += cnt
+                ends.append(r)
+        else:
+            ends = [(x + 1) * rows // e for x in range(e)]
+        a = rnd((rows, k), "bf16", dev)
+        offs = torch.tensor(ends, dtype=torch.int32, device=dev)
+        b = shared["w"].transpose(-2, -1)
+        return {"torch._grouped_mm": lambda: torch._grouped_mm(a, b, offs=offs)}
+
+    return Case(f"grouped_mm/bf16/T{t}/{moe_tag(e, h, i)}/{'gate_up' if gate_up else 'down'}", nbytes, copy_bytes,
+                e // MOE_TOPK if t == 1 else 256, make)
+
+
+def moe_case(shape, t):
+    e, h, i = shape
+    used = MOE_TOPK if t == 1 else e
+    copy_bytes = 2 * (e * h + used * 3 * i * h + t * h)
+    shared = {}
+
+    def make(dev):
+        if not shared:
+            shared["router"] = rnd((e, h), "bf16", dev, 0.02)
+            shared["gate_up"] = rnd((e, 2 * i, h), "bf16", dev, 0.02)
+            shared["down"] = rnd((e, h, i), "bf16", dev, 0.02)
+        x = rnd((t, h), "bf16", dev)
+        r, gu, dn = shared["router"], shared["gate_up"], shared["down"]
+        return {"hf_grouped_mm": lambda: torch_moe(x, r, gu, dn, MOE_TOPK, True)}
+
+    return Case(f"moe/bf16/T{t}/{moe_tag(e, h, i)}/top{MOE_TOPK}", copy_bytes + 2 * t * h, copy_bytes, 64, make)
+
+
 LINEAR = [(2048, 4096), (2048, 512), (4096, 2048), (2048, 128), (2048, 151936), (4096, 4096), (4096, 1024),
           (4096, 14336), (14336, 4096), (4096, 128256), (5120, 5120), (5120, 1024), (5120, 25600), (25600, 5120),
           (3584, 3584), (3584, 512), (3584, 18944), (18944, 3584), (1024, 1024), (896, 896), (896, 128),
@@ -217,7 +311,7 @@ SOFTMAX = [(1, 128256), (1, 151936), (4, 128256), (64, 32000)]
 
 
 def cases():
-    out = []
+    out = [launch_case()]
     for k, n in LINEAR:
         out += [linear_case(1, k, n, False), linear_case(1, k, n, True)]
     for m in (2, 4, 16):
@@ -234,6 +328,11 @@ def cases():
         out += [sample_case(v, 0.0, 0, 1.0), sample_case(v, 0.7, 20, 0.8), sample_case(v, 1.0, 0, 0.9)]
     out += [decode_attention_case(*h, l) for h in ATTENTION_HEADS for l in (512, 2048, 8192, 32768)]
     out += [prefill_attention_case(*h, l) for h in ATTENTION_HEADS for l in (512, 2048, 8192)]
+    for t in (1, 512, 4096):
+        for shape in MOE_SHAPES:
+            out += [grouped_mm_case(shape, t, True), grouped_mm_case(shape, t, False)]
+    for t in (1, 512):
+        out += [moe_case(shape, t) for shape in MOE_SHAPES]
     return out
 
 

@@ -55,7 +55,7 @@ def merge(kiln, torch):
             "kiln_eager": k.get("eager_us"), "torch_eager": t.get("eager_us"),
             "ratio_graph": ratio(t.get("graph_us"), k.get("graph_us")),
             "ratio_eager": ratio(t.get("eager_us"), k.get("eager_us")),
-            "gbps": k.get("gbps"), "pct_copy": k.get("pct_copy"),
+            "gbps": k.get("gbps"), "pct_copy": k.get("pct_copy"), "bytes": k.get("bytes"),
             "kiln_error": k.get("error") if k else "not run", "torch_error": t.get("error") if t else "not run",
             "bytes_mismatch": bool(k and t and k.get("bytes") != t.get("bytes")),
             "torch_impl": t.get("impl_graph", ""),
@@ -87,6 +87,26 @@ def summary(rows):
     return lines
 
 
+BOUND_SECTIONS = ("softmax", "log_softmax", "rms_norm", "add_rms_norm", "rope", "silu_and_mul", "sample")
+
+
+def bound_lines(kiln_data, rows):
+    """Small decode ops against the bound 'bytes once at copy speed + one kernel launch' (graph-replayed):
+    the launch term is kiln's measured launch/bf16/fill1 case."""
+    launch = next((r["kiln_graph"] for r in rows if r["name"].startswith("launch/")), None)
+    copy = kiln_data.get("copy_gbps")
+    if not launch or not copy:
+        return []
+    out = [f"Small ops against the bound (bytes / {copy:.0f} GB/s + {launch:.2f} µs launch), graph-replayed:", "",
+           "| case | kiln µs | bound µs | x bound |", "| --- | ---: | ---: | ---: |"]
+    for r in rows:
+        if section(r["name"]) not in BOUND_SECTIONS or r["kiln_graph"] is None or not r["bytes"]:
+            continue
+        b = r["bytes"] / (copy * 1e3) + launch
+        out.append(f"| {r['name']} | {r['kiln_graph']:.2f} | {b:.2f} | {r['kiln_graph'] / b:.2f} |")
+    return out + [""]
+
+
 def markdown(kiln_data, torch_data, rows):
     out = []
     gpu = kiln_data.get("gpu") or torch_data.get("gpu")
@@ -97,6 +117,7 @@ def markdown(kiln_data, torch_data, rows):
     out.append("")
     out.extend(summary(rows))
     out.append("")
+    out.extend(bound_lines(kiln_data, rows))
     out.append("| case | kiln graph µs | PyTorch graph µs | ratio graph | kiln eager µs | PyTorch eager µs | "
                "ratio eager | kiln GB/s | % copy |")
     out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev liblapacke-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev
+  libpcre2-dev libutf8proc-dev
 )
 
 missing=()

@@ -53,6 +53,11 @@ struct SamplingParams {
 // apply in the order temperature, top_k, top_p, min_p; the draw uses the generator's Philox stream, so a
 // seed reproduces the same tokens.
 Tensor sample(const Tensor& logits, const SamplingParams& params, Generator* gen = nullptr);
+// The same stream with the Philox offset held in `offset` (one int64 on logits' device), read when the
+// kernels run and incremented by one there. For a decode step captured in a CUDA graph: the overload above
+// takes its offset on the host, so a replay would repeat the captured offset (the same draws every step);
+// this one draws anew on every replay. (seed, offset value) gives the same tokens as a Generator would.
+Tensor sample(const Tensor& logits, const SamplingParams& params, uint64_t seed, const Tensor& offset);
 
 // ---------------------------------------------------------------------------------------------------------
 // Attention (src/ops/attention.cpp; docs/attention.md)

@@ -35,6 +35,9 @@ class Storage {
 
 // Allocates storage on a device: aligned host memory, or the CUDA caching allocator.
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device);
+// Host storage over memory kiln did not allocate (a file mapping, a caller's buffer): `data` stays valid
+// while `keep_alive` is held, and the storage holds it, so every tensor viewing the memory keeps it alive.
+std::shared_ptr<Storage> wrap_host_memory(void* data, size_t nbytes, std::shared_ptr<const void> keep_alive);
 
 // A number given to an op in place of a tensor ("wrapped number" in PyTorch): it takes part in type
 // promotion only by its category (bool < integer < floating < complex), never by its width.

@@ -29,6 +29,14 @@ std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
 #endif
 }
 
+std::shared_ptr<Storage> wrap_host_memory(void* data, size_t nbytes, std::shared_ptr<const void> keep_alive) {
+  KILN_CHECK(data != nullptr || nbytes == 0, "wrap_host_memory: null pointer for ", nbytes, " bytes");
+  KILN_CHECK(keep_alive != nullptr, "wrap_host_memory: no owner given for ", nbytes, " bytes at ", data);
+  // The aliasing constructor: shares ownership of the owner, points at `data`.
+  std::shared_ptr<void> p(std::const_pointer_cast<void>(std::move(keep_alive)), data);
+  return std::make_shared<Storage>(std::move(p), nbytes, kCPU);
+}
+
 void copy_tensor(const Tensor& dst, const Tensor& src) {
   KILN_CHECK(dst.sizes() == src.sizes(), "copy: destination ", dst.meta(), " and source ", src.meta(),
              " differ in shape");

@@ -5,6 +5,7 @@
 #include "core/dispatch.h"
 #include "cpu/loops.h"
 #include "ops/math.h"
+#include "ops/moe_math.h"
 
 namespace kiln::cpu {
 
@@ -39,7 +40,7 @@ void moe_experts_kernel(const Tensor& out, const Tensor& x, const Tensor& expert
           u += convert<float>(urow[c]) * xt[static_cast<size_t>(c)];
         }
         // The intermediate activation is stored in x's dtype, as the down projection reads it.
-        h[static_cast<size_t>(i)] = convert<X>(g / (1.0f + math::exp(-g)) * u);
+        h[static_cast<size_t>(i)] = convert<X>(moe_math::silu_mul(g, u));
       }
       const X* de = dp + e * H * I;
       for (int64_t c = 0; c < H; ++c) {

@@ -28,7 +28,9 @@ bool mult8(int64_t s) { return s % 8 == 0; }
 // k/v row start 16-byte aligned (base pointer and all strides that move between rows).
 bool tiles_fit(const Tensor& q, const Tensor& k, const Tensor& v, const am::Layout& L) {
   if (q.dtype() != DType::F16 && q.dtype() != DType::BF16) return false;
-  if (L.d != L.dv || (L.d != 64 && L.d != 128) || L.mask != am::MaskKind::None) return false;
+  if (L.d != L.dv || (L.d != 64 && L.d != 128)) return false;
+  // Masks are fused into the prefill tiles (bool or f32; is_causal never comes with one); decode has none.
+  if (L.mask != am::MaskKind::None && (L.has_lengths || L.causal || L.mask == am::MaskKind::F64)) return false;
   if (L.k_col != 1 || L.v_col != 1 || !mult8(L.k_row) || !mult8(L.v_row)) return false;
   if (!aligned16(k.data_ptr()) || !aligned16(v.data_ptr())) return false;
   if (L.heads > 1 && (!mult8(L.hk) || !mult8(L.hv))) return false;
@@ -54,13 +56,14 @@ void set_smem(const void* kernel, size_t bytes, int device) {
         "scaled_dot_product_attention: cudaFuncSetAttribute");
 }
 
-void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const am::Layout& L,
-                    double scale, cudaStream_t stream) {
+void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                    const am::Layout& L, double scale, cudaStream_t stream) {
   attn::FlashParams p;
   p.out = static_cast<uint16_t*>(out.data_ptr());
   p.q = static_cast<const uint16_t*>(q.data_ptr());
   p.k = static_cast<const uint16_t*>(k.data_ptr());
   p.v = static_cast<const uint16_t*>(v.data_ptr());
+  p.mask = L.mask == am::MaskKind::None ? nullptr : mask.data_ptr();
   p.L = L;
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   p.q_tiles = (L.lq + attn::kTileKeys - 1) / attn::kTileKeys;
@@ -68,11 +71,12 @@ void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const T
   KILN_CHECK(blocks < (int64_t{1} << 31), "scaled_dot_product_attention: too many query tiles (", blocks, ")");
   with_tag(q.dtype(), [&](auto tag) {
     using Tag = decltype(tag);
-    auto go = [&](auto d_const, auto causal_const) {
+    auto go = [&](auto d_const, auto causal_const, auto mask_const) {
       constexpr int D = decltype(d_const)::value;
       constexpr bool C = decltype(causal_const)::value;
+      constexpr int M = decltype(mask_const)::value;
       const size_t smem = static_cast<size_t>(5 * attn::kTileKeys) * (D + attn::kPad) * sizeof(uint16_t);
-      auto kernel = attn::flash_prefill_kernel<Tag, D, C>;
+      auto kernel = attn::flash_prefill_kernel<Tag, D, C, M>;
       set_smem(reinterpret_cast<const void*>(kernel), smem, out.device().index);
       kernel<<<static_cast<unsigned>(blocks), attn::kThreads, smem, stream>>>(p);
     };
@@ -80,8 +84,17 @@ void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const T
     using D128 = std::integral_constant<int, 128>;
     using T = std::true_type;
     using F = std::false_type;
-    if (L.d == 64) L.causal ? go(D64{}, T{}) : go(D64{}, F{});
-    else L.causal ? go(D128{}, T{}) : go(D128{}, F{});
+    using None = std::integral_constant<int, attn::kNoMask>;
+    using Bool = std::integral_constant<int, attn::kBoolMask>;
+    using Float = std::integral_constant<int, attn::kFloatMask>;
+    auto with_mask = [&](auto d_const) {
+      if (L.causal) go(d_const, T{}, None{});
+      else if (L.mask == am::MaskKind::Bool) go(d_const, F{}, Bool{});
+      else if (L.mask == am::MaskKind::F32) go(d_const, F{}, Float{});
+      else go(d_const, F{}, None{});
+    };
+    if (L.d == 64) with_mask(D64{});
+    else with_mask(D128{});
   });
   check_launch("scaled_dot_product_attention (flash prefill)");
 }
@@ -181,43 +194,59 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
   if (out.numel() == 0) return;
   if (tiles_fit(q, k, v, L)) {
     if (L.has_lengths) launch_decode(out, q, k, v, lengths, L, scale, stream, err);
-    else launch_prefill(out, q, k, v, L, scale, stream);
+    else launch_prefill(out, q, k, v, mask, L, scale, stream);
     return;
   }
   launch_general(out, q, k, v, mask, lengths, L, scale, stream, err);
 }
 
-void kv_cache_append(const Tensor& cache, const Tensor& src, const Tensor& positions, int64_t lmax) {
-  const Device dev = cache.device();
+void kv_cache_append(const Tensor& k_cache, const Tensor& k_src, const Tensor& v_cache, const Tensor& v_src,
+                     const Tensor& positions, int64_t lmax) {
+  const Device dev = k_cache.device();
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
-  attn::AppendDims a;
-  a.b = src.size(0);
-  a.h = src.size(1);
-  a.t = src.size(2);
-  a.d = src.size(3);
-  a.lmax = lmax;
-  for (int i = 0; i < 4; ++i) {
-    a.cs[i] = cache.stride(i);
-    a.ss[i] = src.stride(i);
-  }
-  const int64_t n = a.b * a.h * a.t * a.d;
-  if (n == 0) return;
   DeviceErrorRecord* err = device_error_record(dev.index);
-  const unsigned grid = grid_for(n, 256, dev.index);
-  auto go = [&](auto* type_tag) {
-    using U = std::remove_pointer_t<decltype(type_tag)>;
-    attn::kv_append_kernel<U><<<grid, 256, 0, stream>>>(static_cast<U*>(cache.data_ptr()),
-                                                        static_cast<const U*>(src.data_ptr()),
-                                                        positions.data<const int32_t>(), a, err);
+  auto dims = [&](const Tensor& cache, const Tensor& src) {
+    attn::AppendDims a;
+    a.b = src.size(0);
+    a.h = src.size(1);
+    a.t = src.size(2);
+    a.d = src.size(3);
+    a.lmax = lmax;
+    for (int i = 0; i < 4; ++i) {
+      a.cs[i] = cache.stride(i);
+      a.ss[i] = src.stride(i);
+    }
+    return a;
   };
-  switch (cache.itemsize()) {
-    case 2: go(static_cast<uint16_t*>(nullptr)); break;
-    case 4: go(static_cast<uint32_t*>(nullptr)); break;
-    case 8: go(static_cast<uint64_t*>(nullptr)); break;
-    default: throw Error(str("kv_cache_append_: unsupported cache dtype ", cache.meta()));
+  // One launch for both caches when their elements are as wide (the usual case); otherwise one each.
+  auto launch = [&](const Tensor& kc, const Tensor& ks, const attn::AppendDims& ka, const Tensor* vc,
+                    const Tensor* vs, const attn::AppendDims& va) {
+    const int64_t n = ka.numel() + va.numel();
+    if (n == 0) return;
+    const unsigned grid = grid_for(n, 256, dev.index);
+    auto go = [&](auto* type_tag) {
+      using U = std::remove_pointer_t<decltype(type_tag)>;
+      attn::kv_append_kernel<U><<<grid, 256, 0, stream>>>(
+          static_cast<U*>(kc.data_ptr()), static_cast<const U*>(ks.data_ptr()), ka,
+          vc ? static_cast<U*>(vc->data_ptr()) : nullptr, vs ? static_cast<const U*>(vs->data_ptr()) : nullptr, va,
+          positions.data<const int32_t>(), err);
+    };
+    switch (kc.itemsize()) {
+      case 2: go(static_cast<uint16_t*>(nullptr)); break;
+      case 4: go(static_cast<uint32_t*>(nullptr)); break;
+      case 8: go(static_cast<uint64_t*>(nullptr)); break;
+      default: throw Error(str("kv_cache_append_: unsupported cache dtype ", kc.meta()));
+    }
+    check_launch("kv_cache_append_");
+  };
+  const attn::AppendDims ka = dims(k_cache, k_src), va = dims(v_cache, v_src);
+  if (k_cache.itemsize() == v_cache.itemsize()) {
+    launch(k_cache, k_src, ka, &v_cache, &v_src, va);
+  } else {
+    launch(k_cache, k_src, ka, nullptr, nullptr, attn::AppendDims{});
+    launch(v_cache, v_src, va, nullptr, nullptr, attn::AppendDims{});
   }
-  check_launch("kv_cache_append_");
 }
 
 }  // namespace kiln::cuda

@@ -16,8 +16,10 @@ namespace kiln::cuda {
 void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                const Tensor& lengths, const attention_math::Layout& L, double scale);
 
-// cache [B, H, Lmax, D] (any strides) <- src [B, H, T, D] (cache's dtype) at positions[b] (i32 [B],
-// contiguous): a sequence whose range leaves [0, Lmax] is skipped and reported through the device error record.
-void kv_cache_append(const Tensor& cache, const Tensor& src, const Tensor& positions, int64_t lmax);
+// k_cache [B, H, Lmax, D] and v_cache [B, H, Lmax, Dv] (any strides) <- k_src [B, H, T, D] / v_src (in
+// the caches' dtypes) at positions[b] (i32 [B], contiguous), in one launch: a sequence whose range leaves
+// [0, Lmax] is skipped and reported through the device error record.
+void kv_cache_append(const Tensor& k_cache, const Tensor& k_src, const Tensor& v_cache, const Tensor& v_src,
+                     const Tensor& positions, int64_t lmax);
 
 }  // namespace kiln::cuda

@@ -30,6 +30,7 @@ const char* op_name(int32_t op) {
     case OpId::Div: return "div";
     case OpId::Fmod: return "fmod";
     case OpId::Remainder: return "remainder";
+    case OpId::Sample: return "sample";
     case OpId::DecodeAttention: return "decode_attention (lengths)";
     case OpId::KvCacheAppend: return "kv_cache_append_ (positions)";
     default: return "a CUDA op";
@@ -76,6 +77,10 @@ void check_device_errors(int device) {
     case DeviceErrorCode::DivisionByZero:
       throw Error(str(op_name(e.op), ": ZeroDivisionError (integer division by zero, found on cuda:", device,
                       " by an earlier asynchronous kernel; the affected elements were set to 0)"));
+    case DeviceErrorCode::InvalidDistribution:
+      throw Error(str(op_name(e.op), ": row ", e.value, " of logits [.., ", e.bound, "] has NaN, +inf or only -inf ",
+                      "logits, so its distribution is undefined (found on cuda:", device, " by an earlier ",
+                      "asynchronous kernel; the row's token was set to 0)"));
     default: throw Error(str("cuda:", device, ": a kernel reported error code ", e.code));
   }
 }

@@ -18,6 +18,7 @@ enum class DeviceErrorCode : int32_t {
   IndexOutOfRange = 1,   // value = index, bound = size of the indexed dim
   InvalidOffsets = 2,    // value = offending offset, bound = rows
   DivisionByZero = 3,    // integer division or remainder by zero (the element's result is 0); no value
+  InvalidDistribution = 4,  // sample: value = the row whose logits hold NaN, +inf or only -inf; bound = V
 };
 
 struct DeviceErrorRecord {
@@ -30,7 +31,7 @@ struct DeviceErrorRecord {
 // Ops that can report errors from a kernel (their names live in device_error.cpp).
 enum class OpId : int32_t {
   IndexSelect = 1, Gather, Scatter, ScatterAdd, Take, Embedding, GroupedMm, Other,
-  Div, Fmod, Remainder,
+  Div, Fmod, Remainder, Sample,
   DecodeAttention,  // value = a length outside [0, Lmax], bound = Lmax + 1
   KvCacheAppend,    // value = a position p with p + T > Lmax or p < 0, bound = Lmax - T + 1
 };

@@ -320,6 +320,8 @@ ModelConfig parse_config(const std::string& text, const std::string& source) {
              ") must be a multiple of num_key_value_heads (", c.num_kv_heads, ")");
   if (f.has("head_dim")) {
     c.head_dim = f.integer("head_dim", std::nullopt, 1, 4096);
+  } else if (c.arch == Arch::Qwen3) {
+    c.head_dim = 128;  // Qwen3Config's default (Qwen3-MoE and Llama derive it from hidden_size / heads)
   } else {
     KILN_CHECK(c.hidden_size % c.num_heads == 0, source, ": hidden_size (", c.hidden_size,
                ") is not a multiple of num_attention_heads (", c.num_heads, ") and no head_dim is given");

@@ -289,8 +289,8 @@ void kv_cache_append_(Tensor& k_cache, Tensor& v_cache, const Tensor& k_new, con
   if (t == 0 || b == 0 || hkv == 0) return;
 #if KILN_HAVE_CUDA
   if (k_cache.is_cuda()) {
-    cuda::kv_cache_append(k_cache, k_new.to(k_cache.dtype()), positions.contiguous(), lmax);
-    cuda::kv_cache_append(v_cache, v_new.to(v_cache.dtype()), positions.contiguous(), lmax);
+    cuda::kv_cache_append(k_cache, k_new.to(k_cache.dtype()), v_cache, v_new.to(v_cache.dtype()),
+                          positions.contiguous(), lmax);
     return;
   }
 #endif

@@ -5,16 +5,15 @@
 #include "core/dispatch.h"
 #include "cpu/moe.h"
 #include "kiln/nn.h"
+#if KILN_HAVE_CUDA
+#include "cuda/moe.h"
+#endif
 
 namespace kiln {
 
 namespace {
 
 constexpr DTypeSet kMoeTypes = dset(DType::F32, DType::F16, DType::BF16);
-
-void require_cpu(const char* op, const Tensor& t) {
-  KILN_CHECK(!t.is_cuda(), op, ": no CUDA implementation yet (input ", t.meta(), ")");
-}
 
 // The grouped dim's offsets, checked: non-decreasing, within [0, extent].
 std::vector<int64_t> read_offsets(const Tensor& offs, int64_t extent, const char* what) {
@@ -70,7 +69,13 @@ Tensor grouped_mm(const Tensor& a, const Tensor& b, const std::optional<Tensor>&
     KILN_CHECK(a.size(1) == b.size(0), "grouped_mm: 2-d x 2-d needs a [M, K], b [K, N], got a ", a.meta(), ", b ", b.meta());
     out_shape = {G, a.size(0), b.size(1)};
   }
-  require_cpu("grouped_mm", a);
+#if KILN_HAVE_CUDA
+  if (a.is_cuda()) {
+    Tensor out = empty(out_shape, od, a.device());
+    cuda::grouped_mm(out, a, b, offs ? &*offs : nullptr);
+    return out;
+  }
+#endif
   // f32 copies, one mm per group, rows/columns past the last offset stay 0.
   const Tensor af = a.to(DType::F32), bf = b.to(DType::F32);
   Tensor out = zeros(out_shape, DType::F32, a.device());
@@ -101,6 +106,11 @@ MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k
   const int64_t E = router_weight.size(0);
   KILN_CHECK(top_k >= 1 && top_k <= E && top_k <= 64, "moe_route: top_k must be in [1, min(E, 64)] (E = ", E,
              "), got ", top_k);
+  KILN_CHECK(router_weight.dtype() == x.dtype() && router_weight.device() == x.device(), "moe_route: router_weight ",
+             router_weight.meta(), " must match x ", x.meta(), " in dtype and device");
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) return cuda::moe_route(x, router_weight, top_k, norm_topk_prob);
+#endif
   // As Hugging Face's Qwen3-MoE router: logits in x's dtype, softmax in f32, top-k, renormalise, cast.
   const Tensor logits = linear(x, router_weight);
   const Tensor probs = softmax(logits, -1, DType::F32);
@@ -123,8 +133,12 @@ Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Tensor& g
   for (const Tensor* t : {&router_weight, &gate_up, &down})
     KILN_CHECK(t->dtype() == x.dtype() && t->device() == x.device(), "moe_forward: ", t->meta(),
                " must match x ", x.meta(), " in dtype and device");
+  KILN_CHECK(top_k >= 1 && top_k <= gate_up.size(0) && top_k <= 64, "moe_forward: top_k must be in [1, min(E, 64)] (E = ",
+             gate_up.size(0), "), got ", top_k);
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) return cuda::moe_forward(x, router_weight, gate_up, down, top_k, norm_topk_prob);
+#endif
   const MoeRouting r = moe_route(x, router_weight, top_k, norm_topk_prob);
-  require_cpu("moe_forward", x);
   Tensor out = empty(x.sizes(), x.dtype(), x.device());
   cpu::moe_experts(out, x.contiguous(), r.experts.contiguous(), r.weights.contiguous(), gate_up.contiguous(),
                    down.contiguous());

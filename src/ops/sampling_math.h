@@ -1,5 +1,5 @@
-// The per-element and per-row definitions of topk and sample, shared by the CPU reference and (later) the
-// CUDA kernels so that both backends give the same results for the same seed.
+// The per-element and per-row definitions of topk and sample, shared by the CPU reference and the CUDA
+// kernels (src/cuda/kernels/sampling.cuh) so that both backends give the same results for the same seed.
 //
 // ---- topk ordering ---------------------------------------------------------------------------------------
 // Element (a, ia) comes before (b, ib) when a > b, or a == b and ia < ib. NaN counts as larger than every
@@ -13,7 +13,7 @@
 //   temperature == 0: the token is argmax_i l_i (first index on ties, NaN counts as largest); u is unused.
 //   otherwise (all arithmetic in f32):
 //     m = max_i l_i; it must be finite and no l_i NaN (else an error: the distribution is undefined).
-//     e_i = exp((l_i - m) / T)                    (softmax(l / T) up to the factor 1 / sum; e_max = 1)
+//     e_i = exp((l_i - m) / T)  (quotient f32, exp in double rounded to f32: sample_weight; e_max = 1)
 //     order tokens by (e_i descending, i ascending)                      (topk's order)
 //     top_k  (top_k > 0 and < V): keep the first top_k tokens in that order.
 //     top_p  (top_p < 1): S = sum of the kept e in that order; keep the smallest prefix of that order whose
@@ -26,6 +26,7 @@
 // bits, which changes a draw only when u falls within rounding distance of a CDF step.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -62,13 +63,21 @@ KILN_HD float sample_uniform(uint64_t seed, uint64_t offset, uint64_t row) {
   return philox_uniform_float(philox_element(seed, offset, row), 24);
 }
 
-// Unnormalised probability of a logit: exp((l - m) / T) with m the row's maximum.
+// Unnormalised probability of a logit: exp((l - m) / T) with m the row's maximum. The quotient is f32 (IEEE
+// on both backends); the exponential is taken in double and rounded once to f32, so that the CPU's libm
+// and CUDA's exp agree on e for all but ~2^-28 of the elements (CUDA's expf differs from glibc's expf by up
+// to 2 ulp, which would move top_k/top_p/min_p boundaries between the backends far more often).
 KILN_HD float sample_weight(float logit, float row_max, float temperature) {
+  const float x = (logit - row_max) / temperature;
 #if defined(__CUDA_ARCH__)
-  return ::expf((logit - row_max) / temperature);
+  return static_cast<float>(::exp(static_cast<double>(x)));
 #else
-  return std::exp((logit - row_max) / temperature);
+  return static_cast<float>(std::exp(static_cast<double>(x)));
 #endif
 }
+
+// The key that orders e (>= 0, never NaN) for the radix searches of the CUDA sampler: larger key = larger e.
+KILN_HD uint32_t sample_key(float e) { return f32_to_bits(e) | 0x80000000u; }
+KILN_HD float sample_key_value(uint32_t key) { return f32_from_bits(key & 0x7FFFFFFFu); }
 
 }  // namespace kiln

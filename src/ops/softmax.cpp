@@ -1,8 +1,11 @@
 // softmax / log_softmax: argument checks and dtype rules (as PyTorch); the row math is in
-// src/ops/softmax_math.h, the CPU loops in src/cpu/softmax.cpp.
+// src/ops/softmax_math.h, the CPU loops in src/cpu/softmax.cpp, the CUDA launchers in src/cuda/softmax.cu.
 #include "core/dispatch.h"
 #include "cpu/softmax.h"
 #include "kiln/nn.h"
+#if KILN_HAVE_CUDA
+#include "cuda/softmax.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -10,7 +13,6 @@ namespace {
 Tensor softmax_impl(const Tensor& x, int64_t dim, std::optional<DType> dtype, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   KILN_CHECK(x.defined(), op, ": input is an undefined tensor");
-  KILN_CHECK(!x.is_cuda(), op, ": no CUDA implementation yet (input ", x.meta(), ")");
   // As PyTorch: with dtype= the input is converted first (so integer input is fine then), and the op runs
   // in that dtype.
   if (dtype) {
@@ -22,12 +24,24 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, std::optional<DType> dtype, bo
                ", or pass dtype= to convert");
   }
   const int64_t d = wrap_dim(dim, x.dim(), op);
-  const Tensor xin = dtype ? x.to(*dtype) : x;
-  Tensor out = empty(x.sizes(), xin.dtype(), x.device());
+  // The CUDA kernels read f16/bf16 and write f32 directly: the widening is exact, so this is the same
+  // function as converting first, without the extra pass.
+  const bool fused_widen = x.is_cuda() && dtype && *dtype == DType::F32 &&
+                           (x.dtype() == DType::F16 || x.dtype() == DType::BF16);
+  const Tensor xin = dtype && !fused_widen ? x.to(*dtype) : x;
+  Tensor out = empty(x.sizes(), dtype.value_or(x.dtype()), x.device());
   if (out.numel() == 0) return out;
   // A 0-d tensor is a single row of one element.
-  if (x.dim() == 0) cpu::softmax(out.view({1}), xin.view({1}), 0, log);
-  else cpu::softmax(out, xin, d, log);
+  const Tensor o = x.dim() == 0 ? out.view({1}) : out;
+  const Tensor i = x.dim() == 0 ? xin.view({1}) : xin;
+  const int64_t rd = x.dim() == 0 ? 0 : d;
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    cuda::softmax(o, i, rd, log);
+    return out;
+  }
+#endif
+  cpu::softmax(o, i, rd, log);
   return out;
 }
 

@@ -88,6 +88,13 @@ TEST(CudaAttention, FlashPrefillStridedAndBroadcastInputs) {
     const Tensor q2 = random_tensor({3, 1, 9, 64}, dt), k2 = random_tensor({1, 4, 20, 64}, dt), v2 = random_tensor({1, 4, 20, 64}, dt);
     const Tensor c2 = scaled_dot_product_attention(q2, k2, v2, std::nullopt, true);
     EXPECT_TRUE(all_close(sdpa_gpu(q2, k2, v2, std::nullopt, true, false, c2.sizes()), c2, tol(dt)));
+    // More batch dims (outer [2, 3] with k broadcast over the 3) with grouped heads, on the tile path.
+    const Tensor q5 = random_tensor({2, 3, 4, 40, 64}, dt), k5 = random_tensor({2, 1, 2, 50, 64}, dt);
+    const Tensor v5 = random_tensor({2, 1, 2, 50, 64}, dt);
+    for (bool causal : {false, true}) {
+      const Tensor c5 = scaled_dot_product_attention(q5, k5, v5, std::nullopt, causal, std::nullopt, true);
+      EXPECT_TRUE(all_close(sdpa_gpu(q5, k5, v5, std::nullopt, causal, true, c5.sizes()), c5, tol(dt)));
+    }
     // Large logits (|q.k| * scale up to ~1e3): the online softmax must not overflow.
     const Tensor q4 = random_tensor({1, 2, 70, 64}, dt, -20, 20), k4 = random_tensor({1, 2, 90, 64}, dt, -20, 20);
     const Tensor v4 = random_tensor({1, 2, 90, 64}, dt);
@@ -126,10 +133,13 @@ TEST(CudaAttention, GeneralPathMatchesCpu) {
   }
 }
 
+// f16/bf16 with D 64/128 take the tiles with the mask fused; f32 takes the general kernel.
 TEST(CudaAttention, MasksAndFullyMaskedRows) {
   KILN_REQUIRE_CUDA();
-  const int64_t b = 2, h = 4, lq = 19, lkv = 37, d = 64;
+  const int64_t sizes[][3] = {{19, 37, 64}, {100, 150, 128}};
+  for (const auto& sz : sizes)
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    const int64_t b = 2, h = 4, lq = sz[0], lkv = sz[1], d = sz[2];
     const Tensor q = random_tensor({b, h, lq, d}, dt), k = random_tensor({b, h, lkv, d}, dt);
     const Tensor v = random_tensor({b, h, lkv, d}, dt, 1, 2);
     for (const Shape& ms : {Shape{lq, lkv}, Shape{b, 1, lq, lkv}, Shape{1, h, 1, lkv}, Shape{lkv}}) {
@@ -152,10 +162,14 @@ struct DecodeCase {
   std::vector<int32_t> lens;
 };
 
-void check_decode(const DecodeCase& c, DType dt, int64_t lq) {
-  SCOPED_TRACE(str(dtype_name(dt), " B ", c.b, " Hq ", c.hq, " Hkv ", c.hkv, " D ", c.d, " Lmax ", c.lmax, " Lq ", lq));
-  const Tensor q = random_tensor({c.b, c.hq, lq, c.d}, dt);
-  const Tensor kc = random_tensor({c.b, c.hkv, c.lmax, c.d}, dt), vc = random_tensor({c.b, c.hkv, c.lmax, c.d}, dt);
+// unaligned: caches that are slices starting at element 1 of wider rows (the general kernel).
+void check_decode(const DecodeCase& c, DType dt, int64_t lq, bool unaligned = false) {
+  SCOPED_TRACE(str(dtype_name(dt), " B ", c.b, " Hq ", c.hq, " Hkv ", c.hkv, " D ", c.d, " Lmax ", c.lmax, " Lq ", lq,
+                   unaligned ? " unaligned" : ""));
+  const Tensor q = random_tensor({c.b, lq, c.hq, c.d}, dt).transpose(1, 2);  // [B, Hq, Lq, D] view of [B, Lq, Hq, D]
+  const int64_t w = unaligned ? c.d + 1 : c.d;
+  const Tensor kc = random_tensor({c.b, c.hkv, c.lmax, w}, dt).narrow(-1, w - c.d, c.d);
+  const Tensor vc = random_tensor({c.b, c.hkv, c.lmax, w}, dt).narrow(-1, w - c.d, c.d);
   const Tensor lens = from_vector<int32_t>(c.lens);
   const Tensor cpu = decode_attention(q, kc, vc, lens);
   poison_next(cpu.sizes(), dt);
@@ -175,8 +189,9 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
     check_decode({2, 8, 2, 128, 32768, {32768, 30001}}, dt, 1);
     check_decode({4, 4, 4, 64, 64, {0, 1, 63, 64}}, dt, 1);  // a length of 0 gives 0
   }
-  // f32 caches take the general kernel.
+  // f32 caches and unaligned caches take the general kernel.
   check_decode({2, 8, 2, 64, 300, {300, 7}}, DType::F32, 3);
+  check_decode({2, 8, 2, 128, 300, {300, 7}}, DType::BF16, 2, true);
 }
 
 TEST(CudaDecodeAttention, DecodeKernelEqualsPrefillOnTheSameData) {
@@ -215,6 +230,22 @@ TEST(CudaDecodeAttention, AppendThenDecodeMatchesCpu) {
     const Tensor q = random_tensor({b, hq, t, d}, dt);
     EXPECT_TRUE(all_close(decode_attention(q.to(kGpu), kg, vg, from_vector<int32_t>(lens).to(kGpu)).cpu(),
                           decode_attention(q, kc, vc, from_vector<int32_t>(lens)), tol(dt)));
+  }
+}
+
+TEST(CudaDecodeAttention, AppendWithDifferentCacheDtypesAndHeadDims) {
+  KILN_REQUIRE_CUDA();
+  // k cache f32 [.., 96], v cache bf16 [.., 40]: two launches (element widths differ); same widths: one.
+  for (DType vdt : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(dtype_name(vdt));
+    Tensor kc = random_tensor({2, 3, 50, 96}, DType::F32), vc = random_tensor({2, 3, 50, 40}, vdt);
+    Tensor kg = kc.to(kGpu), vg = vc.to(kGpu);
+    const Tensor kn = random_tensor({2, 3, 5, 96}, DType::BF16), vn = random_tensor({2, 3, 5, 40}, DType::F16);
+    const std::vector<int32_t> pos = {45, 7};
+    kv_cache_append_(kc, vc, kn, vn, from_vector<int32_t>(pos));
+    kv_cache_append_(kg, vg, kn.to(kGpu), vn.to(kGpu), from_vector<int32_t>(pos).to(kGpu));
+    EXPECT_TRUE(test::equal(kg.cpu(), kc));
+    EXPECT_TRUE(test::equal(vg.cpu(), vc));
   }
 }
 

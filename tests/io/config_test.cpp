@@ -201,6 +201,15 @@ TEST(Config, UnsupportedSettingsAreErrorsNamingTheField) {
   EXPECT_NE(error_of(moe).find("num_experts_per_tok"), std::string::npos);
 }
 
+TEST(Config, HeadDimDefaultsAsTransformers) {
+  nlohmann::json q = data_json("qwen3-0.6b.json");
+  q.erase("head_dim");
+  EXPECT_EQ(parse_json(q).head_dim, 128);  // Qwen3Config: head_dim = 128
+  nlohmann::json m = data_json("qwen3-30b-a3b.json");
+  m.erase("head_dim");
+  EXPECT_EQ(parse_json(m).head_dim, 2048 / 32);  // Qwen3-MoE: hidden_size / heads
+}
+
 TEST(Config, HarmlessFieldsAreIgnored) {
   nlohmann::json j = data_json("qwen3-0.6b.json");
   j["some_future_field"] = {{"a", 1}};

@@ -359,6 +359,21 @@ TEST(Sample, NonContiguousLogitsAndEmptyBatch) {
   EXPECT_EQ(e.sizes(), (Shape{0}));
 }
 
+TEST(Sample, OffsetCounterOverloadFollowsTheGeneratorStream) {
+  Tensor logits = test::random_tensor({8, 300}, DType::F32, -3, 3);
+  const SamplingParams p{0.9, 20, 0.9, 0.0};
+  const uint64_t seed = rng()();
+  Tensor counter = from_vector<int64_t>({7}, Shape{1});
+  Generator gen(seed);
+  gen.set_offset(7);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(test::equal(sample(logits, p, seed, counter), sample(logits, p, &gen)));
+  EXPECT_EQ(counter.item<int64_t>(), 10);
+  (void)sample(empty({0, 300}, DType::F32), p, seed, counter);  // an empty batch still takes an offset
+  EXPECT_EQ(counter.item<int64_t>(), 11);
+  EXPECT_TRUE(throws_error([&] { sample(logits, p, seed, from_vector<int32_t>({0}, Shape{1})); }, {"sample", "offset"}));
+  EXPECT_TRUE(throws_error([&] { sample(logits, p, seed, zeros({2}, DType::I64)); }, {"sample", "offset"}));
+}
+
 TEST(Sample, InvalidArgumentsThrow) {
   Tensor l = zeros({2, 5}, DType::F32);
   EXPECT_TRUE(throws_error([&] { sample(l, {-0.5}); }, {"sample", "temperature", "-0.5"}));

@@ -43,8 +43,8 @@ for n in names:
 count = {}
 for n in names:
     count[n.split("/")[0]] = count.get(n.split("/")[0], 0) + 1
-expected = {"linear": 66, "softmax": 8, "log_softmax": 8, "rms_norm": 6, "add_rms_norm": 4, "rope": 4,
-            "silu_and_mul": 5, "sample": 6, "decode_attention": 12, "sdpa_prefill": 9}
+expected = {"launch": 1, "linear": 66, "softmax": 8, "log_softmax": 8, "rms_norm": 6, "add_rms_norm": 4, "rope": 4,
+            "silu_and_mul": 5, "sample": 6, "decode_attention": 12, "sdpa_prefill": 9, "grouped_mm": 18, "moe": 6}
 check(count == expected, f"cases per op {count} == {expected}")
 check(sum("/M1/" in n and n.startswith("linear/") for n in names) == 54, "54 linear M = 1 cases (27 shapes x bias)")
 check(sum(n.endswith("/bias") for n in names) == 27, "27 linear cases with bias")
@@ -57,6 +57,10 @@ check(by_name.get("add_rms_norm/bf16/1x4096", (0,))[0] == 2 * (4 * 4096 + 4096),
 check(by_name.get("rope/bf16/T1/Hq32/Hk8/D128", (0,))[0] == 2 * 2 * 40 * 128 + 8 + 4 * 64, "rope bytes")
 check(by_name.get("silu_and_mul/bf16/M1/I6144", (0,))[0] == 2 * 3 * 6144, "silu_and_mul bytes")
 check(by_name.get("sample/f32/1x151936/t0.7_k20_p0.8", (0,))[0] == 4 * 151936 + 8, "sample bytes")
+check(by_name.get("grouped_mm/bf16/T1/E128_H2048_I768/gate_up", (0,))[0] ==
+      2 * (8 * 1536 * 2048 + 8 * 2048 + 8 * 1536) + 4 * 128, "grouped_mm decode bytes: 8 experts' weights, a, out, offs")
+check(by_name.get("moe/bf16/T512/E64_H2048_I1408/top8", (0,))[0] == 2 * (64 * 2048 + 64 * 3 * 1408 * 2048 + 2 * 512 * 2048),
+      "moe prefill bytes: router, every expert, x, out")
 check("sample/f32/1x128256/t1_p0.9" in by_name and "sample/f32/1x151936/greedy" in by_name, "sampling variants")
 
 # bench/torch_ops.py holds the same table (its --list needs no PyTorch and no GPU).
@@ -99,7 +103,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # ---- scripts/bench_table.py on synthetic results --------------------------------------------------------
     kiln_rows, torch_rows = [], []
-    for i, (name, nbytes, _, _) in enumerate(kiln_cases):
+    for i, (name, nbytes, _, _) in enumerate(c for c in kiln_cases if not c[0].startswith("launch/")):
         nbytes = int(nbytes)
         k_us = 1.0 + i % 7
         kiln_rows.append({"name": name, "eager_us": 2 * k_us, "graph_us": k_us, "bytes": nbytes,

@@ -7,8 +7,10 @@
 // CASES in bench/torch_ops.py (the PyTorch side); `kiln bench ops --list` and `bench/torch_ops.py --list`
 // must print identical tables (tools/kiln/CMakeLists.txt tests that when Python is present).
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bench_ops.h"
 #include "kiln/nn.h"
@@ -124,6 +126,20 @@ OpCase rope_case(int64_t t, int64_t hq, int64_t hk, int64_t d) {
 }
 
 // silu(gate_up[:, :I]) * gate_up[:, I:] for one token, bf16.
+// The graph-replayed cost of launching one tiny kernel (a 1-element fill): the "launch latency" term of the
+// issue's bound for the small decode ops (bytes once at copy speed + this).
+OpCase launch_case() {
+  OpCase c;
+  c.name = "launch/bf16/fill1";
+  c.copy_bytes = 2;
+  c.bytes = 2;
+  c.make = [](Device dev) -> BenchCall {
+    Tensor x = rnd({1}, kBF16, dev);
+    return [x]() mutable { x.fill_(1.0); };
+  };
+  return c;
+}
+
 OpCase silu_and_mul_case(int64_t inter) {
   OpCase c;
   c.name = "silu_and_mul/bf16/M1/I" + str(inter);
@@ -176,6 +192,49 @@ OpCase decode_attention_case(int64_t hq, int64_t hkv, int64_t d, int64_t l) {
     Tensor q = rnd({1, hq, 1, d}, kBF16, dev), k = rnd({1, hkv, l, d}, kBF16, dev), v = rnd({1, hkv, l, d}, kBF16, dev);
     Tensor lengths = full({1}, l, DType::I32, dev);
     return [q, k, v, lengths] { (void)decode_attention(q, k, v, lengths); };
+// Mixture-of-experts shapes (E experts, hidden H, expert intermediate I), top-8 routing as Qwen3-MoE.
+struct MoeShape {
+  int64_t e, h, i;
+};
+constexpr int64_t kMoeTopk = 8;
+
+std::string moe_shape_tag(const MoeShape& m) {
+  return "E" + str(m.e) + "_H" + str(m.h) + "_I" + str(m.i);
+}
+
+// grouped_mm (2d x 3d, the MoE form) of T tokens routed to 8 experts each: a [8T, K] sorted by expert,
+// b = w.transpose(-2, -1) for expert weights w [E, N, K] (gate_up: N = 2I, K = H; down: N = H, K = I), offs
+// int32 cumulative ends. T = 1 (decode): the 8 rows in 8 different experts; each copy takes a disjoint set
+// of experts of one shared weight tensor (copy i: experts i, i + E/8, ...), so consecutive calls read
+// different experts, as consecutive layers would. T > 1 (prefill): 8T / E rows per expert (every expert
+// busy). bytes = the selected experts' weights + a + out + offs.
+OpCase grouped_mm_case(const MoeShape& m, int64_t t, bool gate_up) {
+  const int64_t n = gate_up ? 2 * m.i : m.h, k = gate_up ? m.h : m.i;
+  const int64_t rows = t * kMoeTopk;
+  const int64_t used = t == 1 ? kMoeTopk : m.e;
+  OpCase c;
+  c.name = "grouped_mm/bf16/T" + str(t) + "/" + moe_shape_tag(m) + (gate_up ? "/gate_up" : "/down");
+  c.bytes = nb(used * n * k + rows * k + rows * n, kBF16) + nb(m.e, DType::I32);
+  c.copy_bytes = nb(used * n * k + rows * k, kBF16) + nb(m.e, DType::I32);
+  c.max_copies = t == 1 ? static_cast<int>(m.e / kMoeTopk) : 256;
+  struct Shared {
+    Tensor w;
+    int64_t next = 0;
+  };
+  auto shared = std::make_shared<Shared>();
+  c.make = [=](Device dev) -> BenchCall {
+    if (!shared->w.defined()) shared->w = rnd({m.e, n, k}, kBF16, dev, 0.02);
+    std::vector<int32_t> ends(static_cast<size_t>(m.e));
+    if (t == 1) {
+      const int64_t set = shared->next++ % (m.e / kMoeTopk), stride = m.e / kMoeTopk;
+      int32_t r = 0;
+      for (int64_t e = 0; e < m.e; ++e) ends[static_cast<size_t>(e)] = r += (e % stride == set) ? 1 : 0;
+    } else {
+      for (int64_t e = 0; e < m.e; ++e) ends[static_cast<size_t>(e)] = static_cast<int32_t>((e + 1) * rows / m.e);
+    }
+    Tensor a = rnd({rows, k}, kBF16, dev), offs = from_vector<int32_t>(ends).to(dev);
+    Tensor b = shared->w.transpose(1, 2);
+    return [a, b, offs] { (void)grouped_mm(a, b, offs); };
   };
   return c;
 }
@@ -191,6 +250,30 @@ OpCase prefill_attention_case(int64_t hq, int64_t hkv, int64_t d, int64_t l) {
   c.make = [=](Device dev) -> BenchCall {
     Tensor q = rnd({1, hq, l, d}, kBF16, dev), k = rnd({1, hkv, l, d}, kBF16, dev), v = rnd({1, hkv, l, d}, kBF16, dev);
     return [q, k, v] { (void)scaled_dot_product_attention(q, k, v, std::nullopt, true, std::nullopt, true); };
+// The sparse MoE block (router linear, softmax f32, top-8, renormalise, gate_up with SiLU-mul, down,
+// weighted combine) for T tokens of random hidden states; weights shared by the copies. bytes = the
+// router, the experts the tokens select (8 for one token, all E for 512) + x + out.
+OpCase moe_case(const MoeShape& m, int64_t t) {
+  const int64_t used = t == 1 ? kMoeTopk : m.e;
+  const int64_t expert = 3 * m.i * m.h;
+  OpCase c;
+  c.name = "moe/bf16/T" + str(t) + "/" + moe_shape_tag(m) + "/top" + str(kMoeTopk);
+  c.copy_bytes = nb(m.e * m.h + used * expert + t * m.h, kBF16);
+  c.bytes = c.copy_bytes + nb(t * m.h, kBF16);
+  c.max_copies = 64;
+  struct Shared {
+    Tensor router, gate_up, down;
+  };
+  auto shared = std::make_shared<Shared>();
+  c.make = [=](Device dev) -> BenchCall {
+    if (!shared->router.defined()) {
+      shared->router = rnd({m.e, m.h}, kBF16, dev, 0.02);
+      shared->gate_up = rnd({m.e, 2 * m.i, m.h}, kBF16, dev, 0.02);
+      shared->down = rnd({m.e, m.h, m.i}, kBF16, dev, 0.02);
+    }
+    Tensor x = rnd({t, m.h}, kBF16, dev);
+    const Shared s = *shared;
+    return [x, s] { (void)moe_forward(x, s.router, s.gate_up, s.down, kMoeTopk, true); };
   };
   return c;
 }
@@ -199,6 +282,7 @@ OpCase prefill_attention_case(int64_t hq, int64_t hkv, int64_t d, int64_t l) {
 
 std::vector<OpCase> op_cases() {
   std::vector<OpCase> cases;
+  cases.push_back(launch_case());
   // (K, N) of the linear layers of Qwen 2.5/3 0.5B-32B and Llama 3 8B/70B (q/k/v/o, gate/up, down, lm_head).
   constexpr int64_t kLinear[][2] = {
       {2048, 4096},  {2048, 512},    {4096, 2048}, {2048, 128},   {2048, 151936}, {4096, 4096}, {4096, 1024},
@@ -240,6 +324,13 @@ std::vector<OpCase> op_cases() {
     for (const int64_t l : {512, 2048, 8192, 32768}) cases.push_back(decode_attention_case(h[0], h[1], h[2], l));
   for (const auto& h : kHeads)
     for (const int64_t l : {512, 2048, 8192}) cases.push_back(prefill_attention_case(h[0], h[1], h[2], l));
+  // Qwen3-30B-A3B (128 experts, I 768), Qwen1.5-MoE-like (64, 1408), a 256-expert layer (512).
+  constexpr MoeShape kMoe[] = {{128, 2048, 768}, {64, 2048, 1408}, {256, 2048, 512}};
+  for (const int64_t t : {1, 512, 4096})
+    for (const MoeShape& m : kMoe)
+      for (const bool gate_up : {true, false}) cases.push_back(grouped_mm_case(m, t, gate_up));
+  for (const int64_t t : {1, 512})
+    for (const MoeShape& m : kMoe) cases.push_back(moe_case(m, t));
   return cases;
 }
 

@@ -2,6 +2,10 @@
 
 #include <string>
 
+namespace CLI {
+class App;
+}
+
 namespace kiln::cli {
 int run_info(bool memory);
 int run_demo(const std::string& device, int repeats);
@@ -14,4 +18,14 @@ struct BenchOpsOptions {
   bool list = false;            // print the cases (name, bytes, copy bytes, max copies) and exit
 };
 int run_bench_ops(const BenchOpsOptions& options);
+int run_inspect(const std::string& path, bool read, const std::string& device);
+// tokenize.cpp
+struct TokenizerArgs {
+  std::string model_dir, tokenizer_file, text;
+  bool no_special = false, skip_special = false;
+};
+CLI::App* add_tokenize(CLI::App& app, TokenizerArgs& args);
+CLI::App* add_detokenize(CLI::App& app, TokenizerArgs& args);
+int run_tokenize(const TokenizerArgs& args);
+int run_detokenize(const TokenizerArgs& args);
 }  // namespace kiln::cli

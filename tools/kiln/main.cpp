@@ -31,6 +31,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_ops->add_option("--device", bench_opts.device, "cuda or cuda:N")->capture_default_str();
   bench_ops->add_flag("--list", bench_opts.list, "Print the cases (name, bytes, copy bytes, max copies) and exit");
+  auto* inspect = app.add_subcommand("inspect", "List the tensors of a safetensors file, index or checkpoint directory");
+  std::string inspect_path, inspect_device;
+  bool inspect_read = false;
+  inspect->add_option("path", inspect_path, "model.safetensors, model.safetensors.index.json or a directory")
+      ->required();
+  inspect->add_flag("--read", inspect_read, "Also read every tensor and report the loading rate");
+  inspect->add_option("--device", inspect_device, "With --read: load to this device (cuda, cuda:N) instead");
+  kiln::cli::TokenizerArgs tokenize_args, detokenize_args;
+  auto* tokenize = kiln::cli::add_tokenize(app, tokenize_args);
+  auto* detokenize = kiln::cli::add_detokenize(app, detokenize_args);
 
   kiln::cli::LlmOptions llm;
   kiln::cli::add_llm_commands(app, *bench, llm);
@@ -41,6 +51,9 @@ int main(int argc, char** argv) {
     if (*info) return kiln::cli::run_info(memory);
     if (*demo) return kiln::cli::run_demo(device, repeats);
     if (*bench_ops) return kiln::cli::run_bench_ops(bench_opts);
+    if (*inspect) return kiln::cli::run_inspect(inspect_path, inspect_read, inspect_device);
+    if (*tokenize) return kiln::cli::run_tokenize(tokenize_args);
+    if (*detokenize) return kiln::cli::run_detokenize(detokenize_args);
   } catch (const kiln::Error& e) {
     std::cerr << "kiln: error: " << e.what() << "\n";
     return 1;

@@ -119,33 +119,44 @@ __global__ void attention_combine_kernel(T* __restrict__ out, const float* __res
   }
 }
 
-// cache[b, h, p_b + t, c] = src[b, h, t, c] with p_b = positions[b], copied as raw elements of width U.
-// A sequence with p_b outside [0, lmax - T] is skipped and reported.
+// cache[b, h, p_b + t, c] = src[b, h, t, c] with p_b = positions[b], copied as raw elements of width U, for
+// the key cache and (in the same launch) the value cache. A sequence with p_b outside [0, lmax - T] is
+// skipped and reported (by the key pass only: both read the same positions).
 struct AppendDims {
-  int64_t b, h, t, d, lmax;
-  int64_t cs[4], ss[4];  // cache and src strides (elements) over (b, h, position, channel)
+  int64_t b = 0, h = 0, t = 0, d = 0, lmax = 0;
+  int64_t cs[4] = {}, ss[4] = {};  // cache and src strides (elements) over (b, h, position, channel)
+  KILN_HD int64_t numel() const { return b * h * t * d; }
 };
 
 template <class U>
-__global__ void kv_append_kernel(U* __restrict__ cache, const U* __restrict__ src,
-                                 const int32_t* __restrict__ positions, AppendDims a, DeviceErrorRecord* err) {
-  const int64_t n = a.b * a.h * a.t * a.d;
+__device__ __forceinline__ void append_one(U* __restrict__ cache, const U* __restrict__ src,
+                                           const int32_t* __restrict__ positions, const AppendDims& a, int64_t i,
+                                           bool report, DeviceErrorRecord* err) {
+  int64_t r = i;
+  const int64_t c = r % a.d;
+  r /= a.d;
+  const int64_t t = r % a.t;
+  r /= a.t;
+  const int64_t h = r % a.h;
+  const int64_t b = r / a.h;
+  const int64_t p = positions[b];
+  if (p < 0 || p > a.lmax - a.t) {
+    if (report && h == 0 && t == 0 && c == 0)
+      report_device_error(err, DeviceErrorCode::IndexOutOfRange, OpId::KvCacheAppend, p, a.lmax - a.t + 1);
+    return;
+  }
+  cache[b * a.cs[0] + h * a.cs[1] + (p + t) * a.cs[2] + c * a.cs[3]] =
+      src[b * a.ss[0] + h * a.ss[1] + t * a.ss[2] + c * a.ss[3]];
+}
+
+template <class U>
+__global__ void kv_append_kernel(U* __restrict__ k_cache, const U* __restrict__ k_src, AppendDims ka,
+                                 U* __restrict__ v_cache, const U* __restrict__ v_src, AppendDims va,
+                                 const int32_t* __restrict__ positions, DeviceErrorRecord* err) {
+  const int64_t nk = ka.numel(), n = nk + va.numel();
   for (int64_t i = global_thread(); i < n; i += grid_stride()) {
-    int64_t r = i;
-    const int64_t c = r % a.d;
-    r /= a.d;
-    const int64_t t = r % a.t;
-    r /= a.t;
-    const int64_t h = r % a.h;
-    const int64_t b = r / a.h;
-    const int64_t p = positions[b];
-    if (p < 0 || p > a.lmax - a.t) {
-      if (h == 0 && t == 0 && c == 0)
-        report_device_error(err, DeviceErrorCode::IndexOutOfRange, OpId::KvCacheAppend, p, a.lmax - a.t + 1);
-      continue;
-    }
-    cache[b * a.cs[0] + h * a.cs[1] + (p + t) * a.cs[2] + c * a.cs[3]] =
-        src[b * a.ss[0] + h * a.ss[1] + t * a.ss[2] + c * a.ss[3]];
+    if (i < nk) append_one(k_cache, k_src, positions, ka, i, true, err);
+    else append_one(v_cache, v_src, positions, va, i - nk, false, err);
   }
 }
 

@@ -109,11 +109,22 @@ __device__ __forceinline__ void load_q(WarpState<D>& st, const uint16_t* qs, int
   st.l[0] = st.l[1] = 0.f;
 }
 
+// An attention mask read by the tiles: none, bool (true = attend) or f32 added to the scaled scores. `row`
+// holds the element offset of each of the lane's two rows; key j of a row is at row + j * col. Rows past
+// Lq must have e = 0 so that their (nonexistent) mask rows are never read.
+enum TileMask { kNoMask = 0, kBoolMask = 1, kFloatMask = 2 };
+struct MaskRows {
+  const void* base;
+  int64_t row[2];
+  int64_t col;
+};
+
 // One step over NK keys (key0 is the index of the first): ks/vs point at that key's row of the shared tiles.
-// Key j is visible to the lane's row rr when j < e[rr].
-template <class Tag, int D, int NK>
+// Key j is visible to the lane's row rr when j < e[rr] (and the mask, if any, allows it).
+template <class Tag, int D, int NK, int Mask = kNoMask>
 __device__ __forceinline__ void warp_step(WarpState<D>& st, const uint16_t* ks, const uint16_t* vs, int ld,
-                                          int64_t key0, const int64_t (&e)[2], float scale_log2) {
+                                          int64_t key0, const int64_t (&e)[2], float scale_log2,
+                                          const MaskRows& mask = MaskRows{}) {
   static_assert(NK % 16 == 0 && D % 16 == 0, "tile sizes");
   const int lane = threadIdx.x % 32, mi = lane / 8, r = lane % 8, t = lane % 4;
   float s[NK / 8][4];
@@ -135,7 +146,14 @@ __device__ __forceinline__ void warp_step(WarpState<D>& st, const uint16_t* ks, 
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       float v = s[j][x] * scale_log2;
-      if (need_mask && key0 + 8 * j + 2 * t + (x & 1) >= e[x >> 1]) v = -INFINITY;
+      const int64_t key = key0 + 8 * j + 2 * t + (x & 1);
+      if (need_mask && key >= e[x >> 1]) {
+        v = -INFINITY;
+      } else if constexpr (Mask == kBoolMask) {
+        if (!static_cast<const bool*>(mask.base)[mask.row[x >> 1] + key * mask.col]) v = -INFINITY;
+      } else if constexpr (Mask == kFloatMask) {
+        v += static_cast<const float*>(mask.base)[mask.row[x >> 1] + key * mask.col] * kLog2e;
+      }
       s[j][x] = v;
     }
   }
@@ -208,6 +226,7 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, in
 struct FlashParams {
   uint16_t* out;  // contiguous [outer, H, Lq, D]
   const uint16_t *q, *k, *v;
+  const void* mask;  // bool or f32 per L.mask (non-causal only), indexed by L's mask strides
   am::Layout L;
   float scale_log2;
   int64_t q_tiles;  // ceil(Lq / 64)
@@ -216,7 +235,7 @@ struct FlashParams {
 // Prefill: one block per (64 query rows, head, outer index); warp w owns rows 16w..16w+15 of the block.
 // Causal (top-left): row i sees keys <= i, so the block stops at key m0 + 63 and a warp skips tiles that
 // start past its last row. Shared memory: Q tile + 2 stages of K and V tiles, all [64][D + 8].
-template <class Tag, int D, bool Causal>
+template <class Tag, int D, bool Causal, int Mask>
 __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(FlashParams p) {
   constexpr int ld = D + kPad;
   extern __shared__ __align__(16) uint16_t sm[];
@@ -250,9 +269,12 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(FlashParams p) 
   load_q<D>(st, qs + warp * 16 * ld, ld);
   const int64_t row_lo = m0 + warp * 16 + lane / 4;
   int64_t e[2];
+  MaskRows mrows{p.mask, {0, 0}, L.m_col};
   for (int rr = 0; rr < 2; ++rr) {
     const int64_t row = row_lo + 8 * rr;
     e[rr] = Causal ? (row + 1 < L.lkv ? row + 1 : L.lkv) : L.lkv;
+    if (Mask != kNoMask && row >= L.lq) e[rr] = 0;  // never read a mask row past Lq
+    mrows.row[rr] = off.m + row * L.m_row;
   }
   const int64_t warp_last_row = m0 + warp * 16 + 15;
   for (int64_t t = 0; t < tiles; ++t) {
@@ -269,8 +291,8 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(FlashParams p) 
     __syncthreads();
     const int64_t key0 = t * kTileKeys;
     if (!Causal || key0 <= warp_last_row)
-      warp_step<Tag, D, kTileKeys>(st, ks + stage * kTileKeys * ld, vs + stage * kTileKeys * ld, ld, key0, e,
-                                   p.scale_log2);
+      warp_step<Tag, D, kTileKeys, Mask>(st, ks + stage * kTileKeys * ld, vs + stage * kTileKeys * ld, ld, key0, e,
+                                         p.scale_log2, mrows);
     __syncthreads();  // the stage is overwritten by the load at the top of iteration t + 1
   }
   finish_l<D>(st);

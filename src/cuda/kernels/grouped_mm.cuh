@@ -1,0 +1,660 @@
+// Device code of grouped_mm and of the MoE block's expert products: raw pointers, sizes and strides in.
+// The launcher is src/cuda/moe.cu.
+//
+// Every form is a list of products C_g = A_g @ B_g (f32 accumulation) described by GmmArgs:
+//   RowGroups  rows [s[g-1], s[g]) of A and C use B[g]; rows past s[G-1] are written as 0      (2d x 3d,
+//              and 3d x 2d through the transposes out^T = b^T @ a[g]^T)
+//   KGroups    the K range [s[g-1], s[g]) of A and B forms C[g]; an empty range gives C[g] = 0 (2d x 2d)
+//   Batched    C[g] = A[g] @ B[g] over all of K                                                  (3d x 3d)
+// where s are the sanitised offsets: s[g] = min(max(offs[0..g], 0), extent) (running max, clamped). For
+// valid offsets s = offs; for invalid ones s is still non-decreasing and within [0, extent], so every
+// index below stays in bounds, and one block records the error (device_error.h) for the host to raise at
+// its next synchronisation. The host never reads offs: each block loads them into shared memory, scans
+// them and finds its own group (a binary search), and exits when it has none.
+//
+// Two kernels:
+//  - gmm_decode_kernel (RowGroups, few rows per group): matrix-vector style. blockIdx.y is a row slot j of
+//    A; the block finds j's group g and works only if j starts a run of kDecRows rows of g (so each
+//    expert's weights are read once per kDecRows rows: once for decode, where a group holds one row);
+//    blockIdx.x tiles the output columns. A weight row of B[g] (K contiguous: the checkpoints' [N, K]
+//    expert layout) is streamed with 16-byte loads like linear's gemv (gemv.cuh), warps split K.
+//  - gmm_tile_kernel (every mode): 64 x 64 output tiles, K steps of 32 through shared memory (a three-stage
+//    cp.async ring when rows are 16-byte aligned, else element loads); bf16/f16 on
+//    tensor cores (WMMA m16n16k16, f32 accumulators), f32 on CUDA cores (f32 FMAs: exact f32 semantics,
+//    no TF32). In RowGroups mode blockIdx.y is an m-tile slot: group g has ceil(rows_g / 64) m-tiles
+//    (the rows past s[G-1] form a last pseudo-group written as 0), so ceil(M / 64) + G + 1 slots bound
+//    them; each block finds its (group, m-tile) by a scan of the tile counts and a binary search.
+//
+// MoE extras: a_rows (A row m is row a_rows[m] of the tensor: the token of the m-th sorted (token, expert)
+// pair, so x is never gathered), c_rows (C row m is written at c_rows[m]), act (the SiLU-mul epilogue: the
+// product has 2N columns, gate then up, and C[m, n] = silu(P[m, n]) * P[m, N + n] rounded once to C's dtype:
+// the intermediate activation h of the expert MLP).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/device_error.h"
+#include "cuda/kernels/gemv.cuh"
+#include "ops/moe_math.h"
+
+namespace kiln::cuda::kernels {
+
+enum class GmmMode : int { RowGroups = 0, KGroups = 1, Batched = 2 };
+
+struct GmmArgs {
+  const void* a;
+  int64_t a_sg, a_sm, a_sk;  // element strides: group (0 when A is 2-d), row, K
+  const void* b;
+  int64_t b_sg, b_sk, b_sn;  // group (0 when B is 2-d), K, column
+  void* c;
+  int64_t c_sg, c_sm, c_sn;  // group (0 when C is 2-d), row, column
+  const int32_t* a_rows;     // null, or A's row of product row m (RowGroups only)
+  const int32_t* c_rows;     // null, or C's row of product row m (RowGroups only)
+  const int32_t* offs;       // G cumulative ends (RowGroups, KGroups); null for Batched
+  int G;
+  int M;                     // product rows (RowGroups: the extent the offsets index)
+  int N;                     // output columns (with act: the product has 2N)
+  int K;                     // reduction length (KGroups: the extent the offsets index)
+  GmmMode mode;
+  bool act;
+  bool out_f32;              // C is f32 (else the input dtype)
+  DeviceErrorRecord* err;
+};
+
+// The largest G whose offsets the kernels scan in shared memory (two int arrays of G + 1).
+inline constexpr int kGmmMaxGroups = 2048;
+
+// ---- offsets -----------------------------------------------------------------------------------------------
+
+struct ScanMax {
+  __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+struct ScanSum {
+  __device__ int operator()(int a, int b) const { return a + b; }
+};
+
+// Inclusive scan of data[0, n) in shared memory by all THREADS threads of the block (n uniform).
+// warp_tmp: THREADS / 32 ints of shared memory. Ends with a barrier.
+template <int THREADS, class Op>
+__device__ void gmm_block_scan(int* data, int n, Op op, int identity, int* warp_tmp) {
+  constexpr int kWarps = THREADS / 32;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  __syncthreads();
+  int carry = identity;
+  for (int base = 0; base < n; base += THREADS) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    int v = i < n ? data[i] : identity;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int o = __shfl_up_sync(0xFFFFFFFFu, v, d);
+      if (lane >= d) v = op(o, v);
+    }
+    if (lane == 31) warp_tmp[warp] = v;
+    __syncthreads();
+    int prefix = carry;
+    for (int w = 0; w < warp; ++w) prefix = op(prefix, warp_tmp[w]);
+    if (i < n) data[i] = op(prefix, v);
+    int total = carry;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total = op(total, warp_tmp[w]);
+    carry = total;
+    __syncthreads();  // warp_tmp is rewritten by the next chunk
+  }
+}
+
+// s[0, G) = the sanitised offsets (see the top of the file); `report`: this block records invalid ones.
+template <int THREADS>
+__device__ void gmm_load_offsets(const int32_t* __restrict__ offs, int G, int extent, int* s, int* warp_tmp,
+                                 DeviceErrorRecord* err, bool report) {
+  for (int g = static_cast<int>(threadIdx.x); g < G; g += THREADS) {
+    const int v = offs[g];
+    if (report) {
+      const int prev = g > 0 ? offs[g - 1] : 0;
+      if (v < 0 || v > extent || v < prev)
+        report_device_error(err, DeviceErrorCode::InvalidOffsets, OpId::GroupedMm, v, extent);
+    }
+    s[g] = v < 0 ? 0 : (v > extent ? extent : v);
+  }
+  gmm_block_scan<THREADS>(s, G, ScanMax{}, 0, warp_tmp);
+}
+
+// The first index i in [0, n) with s[i] > r, or n (s non-decreasing).
+__device__ __forceinline__ int gmm_upper_bound(const int* s, int n, int r) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (s[mid] > r) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+// ---- shared epilogue pieces ------------------------------------------------------------------------------
+
+template <class T>
+__device__ __forceinline__ void gmm_store(const GmmArgs& p, int64_t g, int m, int64_t n, float v) {
+  const int64_t row = p.c_rows ? p.c_rows[m] : m;
+  const int64_t off = g * p.c_sg + row * p.c_sm + n * p.c_sn;
+  if (p.out_f32) static_cast<float*>(p.c)[off] = v;
+  else static_cast<T*>(p.c)[off] = gemv_from_f32<T>(v);
+}
+
+__device__ __forceinline__ int64_t gmm_a_row(const GmmArgs& p, int m) { return p.a_rows ? p.a_rows[m] : m; }
+
+// ---- decode: matrix-vector per group ----------------------------------------------------------------------
+
+inline constexpr int kDecThreads = 256;
+inline constexpr int kDecWarps = kDecThreads / 32;
+inline constexpr int kDecRows = 4;  // A rows of one group per block (runtime count <= this)
+inline constexpr int kDecR = 2;     // weight rows per warp group: one column pair (gate, up) with act
+inline constexpr int kDecU = 2;     // 16-byte chunks per weight row per unrolled step: kDecU * kDecR loads in flight
+// TUNE (H200, `kiln bench ops --filter grouped_mm/bf16/T1`): at 64 registers four 256-thread blocks fit an SM,
+// 64 KB of loads in flight per SM; 128 experts top-8 2048 -> 1536 launches 768 blocks (1.45 waves of 528).
+// kDecR = 4 (one wave, same loads in flight) is the first alternative to measure.
+
+// Output columns per block for a given split (warps per weight-row group).
+__host__ __device__ constexpr int gmm_decode_cols_per_block(int split, bool act) {
+  return (kDecWarps / split) * (act ? kDecR / 2 : kDecR);
+}
+
+// grid = (ceil(N / gmm_decode_cols_per_block(split, act)), M); dynamic shared memory G ints.
+// vec: A rows, B's weight rows and their strides are 16-byte aligned, K % (16 / sizeof(T)) == 0, unit K
+// strides. Otherwise every element is loaded on its own through the strides.
+template <class T>
+__global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int split, bool vec) {
+  constexpr int R = kDecR, U = kDecU, MT = kDecRows;
+  constexpr int VEC = gemv_vec_elems<T>();
+  extern __shared__ int gmm_dyn[];
+  __shared__ int warp_tmp[kDecWarps];
+  __shared__ float partial[kDecWarps * R * MT];
+
+  const int j = static_cast<int>(blockIdx.y);
+  int* s = gmm_dyn;
+  gmm_load_offsets<kDecThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
+  const int g = gmm_upper_bound(s, p.G, j);
+  const int groups = kDecWarps / split;
+  const int cols_per_group = p.act ? R / 2 : R;
+  const int block_cols = groups * cols_per_group;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * block_cols;
+  if (g == p.G) {  // row j lies past the last offset: zeros
+    for (int i = static_cast<int>(threadIdx.x); i < block_cols; i += kDecThreads)
+      if (col0 + i < p.N) gmm_store<T>(p, 0, j, col0 + i, 0.f);
+    return;
+  }
+  const int start = g > 0 ? s[g - 1] : 0, end = s[g];  // start <= j < end
+  if ((j - start) % MT != 0) return;                   // another block takes row j with its run
+  const int rows = end - j < MT ? end - j : MT;
+
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int grp = warp / split;
+  const int t = (warp % split) * 32 + lane;
+  const int gt = 32 * split;
+  const T* __restrict__ a = static_cast<const T*>(p.a);
+  const T* __restrict__ b = static_cast<const T*>(p.b);
+
+  // Weight rows (B's columns) of this warp group, clamped into range; the stores are masked instead.
+  int64_t woff[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    int64_t n;
+    if (p.act) {
+      n = col0 + grp;
+      if (n >= p.N) n = p.N - 1;
+      n += r ? p.N : 0;  // r = 0: gate row n, r = 1: up row N + n
+    } else {
+      n = col0 + grp * R + r;
+      if (n >= p.N) n = p.N - 1;
+    }
+    woff[r] = static_cast<int64_t>(g) * p.b_sg + n * p.b_sn;
+  }
+  int64_t xoff[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) xoff[m] = gmm_a_row(p, j + (m < rows ? m : rows - 1)) * p.a_sm;
+
+  float acc[R][MT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
+
+  if (vec) {
+    const int chunks = p.K / VEC;
+    int c = t;
+    for (; c + (U - 1) * gt < chunks; c += U * gt) {
+      uint4 wv[U][R];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b + woff[r]) + c + u * gt);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float wf[R][VEC];
+#pragma unroll
+        for (int r = 0; r < R; ++r) gemv_unpack<T>(wv[u][r], wf[r]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m < rows) {
+            float xf[VEC];
+            gemv_unpack<T>(__ldg(reinterpret_cast<const uint4*>(a + xoff[m]) + c + u * gt), xf);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) acc[r][m] = fmaf(wf[r][e], xf[e], acc[r][m]);
+          }
+        }
+      }
+    }
+    for (; c < chunks; c += gt) {
+      float wf[R][VEC];
+#pragma unroll
+      for (int r = 0; r < R; ++r) gemv_unpack<T>(gemv_load_stream(reinterpret_cast<const uint4*>(b + woff[r]) + c), wf[r]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m < rows) {
+          float xf[VEC];
+          gemv_unpack<T>(__ldg(reinterpret_cast<const uint4*>(a + xoff[m]) + c), xf);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[r][m] = fmaf(wf[r][e], xf[e], acc[r][m]);
+        }
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int i = t; i < p.K; i += gt) {
+      float wf[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wf[r] = gemv_to_f32(b[woff[r] + static_cast<int64_t>(i) * p.b_sk]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m < rows) {
+          const float xv = gemv_to_f32(a[xoff[m] + static_cast<int64_t>(i) * p.a_sk]);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[r][m] = fmaf(wf[r], xv, acc[r][m]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
+      acc[r][m] = v;
+    }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) partial[(warp * R + r) * MT + m] = acc[r][m];
+  }
+  __syncthreads();
+
+  // One thread per (A row, output column of the block); the group's warps are summed in order.
+  for (int i = static_cast<int>(threadIdx.x); i < block_cols * MT; i += kDecThreads) {
+    const int m = i / block_cols, lc = i % block_cols;
+    const int64_t n = col0 + lc;
+    if (m >= rows || n >= p.N) continue;
+    float v;
+    if (p.act) {
+      float gs = partial[((lc * split) * R + 0) * MT + m], us = partial[((lc * split) * R + 1) * MT + m];
+      for (int q = 1; q < split; ++q) {
+        gs += partial[((lc * split + q) * R + 0) * MT + m];
+        us += partial[((lc * split + q) * R + 1) * MT + m];
+      }
+      v = moe_math::silu_mul(gs, us);
+    } else {
+      const int gq = lc / R, r = lc % R;
+      v = partial[((gq * split) * R + r) * MT + m];
+      for (int q = 1; q < split; ++q) v += partial[((gq * split + q) * R + r) * MT + m];
+    }
+    gmm_store<T>(p, 0, j + m, n, v);
+  }
+}
+
+// ---- tiles -------------------------------------------------------------------------------------------------
+
+inline constexpr int kTileThreads = 128;  // 4 warps, 2 x 2 over the tile, 32 x 32 each
+inline constexpr int kBM = 64, kBN = 64, kBK = 32;
+inline constexpr int kCLd = kBN + 4;  // f32 staging tile row stride (a multiple of 4 for WMMA stores)
+
+template <class T>
+constexpr int gmm_tile_ld() {
+  return kBK + static_cast<int>(16 / sizeof(T));  // rows stay 16-byte aligned, banks shift per row
+}
+// K steps in flight on the bf16/f16 vector path (a cp.async ring of A and B tiles); the f32 and scalar
+// paths use one stage. Three stages of 10 KB, with the 2 G + 1 ints of offsets (G <= kGmmMaxGroups), stay
+// under the 48 KB a block gets without opting in.
+template <class T>
+constexpr int gmm_tile_stages() {
+  return std::is_same_v<T, float> ? 1 : 3;
+}
+template <class T>
+constexpr int gmm_tile_stage_elems() {
+  return (kBM + kBN) * gmm_tile_ld<T>();
+}
+template <class T>
+constexpr int gmm_tile_smem_bytes() {
+  const int ab = gmm_tile_stages<T>() * gmm_tile_stage_elems<T>() * static_cast<int>(sizeof(T));
+  const int cs = kBM * kCLd * static_cast<int>(sizeof(float));
+  return ab > cs ? ab : cs;
+}
+static_assert(3 * (kBM + kBN) * (kBK + 8) * 2 + (2 * kGmmMaxGroups + 1) * 4 + 64 <= 48 * 1024,
+              "tile kernel shared memory exceeds the default 48 KB");
+
+// 16 bytes global -> shared without a register round trip; src_bytes = 0 writes 16 zero bytes (src must
+// still be a valid address).
+__device__ __forceinline__ void gmm_cp_async16(void* smem, const void* gmem, bool pred) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void gmm_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void gmm_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Output columns per tile: with act, half the product's columns (gate and up halves).
+__host__ __device__ constexpr int gmm_tile_cols(bool act) { return act ? kBN / 2 : kBN; }
+
+template <class T>
+struct WmmaType {
+  using type = std::conditional_t<std::is_same_v<T, BFloat16>, __nv_bfloat16, __half>;
+};
+
+// RowGroups: grid = (ceil(N / gmm_tile_cols(act)), ceil(M / kBM) + G + 1), dynamic shared 2 G + 1 ints.
+// KGroups / Batched: grid = (ceil(N / gmm_tile_cols(act)), ceil(M / kBM), G); KGroups: G ints.
+// The column tiles are the fastest grid dim: the blocks resident together share a few A tiles and walk
+// across one group's B (an expert's weights, a few MB) while it sits in L2; the other order would stream
+// A from memory once per column tile.
+// vec: unit K strides of A and B, 16-byte aligned bases and row/group strides, K % (16 / sizeof(T)) == 0
+// (never for KGroups, whose K ranges start anywhere).
+template <class T>
+__global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool vec) {
+  constexpr int LD = gmm_tile_ld<T>();
+  constexpr int VEC = gemv_vec_elems<T>();
+  constexpr bool kHalf = !std::is_same_v<T, float>;
+  extern __shared__ int gmm_dyn[];
+  __shared__ int warp_tmp[kTileThreads / 32];
+  __shared__ __align__(128) unsigned char raw[gmm_tile_smem_bytes<T>()];
+  T* As = reinterpret_cast<T*>(raw);  // [kBM][LD]: A(m, k) at As[m * LD + k]
+  T* Bs = As + kBM * LD;              // [kBN][LD]: B(k, n) at Bs[n * LD + k] (column-major tile)
+  float* Cs = reinterpret_cast<float*>(raw);  // [kBM][kCLd], after the K loop
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int ncols = gmm_tile_cols(p.act);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * ncols;
+  int g, m0, m1, k0, k1;
+  bool zero_rows = false;
+  if (p.mode == GmmMode::RowGroups) {
+    int* s = gmm_dyn;
+    int* tiles = gmm_dyn + p.G;  // G + 1 entries: m-tiles per group, then the tail pseudo-group
+    gmm_load_offsets<kTileThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
+    for (int q = tid; q <= p.G; q += kTileThreads) {
+      const int lo = q > 0 ? s[q - 1] : 0, hi = q < p.G ? s[q] : p.M;
+      tiles[q] = (hi - lo + kBM - 1) / kBM;
+    }
+    gmm_block_scan<kTileThreads>(tiles, p.G + 1, ScanSum{}, 0, warp_tmp);
+    const int slot = static_cast<int>(blockIdx.y);
+    g = gmm_upper_bound(tiles, p.G + 1, slot);
+    if (g > p.G) return;  // more slots than tiles
+    const int tile = slot - (g > 0 ? tiles[g - 1] : 0);
+    const int lo = g > 0 ? s[g - 1] : 0, hi = g < p.G ? s[g] : p.M;
+    m0 = lo + tile * kBM;
+    m1 = m0 + kBM < hi ? m0 + kBM : hi;
+    k0 = 0;
+    k1 = p.K;
+    zero_rows = g == p.G;
+  } else {
+    g = static_cast<int>(blockIdx.z);
+    m0 = static_cast<int>(blockIdx.y) * kBM;
+    m1 = m0 + kBM < p.M ? m0 + kBM : p.M;
+    k0 = 0;
+    k1 = p.K;
+    if (p.mode == GmmMode::KGroups) {
+      int* s = gmm_dyn;
+      gmm_load_offsets<kTileThreads>(p.offs, p.G, p.K, s, warp_tmp, p.err,
+                                     blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0);
+      k0 = g > 0 ? s[g - 1] : 0;
+      k1 = s[g];
+    }
+  }
+  // Only RowGroups has per-group C offsets through c_sg = 0; KGroups / Batched index C by g.
+  const int64_t cg = p.mode == GmmMode::RowGroups ? 0 : g;
+  if (zero_rows) {
+    for (int i = tid; i < kBM * ncols; i += kTileThreads) {
+      const int m = m0 + i / ncols;
+      const int64_t n = n0 + i % ncols;
+      if (m < m1 && n < p.N) gmm_store<T>(p, cg, m, n, 0.f);
+    }
+    return;
+  }
+
+  const T* __restrict__ a = static_cast<const T*>(p.a) + static_cast<int64_t>(g) * p.a_sg;
+  const T* __restrict__ b = static_cast<const T*>(p.b) + static_cast<int64_t>(g) * p.b_sg;
+  // Product column of tile column jc (act: gate columns, then the matching up columns), clamped; and
+  // whether it is a real output column.
+  auto b_col = [&](int jc, bool& ok) -> int64_t {
+    const int half = kBN / 2;
+    int64_t n = p.act ? n0 + (jc < half ? jc : jc - half) : n0 + jc;
+    ok = n < p.N;
+    if (!ok) n = p.N - 1;
+    return p.act && jc >= half ? n + p.N : n;
+  };
+
+  using namespace nvcuda;
+  using W = typename WmmaType<T>::type;
+  const int warp = tid >> 5;
+  const int wm = warp >> 1, wn = warp & 1;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc[2][2];
+  float acc[8][4];  // f32 path: rows ty * 8 + i, columns tx + 16 * jj
+  if constexpr (kHalf) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) wmma::fill_fragment(fc[i][jj], 0.f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) acc[i][jj] = 0.f;
+  }
+  const int ty = tid / 16, tx = tid % 16;
+
+  // f32 vector path: the next K step's 16-byte chunks are loaded into registers while the current one is
+  // multiplied (a register double buffer); NA / NB chunks per thread (the bf16/f16 path below uses them
+  // for its cp.async ring).
+  constexpr int CPR = kBK / VEC;
+  constexpr int NA = kBM * CPR / kTileThreads, NB = kBN * CPR / kTileThreads;
+  static_assert(NA * kTileThreads == kBM * CPR && NB * kTileThreads == kBN * CPR, "tile / thread mismatch");
+  uint4 ra[NA], rb[NB];
+  auto load_vec = [&](int kt) {
+#pragma unroll
+    for (int q = 0; q < NA; ++q) {
+      const int c = tid + q * kTileThreads;
+      const int r = c / CPR, kc = c % CPR;
+      const int m = m0 + r, k = kt + kc * VEC;
+      ra[q] = make_uint4(0, 0, 0, 0);
+      if (m < m1 && k < k1) ra[q] = *reinterpret_cast<const uint4*>(a + gmm_a_row(p, m) * p.a_sm + k);
+    }
+#pragma unroll
+    for (int q = 0; q < NB; ++q) {
+      const int c = tid + q * kTileThreads;
+      const int jc = c / CPR, kc = c % CPR;
+      const int k = kt + kc * VEC;
+      bool ok;
+      const int64_t n = b_col(jc, ok);
+      rb[q] = make_uint4(0, 0, 0, 0);
+      if (ok && k < k1) rb[q] = *reinterpret_cast<const uint4*>(b + n * p.b_sn + k);
+    }
+  };
+  auto store_vec = [&] {
+#pragma unroll
+    for (int q = 0; q < NA; ++q) {
+      const int c = tid + q * kTileThreads;
+      *reinterpret_cast<uint4*>(As + (c / CPR) * LD + (c % CPR) * VEC) = ra[q];
+    }
+#pragma unroll
+    for (int q = 0; q < NB; ++q) {
+      const int c = tid + q * kTileThreads;
+      *reinterpret_cast<uint4*>(Bs + (c / CPR) * LD + (c % CPR) * VEC) = rb[q];
+    }
+  };
+  // One K step of tensor-core work on tiles at (as, bs).
+  auto mma_step = [&](const T* as, const T* bs) {
+    if constexpr (kHalf) {
+#pragma unroll
+      for (int kk = 0; kk < kBK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, W, wmma::row_major> fa[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, W, wmma::col_major> fb[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          wmma::load_matrix_sync(fa[i], reinterpret_cast<const W*>(as + (wm * 32 + i * 16) * LD + kk), LD);
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj)
+          wmma::load_matrix_sync(fb[jj], reinterpret_cast<const W*>(bs + (wn * 32 + jj * 16) * LD + kk), LD);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj) wmma::mma_sync(fc[i][jj], fa[i], fb[jj], fc[i][jj]);
+      }
+    }
+  };
+
+  bool done = false;
+  if constexpr (kHalf) {
+    if (vec) {
+      // bf16/f16 vector path: a ring of S stages filled by cp.async, S - 1 K steps ahead of the tensor
+      // cores. Iteration i waits for step i's group (S - 2 younger groups may still fly), then the barrier
+      // both publishes step i's tiles and retires step i - 1's stage, which the next issue overwrites.
+      // Every iteration commits one group (empty past the end), so the group count stays exact.
+      constexpr int S = gmm_tile_stages<T>();
+      constexpr int SE = gmm_tile_stage_elems<T>();
+      auto issue = [&](int kt, int stage) {
+        T* as = As + stage * SE;
+        T* bs = as + kBM * LD;
+#pragma unroll
+        for (int q = 0; q < NA; ++q) {
+          const int c = tid + q * kTileThreads;
+          const int r = c / CPR, kc = c % CPR;
+          const int m = m0 + r, k = kt + kc * VEC;
+          const bool ok = m < m1 && k < k1;
+          gmm_cp_async16(as + r * LD + kc * VEC, ok ? a + gmm_a_row(p, m) * p.a_sm + k : a, ok);
+        }
+#pragma unroll
+        for (int q = 0; q < NB; ++q) {
+          const int c = tid + q * kTileThreads;
+          const int jc = c / CPR, kc = c % CPR;
+          const int k = kt + kc * VEC;
+          bool ok;
+          const int64_t n = b_col(jc, ok);
+          ok = ok && k < k1;
+          gmm_cp_async16(bs + jc * LD + kc * VEC, ok ? b + n * p.b_sn + k : b, ok);
+        }
+      };
+      const int steps = (k1 - k0 + kBK - 1) / kBK;
+#pragma unroll
+      for (int st = 0; st < S - 1; ++st) {
+        if (st < steps) issue(k0 + st * kBK, st);
+        gmm_cp_async_commit();
+      }
+      for (int i = 0; i < steps; ++i) {
+        gmm_cp_async_wait<S - 2>();
+        __syncthreads();
+        const int next = i + S - 1;
+        if (next < steps) issue(k0 + next * kBK, next % S);
+        gmm_cp_async_commit();
+        const T* as = As + (i % S) * SE;
+        mma_step(as, as + kBM * LD);
+      }
+      gmm_cp_async_wait<0>();
+      __syncthreads();  // the ring becomes Cs
+      done = true;
+    }
+  }
+
+  if (!done && vec && k0 < k1) load_vec(k0);
+
+  for (int kt = k0; kt < k1 && !done; kt += kBK) {
+    // A tile: rows m0.. (>= m1: 0), K kt.. (>= k1: 0); B tile likewise over its columns.
+    if (vec) {
+      store_vec();
+      __syncthreads();
+      if (kt + kBK < k1) load_vec(kt + kBK);
+    } else {
+      const bool a_kfast = p.a_sk == 1;
+      for (int i = tid; i < kBM * kBK; i += kTileThreads) {
+        const int r = a_kfast ? i / kBK : i % kBM, kk = a_kfast ? i % kBK : i / kBM;
+        const int m = m0 + r, k = kt + kk;
+        T v = T(0.f);
+        if (m < m1 && k < k1) v = a[gmm_a_row(p, m) * p.a_sm + static_cast<int64_t>(k) * p.a_sk];
+        As[r * LD + kk] = v;
+      }
+      const bool b_kfast = p.b_sk == 1;
+      for (int i = tid; i < kBN * kBK; i += kTileThreads) {
+        const int jc = b_kfast ? i / kBK : i % kBN, kk = b_kfast ? i % kBK : i / kBN;
+        const int k = kt + kk;
+        bool ok;
+        const int64_t n = b_col(jc, ok);
+        T v = T(0.f);
+        if (ok && k < k1) v = b[static_cast<int64_t>(k) * p.b_sk + n * p.b_sn];
+        Bs[jc * LD + kk] = v;
+      }
+      __syncthreads();
+    }
+    if constexpr (kHalf) {
+      mma_step(As, Bs);
+    } else {
+#pragma unroll 4
+      for (int kk = 0; kk < kBK; ++kk) {
+        float av[8], bv[4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) av[i] = As[(ty * 8 + i) * LD + kk];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) bv[jj] = Bs[(tx + 16 * jj) * LD + kk];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) acc[i][jj] = fmaf(av[i], bv[jj], acc[i][jj]);
+      }
+    }
+    __syncthreads();  // the tiles are rewritten by the next step (or become Cs)
+  }
+
+  if constexpr (kHalf) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj)
+        wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * kCLd + wn * 32 + jj * 16, fc[i][jj], kCLd,
+                                wmma::mem_row_major);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) Cs[(ty * 8 + i) * kCLd + tx + 16 * jj] = acc[i][jj];
+  }
+  __syncthreads();
+  for (int i = tid; i < kBM * ncols; i += kTileThreads) {
+    const int r = i / ncols, jc = i % ncols;
+    const int m = m0 + r;
+    const int64_t n = n0 + jc;
+    if (m >= m1 || n >= p.N) continue;
+    const float v = p.act ? moe_math::silu_mul(Cs[r * kCLd + jc], Cs[r * kCLd + jc + kBN / 2]) : Cs[r * kCLd + jc];
+    gmm_store<T>(p, cg, m, n, v);
+  }
+}
+
+}  // namespace kiln::cuda::kernels

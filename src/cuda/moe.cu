@@ -1,0 +1,284 @@
+// CUDA launchers of grouped_mm, the fused MoE router and the MoE block (kernels in
+// src/cuda/kernels/grouped_mm.cuh and src/cuda/kernels/moe.cuh). Every launch is asynchronous on the
+// current stream; the offsets and routing stay on the device, so the block is graph-capturable.
+#include "cuda/moe.h"
+
+#include <atomic>
+#include <climits>
+
+#include "core/dispatch.h"
+#include "cuda/kernels/grouped_mm.cuh"
+#include "cuda/kernels/moe.cuh"
+#include "cuda/launch.h"
+#include "cuda/linear.h"
+#include "kiln/ops.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+using kernels::GmmArgs;
+using kernels::GmmMode;
+
+std::atomic<GroupedMmPath>& forced_path() {
+  static std::atomic<GroupedMmPath> p{GroupedMmPath::Auto};
+  return p;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The matrix-vector kernel while groups are small on average (M rows over G groups): then a 64-row tile
+// would be mostly padding and each expert's weights are read about once either way.
+// TUNE (H200, `kiln bench ops`): the crossover, e.g. 64 tokens x top-8 over 128 experts (4 rows a group).
+bool use_decode(int64_t m, int64_t g) {
+  const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
+  if (m > 65535) return false;  // grid.y holds one row slot per row
+  if (f != GroupedMmPath::Auto) return f == GroupedMmPath::Decode;
+  return m <= 16 || m <= 2 * g;
+}
+
+// Warps per weight-row group of the decode kernel: enough warps for ~32 per SM assuming every row slot
+// works (one row per group, the decode case), more only while each thread keeps >= 2 chunks of K.
+int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool act, int device) {
+  const int64_t cols_per_group = act ? kernels::kDecR / 2 : kernels::kDecR;
+  const int64_t groups = m * ((n + cols_per_group - 1) / cols_per_group);
+  const int64_t want = static_cast<int64_t>(multiprocessor_count(device)) * 32;
+  const int64_t units = vec ? k / vec_elems : k;
+  int split = 1;
+  while (split < kernels::kDecWarps && groups * split < want && units >= 32 * 2 * split) split *= 2;
+  return split;
+}
+
+// Launches one grouped product (p fully described except the pointers' alignment checks). T: input type.
+template <class T>
+void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, const char* op) {
+  constexpr int64_t isz = sizeof(T);
+  constexpr int vec_elems = static_cast<int>(16 / isz);
+  auto al = [](int64_t stride) { return (stride * isz) % 16 == 0; };
+  if (decode) {
+    const bool vec = p.a_sk == 1 && p.b_sk == 1 && p.K % vec_elems == 0 && aligned16(p.a) && aligned16(p.b) &&
+                     al(p.a_sm) && al(p.b_sn) && al(p.b_sg);
+    const int split = decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
+    const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
+    const int64_t gx = (p.N + cols - 1) / cols;
+    KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
+    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
+    const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
+    kernels::gmm_decode_kernel<T><<<grid, kernels::kDecThreads, smem, stream>>>(p, split, vec);
+  } else {
+    const bool vec = p.mode != GmmMode::KGroups && p.a_sk == 1 && p.b_sk == 1 && p.K % vec_elems == 0 &&
+                     aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
+    const int64_t ncols = kernels::gmm_tile_cols(p.act);
+    const int64_t gx = (p.N + ncols - 1) / ncols;  // <= INT_MAX: N is an int
+    const int64_t mt = (static_cast<int64_t>(p.M) + kernels::kBM - 1) / kernels::kBM;
+    dim3 grid;
+    size_t smem = 0;
+    if (p.mode == GmmMode::RowGroups) {
+      KILN_CHECK(mt + p.G + 1 <= 65535, op, ": M = ", p.M, " rows in ", p.G, " groups is too large for one launch (at most ",
+                 (65535 - p.G - 1) * kernels::kBM, " rows)");
+      grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(mt + p.G + 1), 1);
+      smem = static_cast<size_t>(2 * p.G + 1) * sizeof(int);
+    } else {
+      KILN_CHECK(mt <= 65535 && p.G <= 65535, op, ": ", p.G, " groups of ", p.M, " rows is too large for one launch");
+      grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(mt), static_cast<unsigned>(p.G));
+      if (p.mode == GmmMode::KGroups) smem = static_cast<size_t>(p.G) * sizeof(int);
+    }
+    kernels::gmm_tile_kernel<T><<<grid, kernels::kTileThreads, smem, stream>>>(p, vec);
+  }
+  check_launch(op);
+}
+
+// Dispatch on the inputs' dtype (the one point where it becomes a template argument).
+void run_gmm(const GmmArgs& p, DType dtype, bool decode, Device dev, const char* op) {
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(dtype, op, [&](auto tag) {
+    launch_gmm<typename decltype(tag)::type>(p, decode, dev.index, stream, op);
+  });
+}
+
+int to_int(int64_t v, const char* op, const char* what) {
+  KILN_CHECK(v >= 0 && v <= INT_MAX - 2 * kernels::kBM, op, ": ", what, " = ", v, " is too large for the CUDA kernels (at most ",
+             INT_MAX - 2 * kernels::kBM, ")");
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void set_forced_grouped_mm_path(GroupedMmPath p) { forced_path().store(p, std::memory_order_relaxed); }
+
+void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor* offs) {
+  const char* op = "grouped_mm";
+  const Device dev = out.device();
+  check_same_device(op, dev, a);
+  check_same_device(op, dev, b);
+  if (offs) check_same_device(op, dev, *offs);
+  if (out.numel() == 0) return;
+  GmmArgs p{};
+  p.out_f32 = out.dtype() == DType::F32 && a.dtype() != DType::F32;
+  p.c = out.data_ptr();
+  p.err = device_error_record(dev.index);
+  const Tensor o = offs ? offs->contiguous() : Tensor();
+  p.offs = offs ? o.data<const int32_t>() : nullptr;
+  p.G = offs ? static_cast<int>(offs->numel()) : 0;
+  const bool has_offs = offs != nullptr;
+  if (has_offs)
+    KILN_CHECK(p.G <= kernels::kGmmMaxGroups, op, ": ", p.G, " groups; the CUDA kernels take at most ",
+               kernels::kGmmMaxGroups, " (offsets are scanned in shared memory)");
+  bool decode = false;
+  if (a.dim() == 2 && b.dim() == 3) {  // rows grouped
+    p.mode = GmmMode::RowGroups;
+    p.a = a.data_ptr(), p.a_sg = 0, p.a_sm = a.stride(0), p.a_sk = a.stride(1);
+    p.b = b.data_ptr(), p.b_sg = b.stride(0), p.b_sk = b.stride(1), p.b_sn = b.stride(2);
+    p.c_sg = 0, p.c_sm = out.stride(0), p.c_sn = out.stride(1);
+    p.M = to_int(a.size(0), op, "M"), p.N = to_int(b.size(2), op, "N"), p.K = to_int(a.size(1), op, "K");
+    decode = use_decode(p.M, p.G);
+  } else if (a.dim() == 3 && b.dim() == 2) {
+    // Columns grouped: out^T [N, M] = b^T [N, K] @ a[g]^T [K, M] with the rows of out^T grouped, as above.
+    p.mode = GmmMode::RowGroups;
+    p.a = b.data_ptr(), p.a_sg = 0, p.a_sm = b.stride(1), p.a_sk = b.stride(0);
+    p.b = a.data_ptr(), p.b_sg = a.stride(0), p.b_sk = a.stride(2), p.b_sn = a.stride(1);
+    p.c_sg = 0, p.c_sm = out.stride(1), p.c_sn = out.stride(0);
+    p.M = to_int(b.size(1), op, "N"), p.N = to_int(a.size(1), op, "M"), p.K = to_int(a.size(2), op, "K");
+    decode = use_decode(p.M, p.G);
+  } else if (a.dim() == 2 && b.dim() == 2) {  // K grouped
+    p.mode = GmmMode::KGroups;
+    p.a = a.data_ptr(), p.a_sg = 0, p.a_sm = a.stride(0), p.a_sk = a.stride(1);
+    p.b = b.data_ptr(), p.b_sg = 0, p.b_sk = b.stride(0), p.b_sn = b.stride(1);
+    p.c_sg = out.stride(0), p.c_sm = out.stride(1), p.c_sn = out.stride(2);
+    p.M = to_int(a.size(0), op, "M"), p.N = to_int(b.size(1), op, "N"), p.K = to_int(a.size(1), op, "K");
+  } else {  // batched
+    p.mode = GmmMode::Batched;
+    p.G = to_int(a.size(0), op, "G");
+    p.a = a.data_ptr(), p.a_sg = a.stride(0), p.a_sm = a.stride(1), p.a_sk = a.stride(2);
+    p.b = b.data_ptr(), p.b_sg = b.stride(0), p.b_sk = b.stride(1), p.b_sn = b.stride(2);
+    p.c_sg = out.stride(0), p.c_sm = out.stride(1), p.c_sn = out.stride(2);
+    p.M = to_int(a.size(1), op, "M"), p.N = to_int(b.size(2), op, "N"), p.K = to_int(a.size(2), op, "K");
+  }
+  if (p.M == 0 || p.N == 0) return;
+  run_gmm(p, a.dtype(), decode, dev, op);
+}
+
+namespace {
+
+// Whether the fused routing kernels (a warp per token, E values over its lanes) take E experts.
+bool fused_route(int64_t E) { return E <= kernels::kRouteMaxExperts; }
+
+MoeRouting route_composed(const Tensor& logits, int64_t top_k, bool norm_topk_prob, DType dtype) {
+  const Tensor probs = softmax(logits, -1, DType::F32);
+  auto [values, indices] = topk(probs, top_k);
+  if (norm_topk_prob) values = div(values, sum(values, {-1}, true));
+  return MoeRouting{values.to(dtype), indices.to(DType::I32)};
+}
+
+}  // namespace
+
+MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k, bool norm_topk_prob) {
+  const Device dev = x.device();
+  check_same_device("moe_route", dev, router_weight);
+  const Tensor logits = cuda::linear(x, router_weight, std::nullopt);
+  const int64_t T = x.size(0), E = router_weight.size(0);
+  if (!fused_route(E)) return route_composed(logits, top_k, norm_topk_prob, x.dtype());
+  MoeRouting r{empty({T, top_k}, x.dtype(), dev), empty({T, top_k}, DType::I32, dev)};
+  if (T == 0) return r;
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  constexpr int64_t warps = kernels::kRouteThreads / 32;
+  const int64_t blocks = (T + warps - 1) / warps;
+  KILN_CHECK(blocks <= INT_MAX, "moe_route: T = ", T, " is too large for one launch");
+  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "moe_route", [&](auto tag) {
+    using X = typename decltype(tag)::type;
+    kernels::moe_route_kernel<X><<<static_cast<unsigned>(blocks), kernels::kRouteThreads, 0, stream>>>(
+        logits.data<const X>(), logits.stride(0), T, static_cast<int>(E), static_cast<int>(top_k), norm_topk_prob,
+        r.weights.data<X>(), r.experts.data<int32_t>());
+  });
+  check_launch("moe_route");
+  return r;
+}
+
+Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor& gate_up_in,
+                   const Tensor& down_in, int64_t top_k, bool norm_topk_prob) {
+  const char* op = "moe_forward";
+  const Device dev = x_in.device();
+  const int64_t T = x_in.size(0), H = x_in.size(1), E = gate_up_in.size(0), I = down_in.size(2);
+  Tensor out = empty({T, H}, x_in.dtype(), dev);
+  if (T == 0 || H == 0) return out;
+  KILN_CHECK(E <= kernels::kPermuteMaxExperts, op, ": E = ", E, " experts; the CUDA permutation takes at most ",
+             kernels::kPermuteMaxExperts);
+  const Tensor x = x_in.contiguous(), gate_up = gate_up_in.contiguous(), down = down_in.contiguous();
+  const int P = to_int(T * top_k, op, "tokens x top_k");
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+
+  // Routing and the token -> expert permutation: offs [E] (int32 cumulative ends), the rows in expert
+  // order. Up to kFusedRouteTokens tokens both run in one block (decode: one launch less).
+  constexpr int64_t kFusedRouteTokens = 64;
+  const Tensor offs = empty({E}, DType::I32, dev);
+  const Tensor rows_tok = empty({P}, DType::I32, dev), rows_pair = empty({P}, DType::I32, dev);
+  const size_t perm_smem = static_cast<size_t>(2 * E) * sizeof(int);
+  MoeRouting r;
+  if (fused_route(E) && T <= kFusedRouteTokens) {
+    const Tensor logits = cuda::linear(x, router_weight, std::nullopt);
+    r = MoeRouting{empty({T, top_k}, x.dtype(), dev), empty({T, top_k}, DType::I32, dev)};
+    visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), op, [&](auto tag) {
+      using X = typename decltype(tag)::type;
+      kernels::moe_route_permute_kernel<X><<<1, kernels::kPermuteThreads, perm_smem, stream>>>(
+          logits.data<const X>(), logits.stride(0), static_cast<int>(T), static_cast<int>(E), static_cast<int>(top_k),
+          norm_topk_prob, r.weights.data<X>(), r.experts.data<int32_t>(), offs.data<int32_t>(),
+          rows_tok.data<int32_t>(), rows_pair.data<int32_t>());
+    });
+    check_launch(op);
+  } else {
+    r = cuda::moe_route(x, router_weight, top_k, norm_topk_prob);
+    const Tensor experts = r.experts.contiguous();
+    kernels::moe_permute_kernel<<<1, kernels::kPermuteThreads, perm_smem, stream>>>(
+        experts.data<const int32_t>(), P, static_cast<int>(E), static_cast<int>(top_k), offs.data<int32_t>(),
+        rows_tok.data<int32_t>(), rows_pair.data<int32_t>());
+    check_launch(op);
+  }
+  const Tensor weights = r.weights.contiguous();
+
+  const bool decode = use_decode(P, E);
+  // h [P, I] (x's dtype, expert order) = silu(x_tok @ gate_e^T) * (x_tok @ up_e^T).
+  const Tensor h = empty({P, I}, x.dtype(), dev);
+  if (I > 0) {
+    GmmArgs p{};
+    p.mode = GmmMode::RowGroups;
+    p.a = x.data_ptr(), p.a_sg = 0, p.a_sm = H, p.a_sk = 1;
+    p.b = gate_up.data_ptr(), p.b_sg = 2 * I * H, p.b_sk = 1, p.b_sn = H;
+    p.c = h.data_ptr(), p.c_sg = 0, p.c_sm = I, p.c_sn = 1;
+    p.a_rows = rows_tok.data<const int32_t>();
+    p.offs = offs.data<const int32_t>();
+    p.G = static_cast<int>(E), p.M = P, p.N = to_int(I, op, "I"), p.K = to_int(H, op, "H");
+    p.act = true;
+    p.err = device_error_record(dev.index);
+    run_gmm(p, x.dtype(), decode, dev, op);
+  }
+  // y [P, H] f32, at row (token, slot) = h @ down_e^T.
+  Tensor y = empty({P, H}, DType::F32, dev);
+  {
+    GmmArgs p{};
+    p.mode = GmmMode::RowGroups;
+    p.a = h.data_ptr(), p.a_sg = 0, p.a_sm = I, p.a_sk = 1;
+    p.b = down.data_ptr(), p.b_sg = H * I, p.b_sk = 1, p.b_sn = I;
+    p.c = y.data_ptr(), p.c_sg = 0, p.c_sm = H, p.c_sn = 1;
+    p.c_rows = rows_pair.data<const int32_t>();
+    p.offs = offs.data<const int32_t>();
+    p.G = static_cast<int>(E), p.M = P, p.N = to_int(H, op, "H"), p.K = to_int(I, op, "I");
+    p.out_f32 = true;
+    p.err = device_error_record(dev.index);
+    if (p.K == 0) y.zero_();
+    else run_gmm(p, x.dtype(), decode, dev, op);
+  }
+  // out[t] = sum over t's slots, in order, of weight * y: f32, one rounding.
+  constexpr int kThreads = 256;
+  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), op, [&](auto tag) {
+    using X = typename decltype(tag)::type;
+    kernels::moe_combine_kernel<X><<<grid_for(T * H, kThreads, dev.index), kThreads, 0, stream>>>(
+        y.data<const float>(), weights.data<const X>(), T, H, static_cast<int>(top_k), out.data<X>());
+  });
+  check_launch(op);
+  return out;
+}
+
+}  // namespace kiln::cuda

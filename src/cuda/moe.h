@@ -1,0 +1,32 @@
+// CUDA grouped_mm, MoE router and MoE block (kernels in src/cuda/kernels/grouped_mm.cuh and moe.cuh). Only
+// in KILN_HAVE_CUDA builds. The op layer (src/ops/moe.cpp) has checked shapes, dtypes and devices; nothing
+// here reads device memory from the host or synchronises: invalid offsets are recorded on the device and
+// raised at the next synchronisation.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/nn.h"
+#include "kiln/tensor.h"
+
+namespace kiln::cuda {
+
+// out (allocated by the caller: [M, N] or [G, M, N], the inputs' dtype or f32) = grouped_mm(a, b, offs) for
+// the four forms of kiln::grouped_mm; offs null for 3-d x 3-d.
+void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor* offs);
+
+// Which kernel grouped_mm and the MoE block take for the row-grouped form: the matrix-vector kernel while
+// groups hold few rows (M <= 16 or M <= 2 G: at most a couple of rows per group on average), else tiles.
+// Forced by set_forced_grouped_mm_path (tests, benchmarks); Auto: the heuristic.
+enum class GroupedMmPath { Auto, Decode, Tiled };
+void set_forced_grouped_mm_path(GroupedMmPath p);
+
+// moe_route on CUDA (x [T, H], router_weight [E, H]): logits through cuda::linear, then one fused kernel
+// (softmax f32, top-k, renormalisation) when E <= 256, else the composed ops.
+MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k, bool norm_topk_prob);
+
+// moe_forward on CUDA: routing, the permutation, gate_up with SiLU-mul fused, down, the combine.
+Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Tensor& gate_up, const Tensor& down,
+                   int64_t top_k, bool norm_topk_prob);
+
+}  // namespace kiln::cuda

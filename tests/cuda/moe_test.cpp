@@ -1,0 +1,470 @@
+// CUDA grouped_mm, MoE router and MoE block against the CPU (which tests/ops/moe_test.cpp checks against
+// double-precision references): the four grouped_mm forms in f32/f16/bf16 through both the matrix-vector and
+// the tiled kernel, empty groups, offsets short of the grouped dim (zeros), G = 1, 512-row groups, the decode
+// shape (8 rows in 8 of 128 groups, H 2048, I 768), weight-style and plain layouts, misaligned slices,
+// integer data compared bit for bit, outputs on poisoned memory, invalid offsets raised at synchronize();
+// the router (ties, every top_k), the MoE block for 1..512 tokens and 1..128 experts, and graph capture.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "kiln/nn.h"
+#include "kiln/runtime.h"
+#include "ops/linear_check.h"
+#include "test_util.h"
+#if KILN_HAVE_CUDA
+#include "cpu/moe.h"
+#include "cuda/moe.h"
+#endif
+
+namespace kiln {
+namespace {
+
+#if KILN_HAVE_CUDA
+
+using cuda::GroupedMmPath;
+
+const Device kGpu = cuda_device(0);
+const DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
+
+// Forces a grouped_mm path for a scope.
+struct ForcePath {
+  explicit ForcePath(GroupedMmPath p) { cuda::set_forced_grouped_mm_path(p); }
+  ~ForcePath() { cuda::set_forced_grouped_mm_path(GroupedMmPath::Auto); }
+};
+const char* path_name(GroupedMmPath p) {
+  return p == GroupedMmPath::Decode ? "decode" : p == GroupedMmPath::Tiled ? "tiled" : "auto";
+}
+
+// Leaves a freed block of `bytes` full of 0xFF (NaN in every float dtype) in the caching allocator, so the
+// next allocation of that size most likely lands on it: an element the kernel fails to write stays NaN.
+void poison_next(int64_t bytes) {
+  Tensor t = empty({std::max<int64_t>(bytes, 1)}, DType::U8, kGpu);
+  t.fill_(0xFF);
+}
+
+Tensor offsets(const std::vector<int32_t>& v) { return from_vector<int32_t>(v).to(kGpu); }
+
+Tensor rnd(const Shape& s, DType d, bool integers, double lo = -1, double hi = 1) {
+  return integers ? test::random_int_tensor(s, DType::I64, -3, 3).to(d) : test::random_tensor(s, d, lo, hi);
+}
+
+// grouped_mm on the GPU (poisoned output memory) against the CPU on the same values: within the f32
+// accumulation bound of linear_close, or bit for bit (integer data: every sum is exact in f32).
+::testing::AssertionResult check_gmm(const Tensor& a, const Tensor& b, const std::optional<Tensor>& offs_cpu,
+                                     std::optional<DType> out_dtype, bool exact, int64_t k) {
+  const Tensor a_gpu = a.to(kGpu), b_gpu = b.to(kGpu);
+  const std::optional<Tensor> offs_gpu = offs_cpu ? std::optional<Tensor>(offs_cpu->to(kGpu)) : std::nullopt;
+  const DType od = out_dtype.value_or(a.dtype());
+  const Tensor ref = grouped_mm(a, b, offs_cpu, out_dtype);
+  poison_next(ref.numel() * static_cast<int64_t>(itemsize(od)));
+  const Tensor out = grouped_mm(a_gpu, b_gpu, offs_gpu, out_dtype);
+  if (out.dtype() != od) return ::testing::AssertionFailure() << "dtype " << dtype_name(out.dtype());
+  if (exact) return test::equal(out.to(kCPU), ref);
+  auto abs32 = [](const Tensor& t) { return abs(t.to(DType::F32)); };
+  const Tensor scale = grouped_mm(abs32(a), abs32(b), offs_cpu, DType::F32).to(DType::F64);
+  return test::linear_close(out, ref, scale, od, k);
+}
+
+// A [rows, cols] view whose rows are `pad` elements apart, starting `offset` elements into a buffer.
+Tensor strided_view(const Tensor& dense, int64_t offset, int64_t pad) {
+  const int64_t rows = dense.size(0), cols = dense.size(1);
+  Tensor base = zeros({rows * (cols + pad) + offset}, dense.dtype());
+  Tensor v = base.as_strided({rows, cols}, {cols + pad, 1}, offset);
+  v.copy_(dense);
+  return v;
+}
+
+// Tensor.to(kGpu) makes a contiguous copy; for layouts that matter (transposed weights, misaligned slices)
+// the GPU operand is built on the device with the same view.
+Tensor gpu_view_like(const Tensor& cpu_view) {
+  if (cpu_view.numel() == 0) return empty(cpu_view.sizes(), cpu_view.dtype(), kGpu);
+  // The whole storage the view spans, copied, then the same view on it.
+  const int64_t off = cpu_view.storage_offset();
+  int64_t span = 1;
+  for (int64_t d = 0; d < cpu_view.dim(); ++d) span += (cpu_view.size(d) - 1) * cpu_view.stride(d);
+  const Tensor flat = cpu_view.as_strided({span}, {1}, off).contiguous().to(kGpu);
+  Tensor base = empty({span + 1}, cpu_view.dtype(), kGpu);
+  // Keep the misalignment: an odd storage offset on the device when the CPU view has one.
+  const int64_t shift = off % 2;
+  base.slice(0, shift, shift + span).copy_(flat);
+  return base.as_strided(cpu_view.sizes(), cpu_view.strides(), base.storage_offset() + shift);
+}
+
+::testing::AssertionResult check_gmm_views(const Tensor& a, const Tensor& b, const std::optional<Tensor>& offs_cpu,
+                                           std::optional<DType> out_dtype, bool exact, int64_t k) {
+  const Tensor a_gpu = gpu_view_like(a), b_gpu = gpu_view_like(b);
+  const std::optional<Tensor> offs_gpu = offs_cpu ? std::optional<Tensor>(offs_cpu->to(kGpu)) : std::nullopt;
+  const DType od = out_dtype.value_or(a.dtype());
+  const Tensor ref = grouped_mm(a, b, offs_cpu, out_dtype);
+  poison_next(ref.numel() * static_cast<int64_t>(itemsize(od)));
+  const Tensor out = grouped_mm(a_gpu, b_gpu, offs_gpu, out_dtype);
+  if (out.dtype() != od) return ::testing::AssertionFailure() << "dtype " << dtype_name(out.dtype());
+  if (exact) return test::equal(out.to(kCPU), ref);
+  auto abs32 = [](const Tensor& t) { return abs(t.to(DType::F32)); };
+  const Tensor scale = grouped_mm(abs32(a), abs32(b), offs_cpu, DType::F32).to(DType::F64);
+  return test::linear_close(out, ref, scale, od, k);
+}
+
+struct RowCase {
+  int64_t m, k, n;
+  std::vector<int32_t> ends;
+};
+// Empty groups, the first group empty, offsets short of M (the last rows are zeros), G = 1, K not a multiple
+// of 8, K < 8, N = 1, 512-row groups, K = 0.
+const std::vector<RowCase> kRowCases = {
+    {23, 19, 13, {0, 5, 5, 12, 21}}, {7, 64, 40, {7}},           {9, 8, 1, {2, 2, 9}},
+    {5, 3, 70, {1, 2, 3, 4}},        {1100, 72, 96, {512, 512, 1030}}, {40, 256, 136, {3, 3, 3, 40}},
+    {6, 0, 5, {2, 6}},               {17, 40, 33, {0, 0, 0}},     {64, 1000, 24, {1, 2, 4, 8, 16, 32, 48, 64}}};
+
+// 2d x 3d with b as transposed weights ([G, N, K] storage: the MoE layout, the vector path) and as plain
+// [G, K, N] storage, through both kernels, every dtype, random and integer data, f32 output too.
+TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+    ForcePath force(path);
+    for (DType d : kDtypes)
+      for (const RowCase& c : kRowCases)
+        for (bool weights_layout : {true, false})
+          for (bool integers : {false, true}) {
+            const int64_t G = static_cast<int64_t>(c.ends.size());
+            SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), " M=", c.m, " K=", c.k, " N=", c.n, " G=", G,
+                             weights_layout ? " [G,N,K] storage" : " [G,K,N] storage", integers ? " ints" : ""));
+            const Tensor a = rnd({c.m, c.k}, d, integers);
+            const Tensor b = weights_layout ? rnd({G, c.n, c.k}, d, integers).transpose(1, 2) : rnd({G, c.k, c.n}, d, integers);
+            const Tensor offs = from_vector<int32_t>(c.ends);
+            EXPECT_TRUE(check_gmm_views(a, b, offs, std::nullopt, integers, c.k));
+            if (d != DType::F32) EXPECT_TRUE(check_gmm_views(a, b, offs, DType::F32, integers, c.k));
+          }
+  }
+}
+
+// Misaligned and strided A (rows one element into a buffer, rows padded) and a misaligned weight slice:
+// the scalar paths.
+TEST(CudaGroupedMm, MisalignedAndStridedOperandsMatchCpu) {
+  KILN_REQUIRE_CUDA();
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+    ForcePath force(path);
+    for (DType d : kDtypes)
+      for (int64_t offset : {0, 1})
+        for (int64_t pad : {0, 3, 8}) {
+          SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), " offset ", offset, " pad ", pad));
+          const int64_t M = 30, K = 64, N = 48, G = 4;
+          const Tensor a = strided_view(rnd({M, K}, d, false), offset, pad);
+          const Tensor wbase = rnd({G * N * K + 1}, d, false);
+          const Tensor b = wbase.as_strided({G, N, K}, {N * K, K, 1}, offset).transpose(1, 2);
+          const Tensor offs = from_vector<int32_t>({4, 4, 20, 29});
+          EXPECT_TRUE(check_gmm_views(a, b, offs, std::nullopt, false, K));
+        }
+  }
+}
+
+TEST(CudaGroupedMm, ThreeDByTwoDMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  struct C {
+    int64_t g, m, k, n;
+    std::vector<int32_t> ends;
+  };
+  const std::vector<C> cases = {{3, 7, 11, 20, {6, 6, 17}},   {1, 5, 64, 33, {33}},
+                                {4, 70, 40, 9, {0, 2, 2, 5}}, {2, 130, 128, 600, {300, 600}}};
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+    ForcePath force(path);
+    for (DType d : kDtypes)
+      for (const C& c : cases)
+        for (bool integers : {false, true}) {
+          SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), " G=", c.g, " M=", c.m, " K=", c.k, " N=", c.n,
+                           integers ? " ints" : ""));
+          const Tensor a = rnd({c.g, c.m, c.k}, d, integers), b = rnd({c.k, c.n}, d, integers);
+          EXPECT_TRUE(check_gmm(a, b, from_vector<int32_t>(c.ends), std::nullopt, integers, c.k));
+          // b stored as [N, K] (its transpose is the operand): K contiguous.
+          const Tensor bt = rnd({c.n, c.k}, d, integers).t();
+          EXPECT_TRUE(check_gmm_views(a, bt, from_vector<int32_t>(c.ends), std::nullopt, integers, c.k));
+        }
+  }
+}
+
+TEST(CudaGroupedMm, TwoDByTwoDGroupsKMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  struct C {
+    int64_t m, k, n;
+    std::vector<int32_t> ends;
+  };
+  // Empty K ranges (C[g] = 0), a short last offset, ranges that do not start on a multiple of 8.
+  const std::vector<C> cases = {{6, 30, 9, {8, 8, 29}}, {65, 200, 70, {0, 37, 37, 150, 199}}, {3, 5, 2, {5}}};
+  for (DType d : kDtypes)
+    for (const C& c : cases)
+      for (bool integers : {false, true}) {
+        SCOPED_TRACE(str(dtype_name(d), " M=", c.m, " K=", c.k, " N=", c.n, integers ? " ints" : ""));
+        const Tensor a = rnd({c.m, c.k}, d, integers), b = rnd({c.k, c.n}, d, integers);
+        EXPECT_TRUE(check_gmm(a, b, from_vector<int32_t>(c.ends), std::nullopt, integers, c.k));
+        EXPECT_TRUE(check_gmm_views(a.t().contiguous().t(), b, from_vector<int32_t>(c.ends), DType::F32, integers, c.k));
+      }
+}
+
+TEST(CudaGroupedMm, BatchedMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  for (DType d : kDtypes)
+    for (bool integers : {false, true})
+      for (const Shape& s : {Shape{4, 5, 17, 6}, Shape{2, 100, 64, 72}, Shape{1, 1, 1, 1}}) {
+        SCOPED_TRACE(str(dtype_name(d), " G,M,K,N = ", shape_str(s), integers ? " ints" : ""));
+        const Tensor a = rnd({s[0], s[1], s[2]}, d, integers);
+        EXPECT_TRUE(check_gmm(a, rnd({s[0], s[2], s[3]}, d, integers), std::nullopt, std::nullopt, integers, s[2]));
+        EXPECT_TRUE(check_gmm_views(a, rnd({s[0], s[3], s[2]}, d, integers).transpose(1, 2), std::nullopt, DType::F32,
+                                    integers, s[2]));
+      }
+}
+
+// The decode shape of a 128-expert layer: one token's 8 rows, each in a different group, gate_up [E, 2I, H]
+// and down [E, H, I] as transposed operands (H = 2048, I = 768). The CPU reference takes only the 8 used
+// groups (the same rows against the same weights).
+TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
+  KILN_REQUIRE_CUDA();
+  const int64_t E = 128, H = 2048, I = 768;
+  std::vector<int32_t> used = {3, 17, 18, 40, 77, 100, 101, 127};
+  std::vector<int32_t> ends(E), compact_ends(used.size());
+  for (int64_t g = 0, r = 0; g < E; ++g) {
+    if (std::find(used.begin(), used.end(), g) != used.end()) ++r;
+    ends[g] = static_cast<int32_t>(r);
+  }
+  std::iota(compact_ends.begin(), compact_ends.end(), 1);
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Tiled}) {
+    ForcePath force(path);
+    for (DType d : kDtypes)
+      for (const auto& nk : {std::pair<int64_t, int64_t>{2 * I, H}, std::pair<int64_t, int64_t>{H, I}}) {
+        const int64_t N = nk.first, K = nk.second;
+        SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), " N=", N, " K=", K));
+        Tensor w = empty({E, N, K}, d, kGpu);
+        uniform_(w, -1, 1);
+        const Tensor a = test::random_tensor({8, K}, d, -1, 1);
+        const Tensor out = grouped_mm(a.to(kGpu), w.transpose(1, 2), offsets(ends));
+        const Tensor idx = from_vector<int64_t>(std::vector<int64_t>(used.begin(), used.end())).to(kGpu);
+        const Tensor w_used = index_select(w, 0, idx).to(kCPU).transpose(1, 2);
+        const Tensor offs = from_vector<int32_t>(compact_ends);
+        const Tensor ref = grouped_mm(a, w_used, offs);
+        const Tensor scale = grouped_mm(abs(a.to(DType::F32)), abs(w_used.to(DType::F32)), offs, DType::F32);
+        EXPECT_TRUE(test::linear_close(out, ref, scale.to(DType::F64), d, K));
+      }
+  }
+}
+
+// Invalid offsets: no error at the call, an error naming grouped_mm at the next synchronize(), the output
+// computed with the sanitised offsets (running maximum clamped to [0, extent]), nothing else written.
+TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
+  KILN_REQUIRE_CUDA();
+  struct C {
+    std::vector<int32_t> bad, sane;
+  };
+  const std::vector<C> cases = {{{3, 2, 7}, {3, 3, 7}}, {{3, 5, 11}, {3, 5, 10}}, {{-1, 5, 7}, {0, 5, 7}},
+                                {{12, 1, 4}, {10, 10, 10}}, {{INT32_MIN, INT32_MAX, 0}, {0, 10, 10}}};
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled})
+    for (const C& c : cases) {
+      ForcePath force(path);
+      SCOPED_TRACE(str(path_name(path), " offs ", c.bad[0], ",", c.bad[1], ",", c.bad[2]));
+      const Tensor a = test::random_tensor({10, 24}, DType::F32), b = test::random_tensor({3, 24, 16}, DType::F32);
+      // Canaries around the output's allocation.
+      Tensor before = full({4096}, 7.0, DType::F32, kGpu);
+      const Tensor out = grouped_mm(a.to(kGpu), b.to(kGpu), offsets(c.bad));
+      Tensor after = full({4096}, 7.0, DType::F32, kGpu);
+      EXPECT_TRUE(test::throws_error([&] { synchronize(kGpu); }, {"grouped_mm", "invalid group offset"}));
+      EXPECT_NO_THROW(synchronize(kGpu));  // raised once
+      const Tensor ref = grouped_mm(a, b, from_vector<int32_t>(c.sane));
+      EXPECT_TRUE(test::all_close(out.to(kCPU), ref, test::Tolerance{1e-5, 1e-4}));
+      EXPECT_TRUE(test::equal(before.to(kCPU), full({4096}, 7.0, DType::F32)));
+      EXPECT_TRUE(test::equal(after.to(kCPU), full({4096}, 7.0, DType::F32)));
+    }
+  // The other forms.
+  const Tensor a3 = test::random_tensor({3, 5, 8}, DType::F32, -1, 1, kGpu), b2 = test::random_tensor({8, 6}, DType::F32, -1, 1, kGpu);
+  (void)grouped_mm(a3, b2, offsets({2, 1, 6}));
+  EXPECT_TRUE(test::throws_error([&] { synchronize(kGpu); }, {"grouped_mm", "invalid group offset 1"}));
+  const Tensor a2 = test::random_tensor({5, 8}, DType::BF16, -1, 1, kGpu), bk = test::random_tensor({8, 6}, DType::BF16, -1, 1, kGpu);
+  (void)grouped_mm(a2, bk, offsets({2, 9}));
+  EXPECT_TRUE(test::throws_error([&] { synchronize(kGpu); }, {"grouped_mm", "invalid group offset 9", "at most 8"}));
+  // Valid offsets leave no error behind.
+  (void)grouped_mm(a2, bk, offsets({2, 8}));
+  EXPECT_NO_THROW(synchronize(kGpu));
+}
+
+TEST(CudaGroupedMm, GraphCaptureAndReplay) {
+  KILN_REQUIRE_CUDA();
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+    ForcePath force(path);
+    Tensor a = test::random_tensor({8, 256}, DType::BF16, -1, 1, kGpu);
+    const Tensor w = test::random_tensor({16, 96, 256}, DType::BF16, -1, 1, kGpu);
+    Tensor offs = offsets({0, 1, 1, 2, 3, 3, 3, 4, 5, 5, 6, 6, 6, 7, 8, 8});
+    const Tensor eager = grouped_mm(a, w.transpose(1, 2), offs).to(kCPU);
+    Stream s = Stream::create(kGpu);
+    Graph g;
+    Tensor out;
+    g.capture(s, [&] { out = grouped_mm(a, w.transpose(1, 2), offs); });
+    synchronize(kGpu);
+    g.replay();
+    s.synchronize();
+    EXPECT_TRUE(test::equal(out.to(kCPU), eager));
+    // New offsets and inputs in place: the replay reads them on the device.
+    offs.copy_(offsets({2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 8}));
+    a.copy_(test::random_tensor({8, 256}, DType::BF16, -1, 1, kGpu));
+    const Tensor eager2 = grouped_mm(a, w.transpose(1, 2), offs).to(kCPU);
+    synchronize(kGpu);
+    g.replay();
+    s.synchronize();
+    EXPECT_TRUE(test::equal(out.to(kCPU), eager2));
+  }
+}
+
+// ---- router and MoE block ------------------------------------------------------------------------------------
+
+// Integer x and router rows: the logits are exact small integers in every dtype, so the GPU and the CPU
+// route the same logits (many of them tie: the lower expert must win).
+TEST(CudaMoeRoute, MatchesCpuWithTies) {
+  KILN_REQUIRE_CUDA();
+  for (DType d : kDtypes)
+    for (int64_t E : {1, 8, 128, 256})
+      for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{8}, int64_t{64}, E})
+        for (bool norm : {true, false}) {
+          if (k > E || k > 64) continue;
+          SCOPED_TRACE(str(dtype_name(d), " E=", E, " k=", k, norm ? " norm" : ""));
+          const Tensor x = test::random_int_tensor({37, 16}, d, -2, 2);
+          const Tensor router = test::random_int_tensor({E, 16}, d, -1, 1);
+          const MoeRouting ref = moe_route(x, router, k, norm);
+          const MoeRouting r = moe_route(x.to(kGpu), router.to(kGpu), k, norm);
+          EXPECT_TRUE(test::equal(r.experts.to(kCPU), ref.experts));
+          EXPECT_EQ(r.weights.dtype(), d);
+          EXPECT_TRUE(test::all_close(r.weights.to(kCPU), ref.weights,
+                                      d == DType::F32 ? test::Tolerance{1e-5, 1e-7} : test::default_tolerance(d)));
+        }
+  // Identical router rows: every expert ties.
+  const Tensor x = test::random_tensor({3, 8}, DType::F32, -1, 1, kGpu);
+  const Tensor router = test::random_tensor({1, 8}, DType::F32).expand({6, 8}).contiguous().to(kGpu);
+  const MoeRouting r = moe_route(x, router, 3, true);
+  const auto ev = r.experts.to(kCPU).to_vector<int32_t>();
+  const auto wv = r.weights.to(kCPU).to_vector<float>();
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t j = 0; j < 3; ++j) {
+      EXPECT_EQ(ev[t * 3 + j], j);
+      EXPECT_NEAR(wv[t * 3 + j], 1.0 / 3, 1e-6);
+    }
+}
+
+struct MoeCase {
+  int64_t T, H, I, E, k;
+  bool norm;
+};
+
+// The CUDA block against the CPU expert loop on the routing the GPU chose (routing itself is compared
+// above), and against the whole CPU moe_forward when x and the router are integers (same routing).
+void check_moe(const MoeCase& c, DType d, bool integer_routing) {
+  SCOPED_TRACE(str(dtype_name(d), " T=", c.T, " H=", c.H, " I=", c.I, " E=", c.E, " k=", c.k, c.norm ? " norm" : "",
+                   integer_routing ? " integer routing" : ""));
+  const Tensor x = integer_routing ? test::random_int_tensor({c.T, c.H}, d, -2, 2) : test::random_tensor({c.T, c.H}, d, -1, 1);
+  const Tensor router = integer_routing ? test::random_int_tensor({c.E, c.H}, d, -1, 1)
+                                        : test::random_tensor({c.E, c.H}, d, -1, 1);
+  // Small enough that h stays well below 1: h is rounded to x's dtype on both sides, and where the two f32
+  // values straddle a rounding boundary the references differ by one ulp of h times a down weight.
+  const double ws = integer_routing ? 0.3 / c.H : 0.1;
+  const Tensor gate_up = test::random_tensor({c.E, 2 * c.I, c.H}, d, -ws, ws);
+  const Tensor down = test::random_tensor({c.E, c.H, c.I}, d, -0.3, 0.3);
+  const Tensor xg = x.to(kGpu), rg = router.to(kGpu), gug = gate_up.to(kGpu), dg = down.to(kGpu);
+  poison_next(c.T * c.H * static_cast<int64_t>(itemsize(d)));
+  const Tensor out = moe_forward(xg, rg, gug, dg, c.k, c.norm);
+  ASSERT_EQ(out.sizes(), x.sizes());
+  ASSERT_EQ(out.dtype(), d);
+  const MoeRouting r = moe_route(xg, rg, c.k, c.norm);
+  Tensor ref = empty({c.T, c.H}, d);
+  cpu::moe_experts(ref, x, r.experts.to(kCPU), r.weights.to(kCPU), gate_up, down);
+  // f32: accumulation order; half types: h may round differently by one ulp, the output rounds once on
+  // each side.
+  const test::Tolerance tol = d == DType::F32 ? test::Tolerance{2e-5, 2e-5}
+                              : d == DType::F16 ? test::Tolerance{2e-3, 2e-4}
+                                                : test::Tolerance{1.6e-2, 2e-3};
+  EXPECT_TRUE(test::all_close(out.to(kCPU), ref, tol));
+  if (integer_routing) EXPECT_TRUE(test::all_close(out.to(kCPU), moe_forward(x, router, gate_up, down, c.k, c.norm), tol));
+}
+
+TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
+  KILN_REQUIRE_CUDA();
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+    ForcePath force(path);
+    SCOPED_TRACE(path_name(path));
+    for (int64_t T : {1, 3, 64, 512})
+      for (int64_t E : {1, 8, 128})
+        for (int64_t k : {int64_t{1}, int64_t{2}, int64_t{8}, E}) {
+          if (k > E || k > 64 || (k == E && E > 8 && k != 1)) continue;
+          if (path != GroupedMmPath::Auto && T == 512 && E == 128) continue;  // covered by Auto
+          for (bool norm : {true, false}) {
+            const DType d = kDtypes[(T + E + k + norm) % 3];
+            check_moe(MoeCase{T, 40, 24, E, k, norm}, d, false);
+          }
+        }
+  }
+}
+
+TEST(CudaMoeForward, EveryDtypeOddSizesAndIntegerRouting) {
+  KILN_REQUIRE_CUDA();
+  for (DType d : kDtypes)
+    for (const MoeCase& c : {MoeCase{5, 16, 8, 1, 1, true}, MoeCase{4, 16, 8, 4, 4, false}, MoeCase{64, 8, 4, 32, 2, true},
+                             MoeCase{7, 37, 21, 8, 2, true}, MoeCase{3, 40, 20, 8, 8, false}, MoeCase{33, 64, 1, 6, 3, true},
+                             MoeCase{2000, 24, 16, 64, 8, true}}) {  // thousands of tokens: 16000 rows
+      check_moe(c, d, false);
+      check_moe(c, d, true);
+    }
+}
+
+// Qwen3-30B-A3B-like decode and a small prefill (E 128, H 2048, I 768, top-8).
+TEST(CudaMoeForward, DecodeShapeOf128Experts) {
+  KILN_REQUIRE_CUDA();
+  const int64_t E = 128, H = 2048, I = 768;
+  for (DType d : {DType::BF16, DType::F32})
+    for (int64_t T : {1, 4, 40}) {
+      SCOPED_TRACE(str(dtype_name(d), " T=", T));
+      Tensor gate_up = empty({E, 2 * I, H}, d, kGpu), down = empty({E, H, I}, d, kGpu);
+      uniform_(gate_up, -0.03, 0.03);
+      uniform_(down, -0.03, 0.03);
+      const Tensor x = test::random_tensor({T, H}, d, -1, 1, kGpu), router = test::random_tensor({E, H}, d, -0.05, 0.05, kGpu);
+      const Tensor out = moe_forward(x, router, gate_up, down, 8, true);
+      const MoeRouting r = moe_route(x, router, 8, true);
+      Tensor ref = empty({T, H}, d);
+      cpu::moe_experts(ref, x.to(kCPU), r.experts.to(kCPU), r.weights.to(kCPU), gate_up.to(kCPU), down.to(kCPU));
+      EXPECT_TRUE(test::all_close(out.to(kCPU), ref, d == DType::F32 ? test::Tolerance{1e-4, 1e-5} : test::Tolerance{1.6e-2, 1e-3}));
+    }
+}
+
+TEST(CudaMoeForward, GraphCaptureAndReplay) {
+  KILN_REQUIRE_CUDA();
+  for (int64_t T : {1, 300}) {
+    SCOPED_TRACE(str("T=", T));
+    const int64_t E = 16, H = 64, I = 32;
+    Tensor x = test::random_tensor({T, H}, DType::BF16, -1, 1, kGpu);
+    const Tensor router = test::random_tensor({E, H}, DType::BF16, -1, 1, kGpu);
+    const Tensor gate_up = test::random_tensor({E, 2 * I, H}, DType::BF16, -0.3, 0.3, kGpu);
+    const Tensor down = test::random_tensor({E, H, I}, DType::BF16, -0.3, 0.3, kGpu);
+    const Tensor eager = moe_forward(x, router, gate_up, down, 4, true).to(kCPU);
+    Stream s = Stream::create(kGpu);
+    Graph g;
+    Tensor out;
+    g.capture(s, [&] { out = moe_forward(x, router, gate_up, down, 4, true); });
+    synchronize(kGpu);
+    g.replay();
+    s.synchronize();
+    EXPECT_TRUE(test::equal(out.to(kCPU), eager));
+    // New tokens in place: new routing, computed on the device by the replay.
+    x.copy_(test::random_tensor({T, H}, DType::BF16, -1, 1, kGpu));
+    const Tensor eager2 = moe_forward(x, router, gate_up, down, 4, true).to(kCPU);
+    synchronize(kGpu);
+    g.replay();
+    s.synchronize();
+    EXPECT_TRUE(test::equal(out.to(kCPU), eager2));
+  }
+}
+
+#endif  // KILN_HAVE_CUDA
+
+TEST(CudaMoe, BuildHasCuda) {
+#if !KILN_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#endif
+  KILN_REQUIRE_CUDA();
+}
+
+}  // namespace
+}  // namespace kiln
