@@ -192,6 +192,10 @@ OpCase decode_attention_case(int64_t hq, int64_t hkv, int64_t d, int64_t l) {
     Tensor q = rnd({1, hq, 1, d}, kBF16, dev), k = rnd({1, hkv, l, d}, kBF16, dev), v = rnd({1, hkv, l, d}, kBF16, dev);
     Tensor lengths = full({1}, l, DType::I32, dev);
     return [q, k, v, lengths] { (void)decode_attention(q, k, v, lengths); };
+  };
+  return c;
+}
+
 // Mixture-of-experts shapes (E experts, hidden H, expert intermediate I), top-8 routing as Qwen3-MoE.
 struct MoeShape {
   int64_t e, h, i;
@@ -250,6 +254,10 @@ OpCase prefill_attention_case(int64_t hq, int64_t hkv, int64_t d, int64_t l) {
   c.make = [=](Device dev) -> BenchCall {
     Tensor q = rnd({1, hq, l, d}, kBF16, dev), k = rnd({1, hkv, l, d}, kBF16, dev), v = rnd({1, hkv, l, d}, kBF16, dev);
     return [q, k, v] { (void)scaled_dot_product_attention(q, k, v, std::nullopt, true, std::nullopt, true); };
+  };
+  return c;
+}
+
 // The sparse MoE block (router linear, softmax f32, top-8, renormalise, gate_up with SiLU-mul, down,
 // weighted combine) for T tokens of random hidden states; weights shared by the copies. bytes = the
 // router, the experts the tokens select (8 for one token, all E for 512) + x + out.
