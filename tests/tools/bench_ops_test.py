@@ -77,7 +77,7 @@ for cmd, rc, text in [
     ([KILN, "bench", "ops", "--filter", "no-such-case"], 1, "no case matches"),
     ([KILN, "bench", "ops", "--repeats", "0"], None, "--repeats"),
     ([KILN, "bench", "ops", "--device", "cpu"], 1, "--device must be cuda"),
-    ([KILN, "bench"], None, "subcommand"),
+    ([KILN, "bench"], None, "--preset NAME"),
     ([sys.executable, TORCH_OPS, "--filter", "(", "--list"], 1, "not a valid regular expression"),
 ]:
     r = run(cmd)
