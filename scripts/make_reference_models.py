@@ -120,7 +120,10 @@ def main():
         out_dir = os.path.join(OUT, name)
         shutil.rmtree(out_dir, ignore_errors=True)
         model.save_pretrained(out_dir, max_shard_size=shard) if shard else model.save_pretrained(out_dir)
-        greedy, gap = reference(model.float(), out_dir)  # reference computed in f32 from the stored values
+        # The reference runs a fresh f32 load of what was saved (model.float() would keep buffers such as
+        # RoPE's inv_freq at the storage dtype's precision).
+        fresh = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
+        greedy, gap = reference(fresh, out_dir)
         summary[name] = (greedy, gap)
 
     # FP8 block-quantised Qwen3: every linear weight of the decoder layers stored as e4m3 with

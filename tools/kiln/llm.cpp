@@ -89,7 +89,8 @@ Model open_model(const LlmOptions& o, Device dev, int64_t ctx) {
   check_model_dir(o.model);
   int last = -1;
   auto progress = [&](int64_t done, int64_t total) {
-    const int pct = total > 0 ? static_cast<int>(100 * done / total) : 100;
+    // done counts bytes as placed (after any dtype conversion), total as stored: clamp.
+    const int pct = total > 0 ? static_cast<int>(std::min<int64_t>(100, 100 * done / total)) : 100;
     if (pct == last) return;
     last = pct;
     const int bar = pct / 4;
