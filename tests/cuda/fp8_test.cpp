@@ -134,7 +134,8 @@ TEST(CudaFp8, QuantiseMatchesCpuBitForBit) {
 TEST(CudaFp8, QuantiseNonFiniteZerosAndLargeTensors) {
   KILN_REQUIRE_CUDA();
   // NaN / inf make their group's scale NaN; zeros give scale 1; saturation at the format's max.
-  Tensor x = from_vector<float>({1, NAN, 2, 3, 1, 2, 3, 4, INFINITY, 0, 0, 0, 0, 0, 0, 0, 1e38f, -3e38f, 5, 6},
+  // (-NaN too: the sign of a NaN survives into the fp8 bits, 0xFF vs 0x7F.)
+  Tensor x = from_vector<float>({1, NAN, 2, 3, 1, 2, 3, 4, INFINITY, -NAN, 0, -7, 0, 0, 0, 0, 1e38f, -3e38f, 5, 6},
                                 Shape{5, 4});
   for (ScaleRecipe r : kRecipes)
     for (DType f8 : {DType::F8E4M3, DType::F8E5M2}) {
@@ -142,6 +143,10 @@ TEST(CudaFp8, QuantiseNonFiniteZerosAndLargeTensors) {
       const Fp8Tensor c = quantize_fp8(x, r, f8, true, 2), g = quantize_fp8(x.to(kGpu), r, f8, true, 2);
       EXPECT_TRUE(same_bits(g.values, c.values));
       EXPECT_TRUE(same_bits(g.scales, c.scales));
+      // Values equal, NaN where the CPU has NaN (which of two NaN operands a product returns is the compiler's
+      // choice on the CPU, so NaN bits are not compared here).
+      EXPECT_TRUE(test::all_close(dequantize_fp8(g, r, DType::F32, true, 2).to(kCPU),
+                                  dequantize_fp8(c, r, DType::F32, true, 2), test::Tolerance{0, 0}));
     }
   // Tensor-wise over many blocks (the two-kernel reduction), with the NaN in the last partial's share, then
   // without it.

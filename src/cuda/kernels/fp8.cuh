@@ -28,9 +28,16 @@ __device__ __forceinline__ float fp8_load_f32(const T* p) {
   return static_cast<float>(*p);  // kiln's storage types convert exactly to f32
 }
 
+// NaN operands as x86's divss / mulss (the CPU reference) treat them: a NaN first operand is returned, else a
+// NaN second one; CUDA would return its canonical NaN instead, whose sign can differ (-NaN inputs) and so the
+// fp8 bits (0xFF vs 0x7F).
+__device__ __forceinline__ float fp8_x86_nan(float a, float b) {
+  return a != a ? __uint_as_float(__float_as_uint(a) | 0x400000u) : __uint_as_float(__float_as_uint(b) | 0x400000u);
+}
+
 template <class F8>
 __device__ __forceinline__ F8 fp8_quantize_one(float v, float scale, float fmax) {
-  float q = __fdiv_rn(v, scale);
+  float q = (v != v || scale != scale) ? fp8_x86_nan(v, scale) : __fdiv_rn(v, scale);
   if (!(q != q)) q = q < -fmax ? -fmax : (fmax < q ? fmax : q);
   return F8(q);
 }
@@ -150,7 +157,8 @@ __global__ void __launch_bounds__(kQuantThreads)
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * kQuantThreads) {
     const int64_t m = i / K, k = i % K;
-    const float r = static_cast<float>(v[m * sv0 + k * sv1]) * scales[(m / bm) * ss0 + (k / bk) * ss1];
+    const float a = static_cast<float>(v[m * sv0 + k * sv1]), s = scales[(m / bm) * ss0 + (k / bk) * ss1];
+    const float r = (a != a || s != s) ? fp8_x86_nan(a, s) : __fmul_rn(a, s);
     out[i] = O(r);
   }
 }
