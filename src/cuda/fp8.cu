@@ -144,26 +144,38 @@ void linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& w, const Tenso
   });
 }
 
-// The activations quantised per 1 x 128 block (the DeepSeek-V3 recipe), then one cuBLASLt FP8 product with the
-// weight's 128 x 128 block scales. Changes the numerics: each activation is rounded to e4m3 (3 mantissa bits).
+// The activations quantised to e4m3, then one cuBLASLt FP8 product: per 1 x 128 block against the weight's
+// 128 x 128 block scales (the DeepSeek-V3 recipe), or per row against per-channel scales (a tensor-wise weight
+// scale broadcast to a vector on the device). Changes the numerics: each activation is rounded to e4m3 (3
+// mantissa bits, 2^-4 relative).
 bool linear_cublaslt(const Tensor& y, const Tensor& x2, const Tensor& w, const Tensor& scales, int64_t bn, int64_t bk,
                      ScaleRecipe recipe, const Tensor* bias) {
   const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
-  if (recipe != ScaleRecipe::BlockWise || bn != 128 || bk != 128 || w.dtype() != DType::F8E4M3) return false;
-  if (k % 128 != 0 || k == 0 || n % 16 != 0 || w.stride(1) != 1 || (n > 1 && w.stride(0) % 16 != 0)) return false;
-  // cuBLASLt's 1 x 128 activation scales are stored M-major; M is padded to a multiple of 4 (16-byte scale
-  // columns) with zero rows, which quantise to zeros with scale 1 and whose outputs are dropped.
-  const int64_t m4 = (m + 3) / 4 * 4;
+  const bool block = recipe == ScaleRecipe::BlockWise;
+  if (w.dtype() != DType::F8E4M3 || (block && (bn != 128 || bk != 128))) return false;
+  if (k == 0 || k % (block ? 512 : 16) != 0 || n % 16 != 0 || w.stride(1) != 1 || (n > 1 && w.stride(0) % 16 != 0))
+    return false;
+  // Block scales of the activations are stored M-major by cuBLASLt: M is padded to a multiple of 4 (16-byte
+  // scale columns) with zero rows, which quantise to zeros with scale 1 and whose outputs are dropped.
+  const int64_t mp = block ? (m + 3) / 4 * 4 : m;
   Tensor xp = x2;
-  if (m4 != m) {
-    xp = zeros({m4, k}, x2.dtype(), x2.device());
+  if (mp != m) {
+    xp = zeros({mp, k}, x2.dtype(), x2.device());
     xp.narrow(0, 0, m).copy_(x2);
   }
-  const Fp8Tensor q = kiln::quantize_fp8(xp, ScaleRecipe::BlockWise, DType::F8E4M3, true, 128);
-  const Tensor yp = m4 == m ? y : empty({m4, n}, y.dtype(), y.device());
-  // scaled_mm's contract: b = W^T [K, N], scale_b [K/128, N/128].
-  if (!scaled_mm_cublaslt(yp, q.values, w.t(), q.scales, scales.t(), ScaleRecipe::BlockWise, bias)) return false;
-  if (m4 != m) Tensor(y).copy_(yp.narrow(0, 0, m));
+  const Tensor yp = mp == m ? y : empty({mp, n}, y.dtype(), y.device());
+  bool done;
+  if (block) {
+    const Fp8Tensor q = kiln::quantize_fp8(xp, ScaleRecipe::BlockWise, DType::F8E4M3, true, 128);
+    // scaled_mm's contract: b = W^T [K, N], scale_b [K/128, N/128].
+    done = scaled_mm_cublaslt(yp, q.values, w.t(), q.scales, scales.t(), ScaleRecipe::BlockWise, bias);
+  } else {
+    const Fp8Tensor q = kiln::quantize_fp8(xp, ScaleRecipe::RowWise, DType::F8E4M3, true, 128);
+    const Tensor sb = recipe == ScaleRecipe::RowWise ? scales.reshape({1, n}) : scales.reshape({1, 1}).expand({1, n});
+    done = scaled_mm_cublaslt(yp, q.values, w.t(), q.scales, sb, ScaleRecipe::RowWise, bias);
+  }
+  if (!done) return false;
+  if (mp != m) Tensor(y).copy_(yp.narrow(0, 0, m));
   return true;
 }
 
@@ -350,18 +362,16 @@ Tensor linear_fp8(const Tensor& x2, const Tensor& w, const Tensor& scales, int64
   if (path == Fp8Path::Auto) path = forced_fp8_path();
   const bool gemv_ok = w.dtype() == DType::F8E4M3 && (w.stride(1) == 1 || k <= 1) && k < (int64_t{1} << 30);
   if (path == Fp8Path::Auto) {
-    // TUNE (H200): past 16 rows cuBLASLt on quantised activations for checkpoint-style block weights; for the
-    // other recipes the matrix-vector kernel up to 64 rows (4 reads of an FP8 weight cost less than the f32
-    // dequantisation), the f32 fallback beyond.
-    if (m <= kernels::kGemvMaxRows) path = Fp8Path::Gemv;
-    else if (recipe == ScaleRecipe::BlockWise && bn == 128 && bk == 128) path = Fp8Path::CublasLt;
-    else path = m <= 64 ? Fp8Path::Gemv : Fp8Path::Fallback;
+    // Past 16 rows: cuBLASLt on quantised activations; where it cannot run, the matrix-vector kernel up to 64
+    // rows (4 reads of an FP8 weight cost less than the f32 dequantisation), the f32 fallback beyond.
+    // TUNE (H200, `kiln bench ops`): the crossover M.
+    path = m <= kernels::kGemvMaxRows ? Fp8Path::Gemv : Fp8Path::CublasLt;
   }
   if (path == Fp8Path::CublasLt && linear_cublaslt(y, x2, w, scales, bn, bk, recipe, bias)) {
     if (taken) *taken = Fp8Path::CublasLt;
     return y;
   }
-  if (path == Fp8Path::CublasLt && gemv_ok && m <= 64) path = Fp8Path::Gemv;
+  if (path == Fp8Path::CublasLt) path = gemv_ok && m <= 64 ? Fp8Path::Gemv : Fp8Path::Fallback;
   if (path == Fp8Path::Gemv && gemv_ok) {
     linear_gemv(y, x2, w, scales, bn, bk, bias);
     if (taken) *taken = Fp8Path::Gemv;

@@ -121,6 +121,11 @@ bool scaled_mm_cublaslt(const Tensor& out, const Tensor& a, const Tensor& b, con
     case ScaleRecipe::RowWise: sa = scale_a.reshape({M}).contiguous(), sb = scale_b.reshape({N}).contiguous(); break;
     default: sa = scale_a.t().contiguous(), sb = scale_b.t().contiguous(); break;
   }
+  // Vector and block scales are read in 16-byte pieces: a view that starts mid-way gets a fresh buffer.
+  if (recipe != ScaleRecipe::TensorWise) {
+    if (reinterpret_cast<uintptr_t>(sa.data_ptr()) % 16 != 0) sa = sa.clone();
+    if (reinterpret_cast<uintptr_t>(sb.data_ptr()) % 16 != 0) sb = sb.clone();
+  }
   // The epilogue adds a bias of D's type (bf16/f16; for f32 outputs cuBLASLt's FP8 table wants a bf16 bias).
   // Any other combination: the product into f32 scratch, then bias in f32 and one rounding, as the CPU.
   const bool epilogue_bias = bias && bias->dtype() == out.dtype() && out.dtype() != DType::F32;

@@ -222,11 +222,16 @@ void check_linear(int64_t m, int64_t n, int64_t k, ScaleRecipe r, DType dt, bool
   const Tensor wd = deq_weight(w.cpu);
   const Tensor scale = test::linear_abs_scale(xc, wd, with_bias ? std::optional<Tensor>(bc) : std::nullopt);
   if (taken == Fp8Path::CublasLt) {
-    // The activations were quantised per 1 x 128 block: the reference is that computation on the CPU.
-    const Fp8Tensor q = quantize_fp8(xc, ScaleRecipe::BlockWise, DType::F8E4M3, true, 128);
-    const Tensor ref = scaled_mm(q.values, w.cpu.values.t(), q.scales, w.cpu.scales.t(), ScaleRecipe::BlockWise,
+    // The activations were quantised (per 1 x 128 block against block weights, else per row against per-channel
+    // scales): the reference is that computation on the CPU.
+    const ScaleRecipe qr = r == ScaleRecipe::BlockWise ? ScaleRecipe::BlockWise : ScaleRecipe::RowWise;
+    const Fp8Tensor q = quantize_fp8(xc, qr, DType::F8E4M3, true, 128);
+    const Tensor sb = r == ScaleRecipe::BlockWise ? w.cpu.scales.t()
+                      : r == ScaleRecipe::RowWise ? w.cpu.scales.reshape({1, n})
+                                                  : w.cpu.scales.reshape({1, 1}).expand({1, n}).contiguous();
+    const Tensor ref = scaled_mm(q.values, w.cpu.values.t(), q.scales, sb, qr,
                                  with_bias ? std::optional<Tensor>(bc) : std::nullopt, dt);
-    const Tensor qs = test::linear_abs_scale(dequantize_fp8(q, ScaleRecipe::BlockWise, DType::F64), wd,
+    const Tensor qs = test::linear_abs_scale(dequantize_fp8(q, qr, DType::F64), wd,
                                              with_bias ? std::optional<Tensor>(bc) : std::nullopt);
     EXPECT_TRUE(fp8_close(y, ref, qs, k, true));
     // And within the activation rounding (2^-4 relative per element) of the unquantised definition.
