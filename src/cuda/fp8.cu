@@ -68,6 +68,16 @@ int split_for(int64_t n, int64_t k, int rows_per_warp, bool vec, int device) {
   return split;
 }
 
+// The shift that replaces the division by the scale block in the kernel: 30 when one block spans all of k
+// (k < 2^30: every index shifts to block 0), log2(kblk) for a power of two, -1 (divide) otherwise.
+int kshift_of(int kblk, int k) {
+  if (kblk >= k) return 30;
+  if ((kblk & (kblk - 1)) != 0) return -1;
+  int s = 0;
+  while ((1 << s) < kblk) ++s;
+  return s;
+}
+
 template <class X, class O, class B, int MT>
 void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream) {
   constexpr int R = kernels::fp8_gemv_rows_per_warp<MT>();
@@ -77,8 +87,8 @@ void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream
   KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
   kernels::fp8_gemv_kernel<X, O, B, MT><<<static_cast<unsigned>(blocks), kernels::kGemvThreads, 0, stream>>>(
       static_cast<const X*>(g.x), g.ldx, rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn,
-      g.ws_sn, g.ws_sk, g.xs, g.xs_sm, g.xs_sk, g.kblk, static_cast<const B*>(g.bias), static_cast<O*>(g.y), g.ldy,
-      split, g.vec);
+      g.ws_sn, g.ws_sk, g.xs, g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
+      static_cast<O*>(g.y), g.ldy, split, g.vec);
   check_launch("fp8 gemv");
 }
 

@@ -169,7 +169,8 @@ __global__ void __launch_bounds__(kQuantThreads)
 //
 // w: n x k float8 (e4m3) weight rows; x: rows x k activations (f32/f16/bf16 for linear, e4m3 for scaled_mm).
 // Scales: the weight's ws(j, kb) = ws[(j / bn) * ws_sn + kb * ws_sk] and the activations' (nullable)
-// xs(m, kb) = xs[m * xs_sm + kb * xs_sk], with kb = k / kblk; tensor- and row-wise scales pass stride 0
+// xs(m, kb) = xs[m * xs_sm + kb * xs_sk], with kb = k / kblk (k >> kshift where kshift >= 0: 30 when one block
+// spans all of k < 2^30, log2(kblk) for a power of two); tensor- and row-wise scales pass stride 0
 // along K (and kblk = k), so one code path serves every recipe.
 //
 // The work split is the bf16 GEMV's (gemv.cuh): warp groups of `split` warps own R weight rows and stride
@@ -241,7 +242,7 @@ template <class X, class O, class B, int MT>
 __global__ void __launch_bounds__(kGemvThreads, 2)
     fp8_gemv_kernel(const X* __restrict__ x, int64_t ldx, int rows, const Float8_e4m3fn* __restrict__ w, int64_t ldw,
                     int64_t n, int k, const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int64_t ws_sk,
-                    const float* __restrict__ xs, int64_t xs_sm, int64_t xs_sk, int kblk,
+                    const float* __restrict__ xs, int64_t xs_sm, int64_t xs_sk, int kblk, int kshift,
                     const B* __restrict__ bias, O* __restrict__ y, int64_t ldy, int split, bool vec) {
   constexpr int R = fp8_gemv_rows_per_warp<MT>();
   constexpr int U = fp8_gemv_unroll<MT, X>();
@@ -269,11 +270,14 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
     wsr[r] = ws + (row / bn) * ws_sn;
   }
   auto xrow = [&](int m) -> int64_t { return static_cast<int64_t>(m < rows ? m : rows - 1); };
+  // The scale block of element index e < k: a shift when kblk is a power of two (kshift = 30 when one block
+  // spans all of k < 2^30), a division otherwise.
+  auto kblock = [&](int e) -> int { return kshift >= 0 ? e >> kshift : e / kblk; };
 
   if (vec) {
     // One 16-element chunk c of the R rows (weights already loaded into wv).
     auto chunk = [&](const uint4 (&wv)[R], int c) {
-      const int kb = (c << 4) / kblk;
+      const int kb = kblock(c << 4);
       float wsc[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) wsc[r] = wsr[r][kb * ws_sk];
@@ -320,7 +324,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   } else {
 #pragma unroll 1
     for (int i = t; i < k; i += group_threads) {
-      const int kb = i / kblk;
+      const int kb = kblock(i);
       float wf[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) wf[r] = fp8_elem_f32(w[woff[r] + i]) * wsr[r][kb * ws_sk];
