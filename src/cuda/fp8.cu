@@ -311,9 +311,15 @@ std::optional<Tensor> scaled_mm(const Tensor& a, const Tensor& b, const Tensor& 
       (a.stride(1) == 1 || K <= 1) && (b.stride(0) == 1 || K <= 1) && K < (int64_t{1} << 30)) {
     // b^T [N, K] is the weight: row j starts at b + j * b.stride(1).
     const int64_t ldw = N > 1 ? b.stride(1) : K;
-    const int64_t lda = M > 1 ? a.stride(0) : K;
+    Tensor ar = a;
+    int64_t lda = M > 1 ? a.stride(0) : K;
+    // Misaligned rows of a are copied to an aligned buffer (M x K bytes) when the weight can take 16-byte loads.
+    if (K % 16 == 0 && aligned16(b.data_ptr()) && ldw % 16 == 0 && (!aligned16(a.data_ptr()) || lda % 16 != 0)) {
+      ar = a.clone();
+      lda = K;
+    }
     GemvArgs g{};
-    g.x = a.data_ptr();
+    g.x = ar.data_ptr();
     g.ldx = lda;
     g.w = b.data_ptr();
     g.ldw = ldw;
@@ -337,7 +343,7 @@ std::optional<Tensor> scaled_mm(const Tensor& a, const Tensor& b, const Tensor& 
         g.kblk = 128;
         break;
     }
-    g.vec = gemv_vec_ok(a.data_ptr(), lda, 1, b.data_ptr(), ldw, K, g.kblk);
+    g.vec = gemv_vec_ok(ar.data_ptr(), lda, 1, b.data_ptr(), ldw, K, g.kblk);
     const Tensor bias_f = bias ? bias->to(DType::F32).contiguous() : Tensor();
     g.bias = bias ? bias_f.data_ptr() : nullptr;
     g.y = out.data_ptr();
