@@ -151,10 +151,11 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
                N, "] f32/f16/bf16, got ", bias->meta());
   for (const Tensor* t : {&b, &scale_a, &scale_b})
     KILN_CHECK(t->device() == a.device(), "scaled_mm: ", t->meta(), " is not on a's device ", a.device().str());
+  if (bias)
+    KILN_CHECK(bias->device() == a.device(), "scaled_mm: bias ", bias->meta(), " is not on a's device ",
+               a.device().str());
 #if KILN_HAVE_CUDA
   if (a.is_cuda()) {
-    if (bias)
-      KILN_CHECK(bias->device() == a.device(), "scaled_mm: bias ", bias->meta(), " is not on a's device ", a.device().str());
     if (std::optional<Tensor> out = cuda::scaled_mm(a, b, scale_a, scale_b, recipe, bias, out_dtype)) return *out;
     // Otherwise the reference composition below, on the device.
   }
@@ -198,7 +199,8 @@ Tensor linear(const Tensor& x, const Fp8Weight& w, const std::optional<Tensor>& 
   for (const Tensor* t : {&w.values, &w.scales})
     KILN_CHECK(t->device() == x.device(), "linear(fp8): ", t->meta(), " is not on x's device ", x.device().str());
   if (bias)
-    KILN_CHECK(bias->device() == x.device(), "linear(fp8): bias ", bias->meta(), " is not on x's device ", x.device().str());
+    KILN_CHECK(bias->device() == x.device(), "linear(fp8): bias ", bias->meta(), " is not on x's device ",
+               x.device().str());
   Shape out_shape = x.sizes();
   out_shape.back() = N;
 #if KILN_HAVE_CUDA

@@ -416,6 +416,13 @@ TEST(CudaScaledMm, LayoutsAndAlignment) {
     EXPECT_TRUE(fp8_close(scaled_mm(g.a, g.b, g.sa.t().contiguous().t(), g.sb.contiguous(), r, std::nullopt, DType::F32),
                           ref, scale, k, false));
   }
+  // A bias on another device is an error, not a read of host memory from the device.
+  {
+    const Operands g = to_gpu(make_operands(m, n, k, ScaleRecipe::TensorWise, false));
+    EXPECT_TRUE(test::throws_error(
+        [&] { scaled_mm(g.a, g.b, g.sa, g.sb, ScaleRecipe::TensorWise, test::random_tensor({n}, DType::F32)); },
+        {"scaled_mm: bias", "not on a's device"}));
+  }
   // Empty M and N.
   const Operands e = to_gpu(make_operands(0, 32, 64, ScaleRecipe::TensorWise, false));
   EXPECT_EQ(scaled_mm(e.a, e.b, e.sa, e.sb, ScaleRecipe::TensorWise).sizes(), (Shape{0, 32}));
