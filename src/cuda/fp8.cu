@@ -163,7 +163,7 @@ bool linear_cublaslt(const Tensor& y, const Tensor& x2, const Tensor& w, const T
   const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
   const bool block = recipe == ScaleRecipe::BlockWise;
   if (w.dtype() != DType::F8E4M3 || (block && (bn != 128 || bk != 128))) return false;
-  if (k == 0 || k % (block ? 512 : 16) != 0 || n % 16 != 0 || w.stride(1) != 1 || (n > 1 && w.stride(0) % 16 != 0))
+  if (k == 0 || k % (block ? 128 : 16) != 0 || n % 16 != 0 || w.stride(1) != 1 || (n > 1 && w.stride(0) % 16 != 0))
     return false;
   // Block scales of the activations are stored M-major by cuBLASLt: M is padded to a multiple of 4 (16-byte
   // scale columns) with zero rows, which quantise to zeros with scale 1 and whose outputs are dropped.

@@ -11,11 +11,11 @@
 //   tensor-wise: SCALAR_32F (one f32 each, device pointers);
 //   row-wise:    OUTER_VEC_32F: a vector of N for A (scale_b) and of M for B (scale_a), contiguous;
 //   block-wise:  BLK128x128_32F for A: one f32 per 128 x 128 block of b^T [N, K], stored [ceil(N/128)][K/128]
-//                (scale_b^T, which is how checkpoints store weight_scale_inv); VEC128_32F for B: one f32 per
-//                1 x 128 block of a, stored outer-dimension-major [K/128][M] (scale_a^T). This is the layout
-//                torch._scaled_mm checks for before it hands the scales to cuBLASLt (ScaledBlas.cpp). The
-//                path is taken only where the documented variants of that layout coincide (K a multiple of
-//                512, M a multiple of 4); other shapes take the other paths.
+//                (scale_b^T, which is how checkpoints store weight_scale_inv), each row padded to a multiple
+//                of 4 K blocks; VEC128_32F for B: one f32 per 1 x 128 block of a, stored outer-dimension-major
+//                [K/128][M] (scale_a^T), M a multiple of 4. This is the layout torch._scaled_mm checks for
+//                before it hands the scales to cuBLASLt (ScaledBlas.cpp, "outer-dim-major" 1 x 128 scales in
+//                its tests). K must be a multiple of 128; other shapes take the other paths.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -112,14 +112,27 @@ bool scaled_mm_cublaslt(const Tensor& out, const Tensor& a, const Tensor& b, con
     return false;
   if (reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0 || reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 != 0)
     return false;
-  if (recipe == ScaleRecipe::BlockWise && (K % 512 != 0 || M % 4 != 0)) return false;
+  if (recipe == ScaleRecipe::BlockWise && (K % 128 != 0 || M % 4 != 0)) return false;
 
   // Scales in the layouts cuBLASLt reads (copies only where the given strides differ: a few KB).
   Tensor sa, sb;
   switch (recipe) {
     case ScaleRecipe::TensorWise: sa = scale_a, sb = scale_b; break;
     case ScaleRecipe::RowWise: sa = scale_a.reshape({M}).contiguous(), sb = scale_b.reshape({N}).contiguous(); break;
-    default: sa = scale_a.t().contiguous(), sb = scale_b.t().contiguous(); break;
+    default: {
+      sa = scale_a.t().contiguous();
+      // Rows of K/128 block scales padded to a multiple of 4 (16 bytes), as cuBLASLt reads them.
+      const int64_t kb = K / 128, kb4 = (kb + 3) / 4 * 4;
+      sb = scale_b.t();
+      if (kb4 != kb) {
+        Tensor padded = zeros({sb.size(0), kb4}, DType::F32, out.device());
+        padded.narrow(1, 0, kb).copy_(sb);
+        sb = padded;
+      } else {
+        sb = sb.contiguous();
+      }
+      break;
+    }
   }
   // Vector and block scales are read in 16-byte pieces: a view that starts mid-way gets a fresh buffer.
   if (recipe != ScaleRecipe::TensorWise) {

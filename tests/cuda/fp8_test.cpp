@@ -385,16 +385,19 @@ TEST(CudaScaledMm, AllRecipesAndPathsMatchCpu) {
 // layout or a missed K block shows up as a different number.
 TEST(CudaScaledMm, IntegerDataIsExactOnEveryPath) {
   KILN_REQUIRE_CUDA();
-  for (int64_t m : {1, 4, 16, 64, 256})
-    for (ScaleRecipe r : kRecipes) {
-      const Operands o = make_operands(m, 384, 1024, r, true);
-      for (DType od : kActs)
-        for (Fp8Path p : {Fp8Path::Gemv, Fp8Path::CublasLt, Fp8Path::Fallback}) {
-          const std::optional<Tensor> bias =
-              od == DType::F32 ? std::nullopt : std::optional<Tensor>(test::random_int_tensor({384}, DType::I64, -9, 9).to(od));
-          check_scaled(o, r, od, bias, p, true, str("integers M=", m));
-        }
-    }
+  // K = 640: 5 K blocks, so cuBLASLt's block-scale rows are padded (to 8).
+  for (int64_t k : {1024, 640})
+    for (int64_t m : {1, 4, 16, 64, 256})
+      for (ScaleRecipe r : kRecipes) {
+        const Operands o = make_operands(m, 384, k, r, true);
+        for (DType od : kActs)
+          for (Fp8Path p : {Fp8Path::Gemv, Fp8Path::CublasLt, Fp8Path::Fallback}) {
+            const std::optional<Tensor> bias =
+                od == DType::F32 ? std::nullopt
+                                 : std::optional<Tensor>(test::random_int_tensor({384}, DType::I64, -9, 9).to(od));
+            check_scaled(o, r, od, bias, p, true, str("integers M=", m, " K=", k));
+          }
+      }
 }
 
 TEST(CudaScaledMm, LayoutsAndAlignment) {
