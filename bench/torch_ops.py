@@ -13,6 +13,10 @@ What runs for each op is what a PyTorch / Hugging Face decode step runs:
                   [1, T, H, D], as HF's attention makes them) with cos/sin [1, T, D] precomputed (HF computes
                   them once per forward for all layers, so their cost is left out)
   silu_and_mul    F.silu(gate) * up on the two halves of gate_up
+  linear_fp8      no PyTorch op takes bf16 activations with a block-scaled e4m3 weight: the weight dequantised
+                  to bf16 (fp8 * the 128 x 128 block scales) then F.linear, what a model runs without FP8 kernels
+  scaled_mm       torch._scaled_mm(a, w.t(), scale_a, scale_b, out_dtype=bf16) (b column-major, as PyTorch
+                  wants); for M < 16 the rows are padded to 16 (torch._scaled_mm needs multiples of 16)
   sample          temperature 0: torch.argmax; otherwise HF's TemperatureLogitsWarper, TopKLogitsWarper,
                   TopPLogitsWarper (that order), softmax and torch.multinomial
   decode_attention  F.scaled_dot_product_attention(q [1, Hq, 1, D], k, v [1, Hkv, L, D], enable_gqa=True)
@@ -206,6 +210,45 @@ def silu_and_mul_case(inter):
     return Case(f"silu_and_mul/bf16/M1/I{inter}", copy_bytes + 2 * inter, copy_bytes, 256, make)
 
 
+def rnd_scales(shape, dev):
+    return torch.empty(shape, dtype=torch.float32, device=dev).uniform_(0.005, 0.02)
+
+
+def linear_fp8_case(m, k, n):
+    sk, sn = (k + 127) // 128, (n + 127) // 128
+    copy_bytes = 2 * m * k + n * k + 4 * sn * sk
+
+    def make(dev):
+        x = rnd((m, k), "bf16", dev)
+        w = rnd((n, k), "bf16", dev, 50.0).to(torch.float8_e4m3fn)
+        s = rnd_scales((sn, sk), dev)
+
+        def dequant_linear():
+            full = s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+            return F.linear(x, (w.to(torch.float32) * full).to(torch.bfloat16))
+
+        return {"dequant+F.linear": dequant_linear}
+
+    return Case(f"linear_fp8/e4m3/M{m}/K{k}/N{n}", copy_bytes + 2 * m * n, copy_bytes, 2048, make)
+
+
+def scaled_mm_case(row, m, k, n):
+    copy_bytes = m * k + n * k + 4 * (m + n if row else 2)
+
+    def make(dev):
+        mp = max(m, 16)
+        a = torch.zeros((mp, k), dtype=torch.bfloat16, device=dev)
+        a[:m] = rnd((m, k), "bf16", dev, 50.0)
+        a = a.to(torch.float8_e4m3fn)
+        w = rnd((n, k), "bf16", dev, 50.0).to(torch.float8_e4m3fn)
+        sa = rnd_scales((mp, 1) if row else (), dev)
+        sb = rnd_scales((1, n) if row else (), dev)
+        return {"torch._scaled_mm": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)}
+
+    return Case(f"scaled_mm/e4m3/{'row' if row else 'tensor'}/M{m}/K{k}/N{n}", copy_bytes + 2 * m * n, copy_bytes,
+                2048, make)
+
+
 def sample_case(vocab, temperature, top_k, top_p):
     if temperature == 0:
         variant = "greedy"
@@ -306,6 +349,7 @@ LINEAR = [(2048, 4096), (2048, 512), (4096, 2048), (2048, 128), (2048, 151936), 
           (4096, 14336), (14336, 4096), (4096, 128256), (5120, 5120), (5120, 1024), (5120, 25600), (25600, 5120),
           (3584, 3584), (3584, 512), (3584, 18944), (18944, 3584), (1024, 1024), (896, 896), (896, 128),
           (896, 4864), (4864, 896), (8192, 8192), (8192, 1024), (8192, 28672), (28672, 8192)]
+SCALED_MM = [(4096, 4096), (14336, 4096), (28672, 8192)]  # (K, N): weights [N, K]
 LINEAR_BATCHED = [(4096, 4096), (4096, 14336), (2048, 151936), (14336, 4096)]
 SOFTMAX = [(1, 128256), (1, 151936), (4, 128256), (64, 32000)]
 
@@ -316,6 +360,13 @@ def cases():
         out += [linear_case(1, k, n, False), linear_case(1, k, n, True)]
     for m in (2, 4, 16):
         out += [linear_case(m, k, n, False) for k, n in LINEAR_BATCHED]
+    out.append(linear_case(16, 28672, 8192, False))
+    for m in (4096, 8192):
+        out += [linear_case(m, k, n, False) for k, n in SCALED_MM]
+    out += [linear_fp8_case(1, k, n) for k, n in LINEAR]
+    for row in (False, True):
+        for m in (1, 16, 4096, 8192):
+            out += [scaled_mm_case(row, m, k, n) for k, n in SCALED_MM]
     for log in (False, True):
         for tag in ("f32", "bf16"):
             out += [softmax_case(log, tag, r, c) for r, c in SOFTMAX]

@@ -38,4 +38,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
 bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias);
 bool linear_cublaslt(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias);
 
+// The calling thread's cuBLASLt handle (a cublasLtHandle_t) for `device`, shared by every cuBLASLt user.
+void* lt_handle(int device);
+
 }  // namespace kiln::cuda

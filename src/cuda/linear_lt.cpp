@@ -119,6 +119,8 @@ struct LtDescs {
 
 }  // namespace
 
+void* lt_handle(int device) { return lt_handle_for(device); }
+
 bool linear_cublaslt(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias) {
   const DType t = x2.dtype();
   const int64_t m = x2.size(0), k = x2.size(1), n = weight.size(0);

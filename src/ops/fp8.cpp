@@ -1,5 +1,6 @@
 // FP8: quantisation with tensor-, row- and block-wise scales, scaled_mm (torch._scaled_mm's contract) and
-// linear with an FP8 weight. CPU reference implementations; the CUDA kernels are separate.
+// linear with an FP8 weight. CPU reference implementations here; CUDA tensors go to src/cuda/fp8.cu (with the
+// reference composition of scaled_mm as the device's general fallback).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +9,9 @@
 #include "core/dispatch.h"
 #include "cpu/moe.h"
 #include "kiln/nn.h"
+#if KILN_HAVE_CUDA
+#include "cuda/fp8.h"
+#endif
 
 namespace kiln {
 
@@ -20,7 +24,7 @@ double fp8_max(DType t) { return t == DType::F8E4M3 ? 448.0 : 57344.0; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void require_cpu(const char* op, const Tensor& t) {
-  KILN_CHECK(!t.is_cuda(), op, ": no CUDA implementation yet (input ", t.meta(), ")");
+  KILN_CHECK(!t.is_cuda(), op, ": no CUDA implementation in this build (input ", t.meta(), ")");
 }
 
 // The scale grid of a quantised [M, K] tensor: scales [sm, sk], group (bm x bk).
@@ -52,9 +56,16 @@ Fp8Tensor quantize_fp8(const Tensor& x, ScaleRecipe recipe, DType fp8_dtype, boo
   KILN_CHECK(dset(fp8_dtype) & kFloat8Types, "quantize_fp8: fp8_dtype must be float8_e4m3fn or float8_e5m2, got ",
              dtype_name(fp8_dtype));
   KILN_CHECK(block >= 1 && block <= 65536, "quantize_fp8: block must be in [1, 65536], got ", block);
-  require_cpu("quantize_fp8", x);
   const int64_t M = x.size(0), K = x.size(1);
   const Grid g = grid_of(M, K, recipe, activation, block);
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    Fp8Tensor q{empty({M, K}, fp8_dtype, x.device()), empty({g.sm, g.sk}, DType::F32, x.device())};
+    cuda::quantize_fp8(x, q.values, q.scales, g.bm, g.bk, recipe == ScaleRecipe::TensorWise);
+    return q;
+  }
+#endif
+  require_cpu("quantize_fp8", x);
   const Tensor xf = x.to(DType::F32).contiguous();
   const float* xp = xf.data<const float>();
   Tensor scales = empty({g.sm, g.sk}, DType::F32);
@@ -93,6 +104,16 @@ Tensor dequantize_fp8(const Fp8Tensor& q, ScaleRecipe recipe, DType dtype, bool 
   KILN_CHECK(q.scales.dtype() == DType::F32 && q.scales.numel() == g.sm * g.sk, "dequantize_fp8: ",
              scale_recipe_name(recipe), " scales for ", q.values.meta(), " must be f32 [", g.sm, ", ", g.sk, "], got ",
              q.scales.meta());
+  KILN_CHECK(q.scales.device() == q.values.device(), "dequantize_fp8: scales ", q.scales.meta(),
+             " are not on the values' device ", q.values.device().str());
+#if KILN_HAVE_CUDA
+  if (q.values.is_cuda()) {
+    const Tensor s = q.scales.reshape({g.sm, g.sk});
+    Tensor out = empty({M, K}, DType::F32, q.values.device());
+    cuda::dequantize_fp8(q.values, s, s.stride(0), s.stride(1), g.bm, g.bk, out);
+    return out.to(dtype);
+  }
+#endif
   require_cpu("dequantize_fp8", q.values);
   const Tensor s = q.scales.reshape({g.sm, g.sk}).contiguous();
   Tensor v = q.values.to(DType::F32).contiguous();
@@ -130,7 +151,17 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
                N, "] f32/f16/bf16, got ", bias->meta());
   for (const Tensor* t : {&b, &scale_a, &scale_b})
     KILN_CHECK(t->device() == a.device(), "scaled_mm: ", t->meta(), " is not on a's device ", a.device().str());
+  if (bias)
+    KILN_CHECK(bias->device() == a.device(), "scaled_mm: bias ", bias->meta(), " is not on a's device ",
+               a.device().str());
+#if KILN_HAVE_CUDA
+  if (a.is_cuda()) {
+    if (std::optional<Tensor> out = cuda::scaled_mm(a, b, scale_a, scale_b, recipe, bias, out_dtype)) return *out;
+    // Otherwise the reference composition below, on the device.
+  }
+#else
   require_cpu("scaled_mm", a);
+#endif
   // Reference: dequantise both operands exactly (fp8 x f32 scale is exact in f32) and multiply in f32.
   const Tensor af = dequantize_fp8({a, scale_a}, recipe, DType::F32, true, 128);
   // b's scale grid is over [K, N] with 128 x 128 blocks (weights); as a [K, N] "weight" that is activation = false.
@@ -167,9 +198,19 @@ Tensor linear(const Tensor& x, const Fp8Weight& w, const std::optional<Tensor>& 
                "] in x's dtype, got ", bias->meta());
   for (const Tensor* t : {&w.values, &w.scales})
     KILN_CHECK(t->device() == x.device(), "linear(fp8): ", t->meta(), " is not on x's device ", x.device().str());
-  require_cpu("linear(fp8)", x);
+  if (bias)
+    KILN_CHECK(bias->device() == x.device(), "linear(fp8): bias ", bias->meta(), " is not on x's device ",
+               x.device().str());
   Shape out_shape = x.sizes();
   out_shape.back() = N;
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    const Tensor* bp = bias ? &*bias : nullptr;
+    return cuda::linear_fp8(x.reshape({-1, K}), w.values, w.scales.reshape(grid).contiguous(), bn, bk, w.recipe, bp)
+        .view(out_shape);
+  }
+#endif
+  require_cpu("linear(fp8)", x);
   const Tensor x2 = x.reshape({-1, K}).contiguous();
   Tensor out = empty({x2.size(0), N}, x.dtype(), x.device());
   const Tensor bias_c = bias ? bias->contiguous() : Tensor();

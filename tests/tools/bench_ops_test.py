@@ -39,12 +39,13 @@ kiln_cases = listing([KILN, "bench", "ops", "--list"])
 names = [c[0] for c in kiln_cases]
 check(len(names) == len(set(names)), "case names are unique")
 for n in names:
-    check(re.fullmatch(r"[a-z_]+/(bf16|f32)(/[A-Za-z0-9_.]+)+", n) is not None, f"name {n!r} is regex-friendly")
+    check(re.fullmatch(r"[a-z_0-9]+/(bf16|f32|e4m3)(/[A-Za-z0-9_.]+)+", n) is not None, f"name {n!r} is regex-friendly")
 count = {}
 for n in names:
     count[n.split("/")[0]] = count.get(n.split("/")[0], 0) + 1
-expected = {"launch": 1, "linear": 66, "softmax": 8, "log_softmax": 8, "rms_norm": 6, "add_rms_norm": 4, "rope": 4,
-            "silu_and_mul": 5, "sample": 6, "decode_attention": 12, "sdpa_prefill": 9, "grouped_mm": 18, "moe": 6}
+expected = {"launch": 1, "linear": 73, "linear_fp8": 27, "scaled_mm": 24, "softmax": 8, "log_softmax": 8,
+            "rms_norm": 6, "add_rms_norm": 4, "rope": 4, "silu_and_mul": 5, "sample": 6, "decode_attention": 12,
+            "sdpa_prefill": 9, "grouped_mm": 18, "moe": 6}
 check(count == expected, f"cases per op {count} == {expected}")
 check(sum("/M1/" in n and n.startswith("linear/") for n in names) == 54, "54 linear M = 1 cases (27 shapes x bias)")
 check(sum(n.endswith("/bias") for n in names) == 27, "27 linear cases with bias")
@@ -69,7 +70,7 @@ check(torch_cases == kiln_cases, "bench/torch_ops.py --list prints exactly `kiln
 flt = "^(rope|sample)/.*1x1"
 check(listing([KILN, "bench", "ops", "--list", "--filter", flt]) ==
       listing([sys.executable, TORCH_OPS, "--list", "--filter", flt]), "--filter selects the same cases on both sides")
-check(len(listing([KILN, "bench", "ops", "--list", "--filter", "^linear/bf16/M16/"])) == 4, "--filter is a regex search")
+check(len(listing([KILN, "bench", "ops", "--list", "--filter", "^linear/bf16/M16/"])) == 5, "--filter is a regex search")
 
 # ---- the command line's errors ----------------------------------------------------------------------------
 for cmd, rc, text in [

@@ -152,6 +152,48 @@ OpCase silu_and_mul_case(int64_t inter) {
   return c;
 }
 
+// FP8 (e4m3) operands with f32 scales around 1e-2 (checkpoint-like magnitudes).
+Tensor rnd_scales(const Shape& shape, Device dev) {
+  Tensor t = empty(shape, DType::F32, dev);
+  uniform_(t, 0.005, 0.02);
+  return t;
+}
+
+// linear(x, Fp8Weight): x [M, K] bf16, weight [N, K] e4m3 with 128 x 128 block scales (DeepSeek-V3 / Qwen FP8
+// checkpoints), output bf16. Compare with linear/bf16 at the same shape: half the weight bytes.
+OpCase linear_fp8_case(int64_t m, int64_t k, int64_t n) {
+  OpCase c;
+  c.name = "linear_fp8/e4m3/M" + str(m) + "/K" + str(k) + "/N" + str(n);
+  const int64_t scales = ((n + 127) / 128) * ((k + 127) / 128);
+  c.copy_bytes = nb(m * k, kBF16) + n * k + nb(scales, DType::F32);
+  c.bytes = c.copy_bytes + nb(m * n, kBF16);
+  c.max_copies = 2048;
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor x = rnd({m, k}, kBF16, dev);
+    Fp8Weight w{rnd({n, k}, kBF16, dev, 50.0).to(DType::F8E4M3), rnd_scales({(n + 127) / 128, (k + 127) / 128}, dev),
+                ScaleRecipe::BlockWise, 128, 128};
+    return [x, w] { (void)linear(x, w); };
+  };
+  return c;
+}
+
+// scaled_mm(a [M, K] e4m3, b = W^T with W [N, K] e4m3, tensor- or row-wise f32 scales) -> bf16, as
+// torch._scaled_mm(a, W.t(), ...). Compare with linear/bf16 at the same (M, K, N).
+OpCase scaled_mm_case(ScaleRecipe r, int64_t m, int64_t k, int64_t n) {
+  OpCase c;
+  const bool row = r == ScaleRecipe::RowWise;
+  c.name = std::string("scaled_mm/e4m3/") + (row ? "row" : "tensor") + "/M" + str(m) + "/K" + str(k) + "/N" + str(n);
+  c.copy_bytes = m * k + n * k + nb(row ? m + n : 2, DType::F32);
+  c.bytes = c.copy_bytes + nb(m * n, kBF16);
+  c.max_copies = 2048;
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor a = rnd({m, k}, kBF16, dev, 50.0).to(DType::F8E4M3), w = rnd({n, k}, kBF16, dev, 50.0).to(DType::F8E4M3);
+    Tensor sa = rnd_scales(row ? Shape{m, 1} : Shape{1}, dev), sb = rnd_scales(row ? Shape{1, n} : Shape{1}, dev);
+    return [a, w, sa, sb, r] { (void)scaled_mm(a, w.t(), sa, sb, r, std::nullopt, kBF16); };
+  };
+  return c;
+}
+
 // One token from f32 logits [1, V] (Hugging Face samples from f32 logits). Logits are normal with std 4, so
 // that a few hundred tokens hold most of the probability, as in a language model's output. Capped at 64
 // copies: these ops are slow enough that L2 residency of the 0.5 MB of logits hardly matters, and PyTorch's
@@ -302,9 +344,22 @@ std::vector<OpCase> op_cases() {
     cases.push_back(linear_case(1, kn[0], kn[1], true));
   }
   // A few rows: speculative decoding and small batches.
+  // (K, N) of the FP8 GEMM benchmark (the (N, K) = (4096, 4096), (4096, 14336), (8192, 28672) as weights
+  // [N, K]).
+  constexpr int64_t kScaledMm[][2] = {{4096, 4096}, {14336, 4096}, {28672, 8192}};
   constexpr int64_t kLinearBatched[][2] = {{4096, 4096}, {4096, 14336}, {2048, 151936}, {14336, 4096}};
   for (const int64_t m : {2, 4, 16})
     for (const auto& kn : kLinearBatched) cases.push_back(linear_case(m, kn[0], kn[1], false));
+  // The bf16 counterparts of the scaled_mm shapes below that the rows above lack.
+  cases.push_back(linear_case(16, 28672, 8192, false));
+  for (const int64_t m : {4096, 8192})
+    for (const auto& kn : kScaledMm) cases.push_back(linear_case(m, kn[0], kn[1], false));
+
+  // FP8 decode linear on every decode shape; scaled_mm tensor- and row-wise.
+  for (const auto& kn : kLinear) cases.push_back(linear_fp8_case(1, kn[0], kn[1]));
+  for (const ScaleRecipe r : {ScaleRecipe::TensorWise, ScaleRecipe::RowWise})
+    for (const int64_t m : {1, 16, 4096, 8192})
+      for (const auto& kn : kScaledMm) cases.push_back(scaled_mm_case(r, m, kn[0], kn[1]));
 
   constexpr int64_t kSoftmax[][2] = {{1, 128256}, {1, 151936}, {4, 128256}, {64, 32000}};
   for (const bool log : {false, true})

@@ -1,0 +1,401 @@
+// CUDA FP8: quantisation and dequantisation launchers, the FP8 matrix-vector launcher (kernels in
+// src/cuda/kernels/fp8.cuh) and the path choice of scaled_mm and linear(Fp8Weight). cuBLASLt is in fp8_lt.cpp.
+#include "cuda/fp8.h"
+
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/dispatch.h"
+#include "cuda/kernels/fp8.cuh"
+#include "cuda/launch.h"
+#include "kiln/ops.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr DTypeSet kActTypes = dset(DType::F32, DType::F16, DType::BF16);
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+Fp8Path path_from_env() {
+  const char* v = std::getenv("KILN_FP8_PATH");
+  if (!v || !*v || std::strcmp(v, "auto") == 0) return Fp8Path::Auto;
+  if (std::strcmp(v, "gemv") == 0) return Fp8Path::Gemv;
+  if (std::strcmp(v, "cublaslt") == 0) return Fp8Path::CublasLt;
+  if (std::strcmp(v, "fallback") == 0) return Fp8Path::Fallback;
+  throw Error(str("fp8: KILN_FP8_PATH=", v, " is not one of auto, gemv, cublaslt, fallback"));
+}
+
+std::atomic<Fp8Path>& forced_path() {
+  static std::atomic<Fp8Path> p{path_from_env()};
+  return p;
+}
+
+// ---- matrix-vector ---------------------------------------------------------------------------------------
+
+// The arguments of one fp8_gemv_kernel launch that do not depend on the types.
+struct GemvArgs {
+  const void* x;
+  int64_t ldx;
+  const void* w;  // e4m3 [n, k]
+  int64_t ldw, n;
+  int k;
+  const float* ws;
+  int64_t bn, ws_sn, ws_sk;
+  const float* xs;  // nullable
+  int64_t xs_sm, xs_sk;
+  int kblk;
+  const void* bias;  // nullable
+  void* y;
+  int64_t ldy;
+  bool vec;
+};
+
+int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16; }
+
+// Warps per row group (split-K inside a block), as the bf16 GEMV (linear.cu): about 32 warps per SM in the
+// grid, and more warps per row only while each thread still has at least one 16-element chunk to read.
+// TUNE (H200, `kiln bench ops`): the same targets as the bf16 kernel; FP8 rows are half the bytes.
+int split_for(int64_t n, int64_t k, int rows_per_warp, bool vec, int device) {
+  const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
+  const int64_t want_warps = static_cast<int64_t>(multiprocessor_count(device)) * 32;
+  const int64_t units = vec ? k / 16 : k;
+  int split = 1;
+  while (split < kernels::kGemvWarps && groups * split < want_warps && units >= 32 * (2 * split)) split *= 2;
+  return split;
+}
+
+// The shift that replaces the division by the scale block in the kernel: 30 when one block spans all of k
+// (k < 2^30: every index shifts to block 0), log2(kblk) for a power of two, -1 (divide) otherwise.
+int kshift_of(int kblk, int k) {
+  if (kblk >= k) return 30;
+  if ((kblk & (kblk - 1)) != 0) return -1;
+  int s = 0;
+  while ((1 << s) < kblk) ++s;
+  return s;
+}
+
+template <class X, class O, class B, int MT>
+void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream) {
+  constexpr int R = kernels::fp8_gemv_rows_per_warp<MT>();
+  const int split = split_for(g.n, g.k, R, g.vec, device);
+  const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
+  const int64_t blocks = (g.n + rows_per_block - 1) / rows_per_block;
+  KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
+  kernels::fp8_gemv_kernel<X, O, B, MT><<<static_cast<unsigned>(blocks), kernels::kGemvThreads, 0, stream>>>(
+      static_cast<const X*>(g.x), g.ldx, rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn,
+      g.ws_sn, g.ws_sk, g.xs, g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
+      static_cast<O*>(g.y), g.ldy, split, g.vec);
+  check_launch("fp8 gemv");
+}
+
+// All M rows in launches of at most 16 (each reads the whole weight once).
+template <class X, class O, class B>
+void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
+  for (int64_t m0 = 0; m0 < m; m0 += kernels::kGemvMaxRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kernels::kGemvMaxRows, m - m0));
+    GemvArgs s = g;
+    s.x = static_cast<const X*>(g.x) + m0 * g.ldx;
+    if (g.xs) s.xs = g.xs + m0 * g.xs_sm;
+    s.y = static_cast<O*>(g.y) + m0 * g.ldy;
+    switch (rows_template(rows)) {  // the one point where the row count becomes a template argument
+      case 1: launch_gemv_mt<X, O, B, 1>(s, rows, device, stream); break;
+      case 2: launch_gemv_mt<X, O, B, 2>(s, rows, device, stream); break;
+      case 4: launch_gemv_mt<X, O, B, 4>(s, rows, device, stream); break;
+      case 8: launch_gemv_mt<X, O, B, 8>(s, rows, device, stream); break;
+      default: launch_gemv_mt<X, O, B, 16>(s, rows, device, stream); break;
+    }
+  }
+}
+
+// Whether the 16-byte path can take rows of `bytes_per_elem`-byte activations at x (stride ldx elements) and
+// e4m3 weights at w (stride ldw): k a multiple of 16, every row start 16-byte aligned, the scale block a
+// whole number of chunks.
+bool gemv_vec_ok(const void* x, int64_t ldx, size_t x_isz, const void* w, int64_t ldw, int64_t k, int64_t kblk) {
+  return k % 16 == 0 && (kblk % 16 == 0 || kblk >= k) && aligned16(x) && (ldx * static_cast<int64_t>(x_isz)) % 16 == 0 &&
+         aligned16(w) && ldw % 16 == 0;
+}
+
+// ---- linear(Fp8Weight) paths -----------------------------------------------------------------------------
+
+void linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& w, const Tensor& scales, int64_t bn, int64_t bk,
+                 const Tensor* bias) {
+  const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
+  const DType t = x2.dtype();
+  const size_t isz = itemsize(t);
+  const int64_t ldw = n > 1 ? w.stride(0) : k;
+  Tensor xr = x2;
+  int64_t ldx = m > 1 ? x2.stride(0) : k;
+  if (x2.stride(1) != 1 && k > 1) {
+    xr = x2.contiguous();
+    ldx = k;
+  }
+  const int kblk = static_cast<int>(std::min<int64_t>(bk, std::max<int64_t>(k, 1)));
+  const bool w_ok = k % 16 == 0 && aligned16(w.data_ptr()) && ldw % 16 == 0;
+  // Misaligned activations are copied to a fresh (aligned) buffer: a few KB against a weight of MBs.
+  if (w_ok && (!aligned16(xr.data_ptr()) || (ldx * static_cast<int64_t>(isz)) % 16 != 0)) {
+    xr = xr.clone();
+    ldx = k;
+  }
+  const bool vec = gemv_vec_ok(xr.data_ptr(), ldx, isz, w.data_ptr(), ldw, k, kblk);
+  Tensor bias_c;
+  if (bias) bias_c = bias->contiguous();
+  const Device dev = y.device();
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  GemvArgs g{xr.data_ptr(), ldx, w.data_ptr(), ldw, n, static_cast<int>(k), scales.data<const float>(), bn,
+             scales.size(1), 1, nullptr, 0, 0, kblk, bias ? bias_c.data_ptr() : nullptr, y.data_ptr(), n, vec};
+  visit_dtypes<kActTypes>(t, "linear(fp8)", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_gemv<T, T, T>(g, m, dev.index, stream);
+  });
+}
+
+// The activations quantised to e4m3, then one cuBLASLt FP8 product: per 1 x 128 block against the weight's
+// 128 x 128 block scales (the DeepSeek-V3 recipe), or per row against per-channel scales (a tensor-wise weight
+// scale broadcast to a vector on the device). Changes the numerics: each activation is rounded to e4m3 (3
+// mantissa bits, 2^-4 relative).
+bool linear_cublaslt(const Tensor& y, const Tensor& x2, const Tensor& w, const Tensor& scales, int64_t bn, int64_t bk,
+                     ScaleRecipe recipe, const Tensor* bias) {
+  const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
+  const bool block = recipe == ScaleRecipe::BlockWise;
+  if (w.dtype() != DType::F8E4M3 || (block && (bn != 128 || bk != 128))) return false;
+  if (k == 0 || k % (block ? 128 : 16) != 0 || n % 16 != 0 || w.stride(1) != 1 || (n > 1 && w.stride(0) % 16 != 0))
+    return false;
+  // Block scales of the activations are stored M-major by cuBLASLt: M is padded to a multiple of 4 (16-byte
+  // scale columns) with zero rows, which quantise to zeros with scale 1 and whose outputs are dropped.
+  const int64_t mp = block ? (m + 3) / 4 * 4 : m;
+  Tensor xp = x2;
+  if (mp != m) {
+    xp = zeros({mp, k}, x2.dtype(), x2.device());
+    xp.narrow(0, 0, m).copy_(x2);
+  }
+  const Tensor yp = mp == m ? y : empty({mp, n}, y.dtype(), y.device());
+  bool done;
+  if (block) {
+    const Fp8Tensor q = kiln::quantize_fp8(xp, ScaleRecipe::BlockWise, DType::F8E4M3, true, 128);
+    // scaled_mm's contract: b = W^T [K, N], scale_b [K/128, N/128].
+    done = scaled_mm_cublaslt(yp, q.values, w.t(), q.scales, scales.t(), ScaleRecipe::BlockWise, bias);
+  } else {
+    const Fp8Tensor q = kiln::quantize_fp8(xp, ScaleRecipe::RowWise, DType::F8E4M3, true, 128);
+    const Tensor sb = recipe == ScaleRecipe::RowWise ? scales.reshape({1, n}) : scales.reshape({1, 1}).expand({1, n});
+    done = scaled_mm_cublaslt(yp, q.values, w.t(), q.scales, sb, ScaleRecipe::RowWise, bias);
+  }
+  if (!done) return false;
+  if (mp != m) Tensor(y).copy_(yp.narrow(0, 0, m));
+  return true;
+}
+
+// The exact definition (the CPU's): the weight dequantised to f32 in slices of rows (bounded scratch), f32
+// products on cuBLAS (no TF32 unless allowed globally), bias added in f32, one rounding to x's dtype.
+void linear_fallback(const Tensor& y, const Tensor& x2, const Tensor& w, const Tensor& scales, int64_t bn, int64_t bk,
+                     const Tensor* bias) {
+  const int64_t k = x2.size(1), n = w.size(0);
+  const Tensor xf = x2.to(DType::F32);
+  const Tensor bf = bias ? bias->to(DType::F32) : Tensor();
+  // Slices of whole scale rows (so a slice's row r has scale row n0 / bn + r / bn), about 128 MB of f32 each; a
+  // single scale row (tensor-wise) is broadcast instead.
+  const bool one_row = scales.size(0) == 1;
+  int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 25) / std::max<int64_t>(k, 1));
+  if (!one_row) chunk = std::max<int64_t>(bn, chunk / bn * bn);
+  for (int64_t n0 = 0; n0 < n; n0 += chunk) {
+    const int64_t nc = std::min(chunk, n - n0);
+    Tensor wd = empty({nc, k}, DType::F32, y.device());
+    const Tensor ws = one_row ? scales : scales.narrow(0, n0 / bn, scales.size(0) - n0 / bn);
+    dequantize_fp8(w.narrow(0, n0, nc), ws, one_row ? 0 : ws.stride(0), ws.stride(1), bn, bk, wd);
+    Tensor yc = mm(xf, wd.t());
+    if (bias) yc = add(yc, bf.narrow(0, n0, nc));
+    y.narrow(1, n0, nc).copy_(yc);
+  }
+}
+
+}  // namespace
+
+const char* fp8_path_name(Fp8Path p) {
+  switch (p) {
+    case Fp8Path::Auto: return "auto";
+    case Fp8Path::Gemv: return "gemv";
+    case Fp8Path::CublasLt: return "cublaslt";
+    case Fp8Path::Fallback: return "fallback";
+  }
+  return "?";
+}
+
+void set_forced_fp8_path(Fp8Path p) { forced_path().store(p, std::memory_order_relaxed); }
+Fp8Path forced_fp8_path() { return forced_path().load(std::memory_order_relaxed); }
+
+// ---- quantisation ------------------------------------------------------------------------------------------
+
+void quantize_fp8(const Tensor& x, const Tensor& values, const Tensor& scales, int64_t bm, int64_t bk, bool tensor_wise) {
+  const int64_t M = x.size(0), K = x.size(1);
+  const Device dev = x.device();
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  const int64_t sx0 = x.stride(0), sx1 = x.stride(1);
+  visit_dtypes<kActTypes>(x.dtype(), "quantize_fp8", [&](auto xtag) {
+    using X = typename decltype(xtag)::type;
+    visit_dtypes<kFloat8Types>(values.dtype(), "quantize_fp8", [&](auto ftag) {
+      using F8 = typename decltype(ftag)::type;
+      const float fmax = values.dtype() == DType::F8E4M3 ? 448.f : 57344.f;
+      const X* xp = static_cast<const X*>(x.data_ptr());
+      F8* qp = static_cast<F8*>(values.data_ptr());
+      float* sp = scales.data<float>();
+      if (tensor_wise) {
+        const int64_t n = M * K;
+        const int64_t want = (n + kernels::kQuantThreads - 1) / kernels::kQuantThreads;
+        const int parts = static_cast<int>(std::min<int64_t>(want, int64_t{4} * multiprocessor_count(dev.index)));
+        Tensor partial = empty({std::max(parts, 1)}, DType::F32, dev);
+        if (parts > 0) {
+          kernels::fp8_amax_partial_kernel<X><<<parts, kernels::kQuantThreads, 0, stream>>>(xp, sx0, sx1, M, K,
+                                                                                               partial.data<float>());
+          check_launch("quantize_fp8");
+        }
+        kernels::fp8_quantize_tensor_kernel<X, F8><<<grid_for(n, kernels::kQuantThreads, dev.index),
+                                                     kernels::kQuantThreads, 0, stream>>>(
+            xp, sx0, sx1, M, K, partial.data<const float>(), parts, fmax, qp, sp);
+        check_launch("quantize_fp8");
+        return;
+      }
+      const int64_t groups = scales.numel();
+      if (groups == 0) return;
+      const int64_t sk = scales.size(1);
+      const int64_t per_block = kernels::kQuantThreads / 32;
+      const int64_t blocks = (groups + per_block - 1) / per_block;
+      KILN_CHECK(blocks <= INT_MAX, "quantize_fp8: ", groups, " groups need too many blocks");
+      kernels::fp8_quantize_groups_kernel<X, F8><<<static_cast<unsigned>(blocks), kernels::kQuantThreads, 0, stream>>>(
+          xp, sx0, sx1, M, K, bm, bk, sk, groups, fmax, qp, sp);
+      check_launch("quantize_fp8");
+    });
+  });
+}
+
+void dequantize_fp8(const Tensor& v, const Tensor& scales, int64_t ss0, int64_t ss1, int64_t bm, int64_t bk,
+                    const Tensor& out) {
+  const int64_t M = v.size(0), K = v.size(1);
+  if (M * K == 0) return;
+  const Device dev = v.device();
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  visit_dtypes<kFloat8Types>(v.dtype(), "dequantize_fp8", [&](auto tag) {
+    using F8 = typename decltype(tag)::type;
+    kernels::fp8_dequantize_kernel<F8, float><<<grid_for(M * K, kernels::kQuantThreads, dev.index),
+                                                kernels::kQuantThreads, 0, stream>>>(
+        static_cast<const F8*>(v.data_ptr()), v.stride(0), v.stride(1), M, K, scales.data<const float>(), bm, bk, ss0,
+        ss1, out.data<float>());
+    check_launch("dequantize_fp8");
+  });
+}
+
+// ---- scaled_mm ---------------------------------------------------------------------------------------------
+
+std::optional<Tensor> scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                                ScaleRecipe recipe, const std::optional<Tensor>& bias, DType out_dtype, Fp8Path path,
+                                Fp8Path* taken) {
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  if (path == Fp8Path::Auto) path = forced_fp8_path();
+  // Decode (few rows): the weight b^T is read once by the matrix-vector kernel; past 16 rows tensor cores.
+  // TUNE (H200, `kiln bench ops`): the crossover M.
+  if (path == Fp8Path::Auto) path = M <= kernels::kGemvMaxRows ? Fp8Path::Gemv : Fp8Path::CublasLt;
+  if (path == Fp8Path::Fallback) return std::nullopt;
+  const Device dev = a.device();
+  Tensor out = empty({M, N}, out_dtype, dev);
+  if (M == 0 || N == 0) {
+    if (taken) *taken = path;
+    return out;
+  }
+  const Tensor* bp = bias ? &*bias : nullptr;
+  if (path == Fp8Path::Gemv && a.dtype() == DType::F8E4M3 && b.dtype() == DType::F8E4M3 &&
+      (a.stride(1) == 1 || K <= 1) && (b.stride(0) == 1 || K <= 1) && K < (int64_t{1} << 30)) {
+    // b^T [N, K] is the weight: row j starts at b + j * b.stride(1).
+    const int64_t ldw = N > 1 ? b.stride(1) : K;
+    Tensor ar = a;
+    int64_t lda = M > 1 ? a.stride(0) : K;
+    // Misaligned rows of a are copied to an aligned buffer (M x K bytes) when the weight can take 16-byte loads.
+    if (K % 16 == 0 && aligned16(b.data_ptr()) && ldw % 16 == 0 && (!aligned16(a.data_ptr()) || lda % 16 != 0)) {
+      ar = a.clone();
+      lda = K;
+    }
+    GemvArgs g{};
+    g.x = ar.data_ptr();
+    g.ldx = lda;
+    g.w = b.data_ptr();
+    g.ldw = ldw;
+    g.n = N;
+    g.k = static_cast<int>(K);
+    const Tensor& sa = scale_a;
+    const Tensor& sb = scale_b;
+    g.ws = sb.data<const float>();
+    g.xs = sa.data<const float>();
+    switch (recipe) {
+      case ScaleRecipe::TensorWise:
+        g.bn = std::max<int64_t>(N, 1), g.ws_sn = 0, g.ws_sk = 0, g.xs_sm = 0, g.xs_sk = 0;
+        g.kblk = static_cast<int>(std::max<int64_t>(K, 1));
+        break;
+      case ScaleRecipe::RowWise:
+        g.bn = 1, g.ws_sn = sb.stride(1), g.ws_sk = 0, g.xs_sm = sa.stride(0), g.xs_sk = 0;
+        g.kblk = static_cast<int>(std::max<int64_t>(K, 1));
+        break;
+      default:
+        g.bn = 128, g.ws_sn = sb.stride(1), g.ws_sk = sb.stride(0), g.xs_sm = sa.stride(0), g.xs_sk = sa.stride(1);
+        g.kblk = 128;
+        break;
+    }
+    g.vec = gemv_vec_ok(ar.data_ptr(), lda, 1, b.data_ptr(), ldw, K, g.kblk);
+    const Tensor bias_f = bias ? bias->to(DType::F32).contiguous() : Tensor();
+    g.bias = bias ? bias_f.data_ptr() : nullptr;
+    g.y = out.data_ptr();
+    g.ldy = N;
+    DeviceGuard guard(dev);
+    const cudaStream_t stream = stream_of(dev);
+    visit_dtypes<kActTypes>(out_dtype, "scaled_mm", [&](auto tag) {
+      using O = typename decltype(tag)::type;
+      launch_gemv<Float8_e4m3fn, O, float>(g, M, dev.index, stream);
+    });
+    if (taken) *taken = Fp8Path::Gemv;
+    return out;
+  }
+  if (path != Fp8Path::Fallback && a.stride(1) == 1 && b.stride(0) == 1 &&
+      scaled_mm_cublaslt(out, a, b, scale_a, scale_b, recipe, bp)) {
+    if (taken) *taken = Fp8Path::CublasLt;
+    return out;
+  }
+  return std::nullopt;
+}
+
+// ---- linear(Fp8Weight) -----------------------------------------------------------------------------------
+
+Tensor linear_fp8(const Tensor& x2, const Tensor& w, const Tensor& scales, int64_t bn, int64_t bk, ScaleRecipe recipe,
+                  const Tensor* bias, Fp8Path path, Fp8Path* taken) {
+  const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
+  Tensor y = empty({m, n}, x2.dtype(), x2.device());
+  if (m == 0 || n == 0) {
+    if (taken) *taken = path;
+    return y;
+  }
+  if (path == Fp8Path::Auto) path = forced_fp8_path();
+  const bool gemv_ok = w.dtype() == DType::F8E4M3 && (w.stride(1) == 1 || k <= 1) && k < (int64_t{1} << 30);
+  if (path == Fp8Path::Auto) {
+    // Past 16 rows: cuBLASLt on quantised activations; where it cannot run, the matrix-vector kernel up to 64
+    // rows (4 reads of an FP8 weight cost less than the f32 dequantisation), the f32 fallback beyond.
+    // TUNE (H200, `kiln bench ops`): the crossover M.
+    path = m <= kernels::kGemvMaxRows ? Fp8Path::Gemv : Fp8Path::CublasLt;
+  }
+  if (path == Fp8Path::CublasLt && linear_cublaslt(y, x2, w, scales, bn, bk, recipe, bias)) {
+    if (taken) *taken = Fp8Path::CublasLt;
+    return y;
+  }
+  if (path == Fp8Path::CublasLt) path = gemv_ok && m <= 64 ? Fp8Path::Gemv : Fp8Path::Fallback;
+  if (path == Fp8Path::Gemv && gemv_ok) {
+    linear_gemv(y, x2, w, scales, bn, bk, bias);
+    if (taken) *taken = Fp8Path::Gemv;
+    return y;
+  }
+  linear_fallback(y, x2, w, scales, bn, bk, bias);
+  if (taken) *taken = Fp8Path::Fallback;
+  return y;
+}
+
+}  // namespace kiln::cuda

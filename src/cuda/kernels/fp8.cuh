@@ -1,0 +1,372 @@
+// Device code of the FP8 family: quantisation (scales per group), dequantisation and the FP8 matrix-vector
+// kernel that serves linear(x, Fp8Weight) and scaled_mm for 1..16 activation rows. Raw pointers, sizes and
+// strides in; the launchers are in src/cuda/fp8.cu.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/kernels/gemv.cuh"
+#include "kiln/scalar_types.h"
+
+namespace kiln::cuda::kernels {
+
+// ---- quantisation ----------------------------------------------------------------------------------------
+//
+// The CPU definition (src/ops/fp8.cpp), step for step, so that values and scales match bit for bit:
+//   amax = max |x| over the group (f32, exact whatever the order), finite = no NaN/inf in the group;
+//   scale = !finite ? NaN : amax == 0 ? 1 : amax / fp8_max          (IEEE division, round to nearest)
+//   q = x / scale (IEEE division), clamped to [-fp8_max, fp8_max] unless NaN, converted with kiln's
+//   f32 -> fp8 rule (PyTorch's).
+
+template <class T>
+__device__ __forceinline__ float fp8_load_f32(const T* p) {
+  return static_cast<float>(*p);  // kiln's storage types convert exactly to f32
+}
+
+// NaN operands as x86's divss / mulss (the CPU reference) treat them: a NaN first operand is returned, else a
+// NaN second one; CUDA would return its canonical NaN instead, whose sign can differ (-NaN inputs) and so the
+// fp8 bits (0xFF vs 0x7F).
+__device__ __forceinline__ float fp8_x86_nan(float a, float b) {
+  return a != a ? __uint_as_float(__float_as_uint(a) | 0x400000u) : __uint_as_float(__float_as_uint(b) | 0x400000u);
+}
+
+template <class F8>
+__device__ __forceinline__ F8 fp8_quantize_one(float v, float scale, float fmax) {
+  float q = (v != v || scale != scale) ? fp8_x86_nan(v, scale) : __fdiv_rn(v, scale);
+  if (!(q != q)) q = q < -fmax ? -fmax : (fmax < q ? fmax : q);
+  return F8(q);
+}
+
+__device__ __forceinline__ float fp8_scale_of(float amax, bool finite, float fmax) {
+  return !finite ? __int_as_float(0x7FC00000) : amax == 0.f ? 1.f : __fdiv_rn(amax, fmax);
+}
+
+__device__ __forceinline__ void fp8_warp_amax(float& amax, bool& finite) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+    finite = __shfl_xor_sync(0xFFFFFFFFu, static_cast<int>(finite), d) != 0 && finite;
+  }
+}
+
+inline constexpr int kQuantThreads = 256;
+
+// One warp per group (bm x bk rectangle of x; the last ones clipped to M, K): amax, scale, then the group's
+// values, re-read from L1/L2. groups = sm * sk; group g covers rows (g / sk) * bm.., columns (g % sk) * bk...
+// x: [M, K] with strides (sx0, sx1); q: [M, K] contiguous; scales: [sm, sk] contiguous.
+template <class X, class F8>
+__global__ void __launch_bounds__(kQuantThreads)
+    fp8_quantize_groups_kernel(const X* __restrict__ x, int64_t sx0, int64_t sx1, int64_t M, int64_t K, int64_t bm,
+                               int64_t bk, int64_t sk, int64_t groups, float fmax, F8* __restrict__ q,
+                               float* __restrict__ scales) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * (kQuantThreads / 32) + (threadIdx.x >> 5);
+  if (g >= groups) return;  // whole warps exit together
+  const int64_t gi = g / sk, gj = g % sk;
+  const int64_t m0 = gi * bm, k0 = gj * bk;
+  const int64_t m1 = m0 + bm < M ? m0 + bm : M, k1 = k0 + bk < K ? k0 + bk : K;
+  float amax = 0.f;
+  bool finite = true;
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t k = k0 + lane; k < k1; k += 32) {
+      const float v = fp8_load_f32(x + m * sx0 + k * sx1);
+      finite = finite && ::isfinite(v);
+      amax = fmaxf(amax, fabsf(v));
+    }
+  fp8_warp_amax(amax, finite);
+  const float s = fp8_scale_of(amax, finite, fmax);
+  if (lane == 0) scales[g] = s;
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t k = k0 + lane; k < k1; k += 32) q[m * K + k] = fp8_quantize_one<F8>(fp8_load_f32(x + m * sx0 + k * sx1), s, fmax);
+}
+
+// Tensor-wise, pass 1: each block's amax over a grid-stride share of x, as +inf when its share holds a NaN or
+// inf (a finite amax is always < inf, so the final max tells both facts apart). partial: gridDim.x floats.
+template <class X>
+__global__ void __launch_bounds__(kQuantThreads)
+    fp8_amax_partial_kernel(const X* __restrict__ x, int64_t sx0, int64_t sx1, int64_t M, int64_t K,
+                            float* __restrict__ partial) {
+  __shared__ float red[kQuantThreads / 32];
+  const int64_t n = M * K;
+  float amax = 0.f;
+  bool finite = true;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kQuantThreads) {
+    const int64_t m = i / K, k = i % K;
+    const float v = fp8_load_f32(x + m * sx0 + k * sx1);
+    finite = finite && ::isfinite(v);
+    amax = fmaxf(amax, fabsf(v));
+  }
+  fp8_warp_amax(amax, finite);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = finite ? amax : __int_as_float(0x7F800000);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float a = red[0];
+    for (int w = 1; w < kQuantThreads / 32; ++w) a = fmaxf(a, red[w]);
+    partial[blockIdx.x] = a;
+  }
+}
+
+// Tensor-wise, pass 2: every block reduces the `parts` partials (a few hundred floats, from L2) to the one
+// scale, block 0 stores it, and all quantise their grid-stride share. parts == 0 (empty x) gives scale 1.
+template <class X, class F8>
+__global__ void __launch_bounds__(kQuantThreads)
+    fp8_quantize_tensor_kernel(const X* __restrict__ x, int64_t sx0, int64_t sx1, int64_t M, int64_t K,
+                               const float* __restrict__ partial, int parts, float fmax, F8* __restrict__ q,
+                               float* __restrict__ scale) {
+  __shared__ float red[kQuantThreads / 32];
+  __shared__ float s_shared;
+  float a = 0.f;
+  for (int i = static_cast<int>(threadIdx.x); i < parts; i += kQuantThreads) a = fmaxf(a, partial[i]);
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, d));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = red[0];
+    for (int w = 1; w < kQuantThreads / 32; ++w) t = fmaxf(t, red[w]);
+    const float s = fp8_scale_of(t, !::isinf(t), fmax);
+    s_shared = s;
+    if (blockIdx.x == 0) *scale = s;
+  }
+  __syncthreads();
+  const float s = s_shared;
+  const int64_t n = M * K;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kQuantThreads) {
+    const int64_t m = i / K, k = i % K;
+    q[i] = fp8_quantize_one<F8>(fp8_load_f32(x + m * sx0 + k * sx1), s, fmax);
+  }
+}
+
+// ---- dequantisation --------------------------------------------------------------------------------------
+
+// out[m, k] = v[m, k] * scales[(m / bm) * ss0 + (k / bk) * ss1], f32 (the CPU's dequantize_fp8 and the
+// operands of scaled_mm's reference formula). v: [M, K] with strides (sv0, sv1); out: [M, K] contiguous.
+template <class F8, class O>
+__global__ void __launch_bounds__(kQuantThreads)
+    fp8_dequantize_kernel(const F8* __restrict__ v, int64_t sv0, int64_t sv1, int64_t M, int64_t K,
+                          const float* __restrict__ scales, int64_t bm, int64_t bk, int64_t ss0, int64_t ss1,
+                          O* __restrict__ out) {
+  const int64_t n = M * K;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kQuantThreads + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kQuantThreads) {
+    const int64_t m = i / K, k = i % K;
+    const float a = static_cast<float>(v[m * sv0 + k * sv1]), s = scales[(m / bm) * ss0 + (k / bk) * ss1];
+    const float r = (a != a || s != s) ? fp8_x86_nan(a, s) : __fmul_rn(a, s);
+    out[i] = O(r);
+  }
+}
+
+// ---- matrix-vector ---------------------------------------------------------------------------------------
+//
+//   y[m, j] = sum_kb  (sum_{k in block kb} x[m, k] * w[j, k]) * ws(j, kb) * xs(m, kb)  + bias[j]
+//
+// w: n x k float8 (e4m3) weight rows; x: rows x k activations (f32/f16/bf16 for linear, e4m3 for scaled_mm).
+// Scales: the weight's ws(j, kb) = ws[(j / bn) * ws_sn + kb * ws_sk] and the activations' (nullable)
+// xs(m, kb) = xs[m * xs_sm + kb * xs_sk], with kb = k / kblk (k >> kshift where kshift >= 0: 30 when one block
+// spans all of k < 2^30, log2(kblk) for a power of two); tensor- and row-wise scales pass stride 0
+// along K (and kblk = k), so one code path serves every recipe.
+//
+// The work split is the bf16 GEMV's (gemv.cuh): warp groups of `split` warps own R weight rows and stride
+// over K together; partials summed by shuffles, then across the group's warps in shared memory in warp order.
+//
+// Loads (vec): one 16-byte load is 16 fp8 weights; they become f32 through the hardware conversion
+// (cvt.rn.f16x2.e4m3x2, exact: every e4m3 value is an f16) and meet 16 activations. The partial dot of
+// those 16 products is scaled once (the chunk lies in one K block: kblk % 16 == 0 on this path) and added
+// to the f32 accumulator. Requires k % 16 == 0, 16-byte aligned rows of w and x (and strides).
+// Otherwise (scalar path) one element at a time: acc += (x * xs) * (w * ws), the CPU's formula.
+//
+// Bounds: rows beyond n and activation rows beyond `rows` are clamped to the last valid one for loading
+// and not stored; chunk indices stay below k / 16.
+
+// Weight rows per warp group and 16-byte loads in flight per row: chosen so that no instantiation spills
+// under the 128-register cap of two blocks per SM (ptxas -v). M = 1 (decode) shares each activation chunk
+// between 4 weight rows and keeps 8 weight loads in flight per thread.
+// TUNE (H200, `kiln bench ops`): R and U per row count.
+template <int MT>
+constexpr int fp8_gemv_rows_per_warp() {
+  return MT == 1 ? 4 : 2;
+}
+template <int MT, class X>
+constexpr int fp8_gemv_unroll() {
+  return MT >= 8 || (MT >= 4 && sizeof(X) == 4) ? 1 : 2;
+}
+
+// Sixteen e4m3 values (one 16-byte load) to f32, in memory order.
+__device__ __forceinline__ void fp8_unpack16(const uint4& v, float (&f)[16]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[i] & 0xFFFFu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[i] >> 16), __NV_E4M3);
+    const float2 a = __half22float2(__half2(lo));
+    const float2 b = __half22float2(__half2(hi));
+    f[4 * i + 0] = a.x;
+    f[4 * i + 1] = a.y;
+    f[4 * i + 2] = b.x;
+    f[4 * i + 3] = b.y;
+  }
+}
+
+// Sixteen activations starting at p (16-byte aligned) to f32.
+template <class X>
+__device__ __forceinline__ void fp8_load_x16(const X* p, float (&f)[16]) {
+  if constexpr (std::is_same_v<X, Float8_e4m3fn>) {
+    fp8_unpack16(__ldg(reinterpret_cast<const uint4*>(p)), f);
+  } else {
+    constexpr int V = gemv_vec_elems<X>();  // 4 (f32) or 8 (f16/bf16) per 16 bytes
+    const uint4* q = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int i = 0; i < 16 / V; ++i) {
+      float t[V];
+      gemv_unpack<X>(__ldg(q + i), t);
+#pragma unroll
+      for (int e = 0; e < V; ++e) f[i * V + e] = t[e];
+    }
+  }
+}
+
+template <class T>
+__device__ __forceinline__ float fp8_elem_f32(T v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else return static_cast<float>(v);
+}
+
+template <class X, class O, class B, int MT>
+__global__ void __launch_bounds__(kGemvThreads, 2)
+    fp8_gemv_kernel(const X* __restrict__ x, int64_t ldx, int rows, const Float8_e4m3fn* __restrict__ w, int64_t ldw,
+                    int64_t n, int k, const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int64_t ws_sk,
+                    const float* __restrict__ xs, int64_t xs_sm, int64_t xs_sk, int kblk, int kshift,
+                    const B* __restrict__ bias, O* __restrict__ y, int64_t ldy, int split, bool vec) {
+  constexpr int R = fp8_gemv_rows_per_warp<MT>();
+  constexpr int U = fp8_gemv_unroll<MT, X>();
+  __shared__ float partial[kGemvWarps * R * MT];
+
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int groups = kGemvWarps / split;
+  const int group = warp / split;
+  const int t = (warp % split) * 32 + lane;
+  const int group_threads = 32 * split;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * groups + group) * R;
+
+  float acc[R][MT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
+
+  int64_t woff[R];
+  const float* wsr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = row0 + r < n ? row0 + r : n - 1;
+    woff[r] = row * ldw;
+    wsr[r] = ws + (row / bn) * ws_sn;
+  }
+  auto xrow = [&](int m) -> int64_t { return static_cast<int64_t>(m < rows ? m : rows - 1); };
+  // The scale block of element index e < k: a shift when kblk is a power of two (kshift = 30 when one block
+  // spans all of k < 2^30), a division otherwise.
+  auto kblock = [&](int e) -> int { return kshift >= 0 ? e >> kshift : e / kblk; };
+
+  if (vec) {
+    // One 16-element chunk c of the R rows (weights already loaded into wv).
+    auto chunk = [&](const uint4 (&wv)[R], int c) {
+      const int kb = kblock(c << 4);
+      float wsc[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wsc[r] = wsr[r][kb * ws_sk];
+      {
+        // Every weight row unpacked once, each activation chunk read once for the R rows.
+        float wf[R][16];
+#pragma unroll
+        for (int r = 0; r < R; ++r) fp8_unpack16(wv[r], wf[r]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const int64_t xm = xrow(m);
+          float xf[16];
+          fp8_load_x16<X>(x + xm * ldx + (static_cast<int64_t>(c) << 4), xf);
+          const float xsc = xs != nullptr ? xs[xm * xs_sm + kb * xs_sk] : 1.f;
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float p = 0.f;
+#pragma unroll
+            for (int e = 0; e < 16; ++e) p = fmaf(wf[r][e], xf[e], p);
+            acc[r][m] = fmaf(p, wsc[r] * xsc, acc[r][m]);
+          }
+        }
+      }
+    };
+    const int chunks = k >> 4;
+    int c = t;
+    // Full steps: U chunks per thread, all U * R weight loads issued before any is used.
+    for (; c + (U - 1) * group_threads < chunks; c += U * group_threads) {
+      uint4 wv[U][R];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+#pragma unroll
+      for (int u = 0; u < U; ++u) chunk(wv[u], c + u * group_threads);
+    }
+    for (; c < chunks; c += group_threads) {
+      uint4 wv[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c);
+      chunk(wv, c);
+    }
+  } else {
+#pragma unroll 1
+    for (int i = t; i < k; i += group_threads) {
+      const int kb = kblock(i);
+      float wf[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wf[r] = fp8_elem_f32(w[woff[r] + i]) * wsr[r][kb * ws_sk];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const int64_t xm = xrow(m);
+        float xv = fp8_elem_f32(x[xm * ldx + i]);
+        if (xs != nullptr) xv *= xs[xm * xs_sm + kb * xs_sk];
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][m] = fmaf(xv, wf[r], acc[r][m]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
+      acc[r][m] = v;
+    }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) partial[(warp * R + r) * MT + m] = acc[r][m];
+  }
+  __syncthreads();
+
+  const int block_rows = groups * R;
+  for (int i = static_cast<int>(threadIdx.x); i < block_rows * MT; i += kGemvThreads) {
+    const int m = i / block_rows, local = i % block_rows;
+    const int g = local / R, r = local % R;
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * block_rows + local;
+    if (m >= rows || row >= n) continue;
+    float s = partial[((g * split) * R + r) * MT + m];
+    for (int q = 1; q < split; ++q) s += partial[((g * split + q) * R + r) * MT + m];
+    if (bias != nullptr) s += fp8_elem_f32(bias[row]);
+    y[static_cast<int64_t>(m) * ldy + row] = O(s);
+  }
+}
+
+}  // namespace kiln::cuda::kernels
