@@ -7,6 +7,9 @@
 #     --filter   passed to both sides (e.g. '^linear/' or 'softmax|rms_norm')
 #     --repeats  timed batches / graph replays per case (default 100; a full run then takes ~2 min after the
 #                build, each side printing per-section times as it goes)
+#     --e2e P    also the engine: `kiln bench --preset` and bench/torch_e2e.py (transformers) for each preset in
+#                the comma-separated list P (e.g. qwen3-8b,qwen3-30b-a3b), decode rates side by side
+#     --no-ops   skip the operator benchmark (with --e2e: only the engine)
 #
 # Copy $OUT/kiln_ops.json and torch_ops.json to bench/results/<gpu>-<date>-{kiln,torch}_ops.json and the
 # table to docs/benchmarks.md.
@@ -17,12 +20,16 @@ mkdir -p "$OUT"
 BUILD=build-gpu
 FILTER=""
 REPEATS=100
+E2E=""
+OPS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter) FILTER=$2; shift 2 ;;
     --filter=*) FILTER=${1#--filter=}; shift ;;
     --repeats) REPEATS=$2; shift 2 ;;
     --repeats=*) REPEATS=${1#--repeats=}; shift ;;
+    --e2e) E2E=$2; shift 2 ;;
+    --no-ops) OPS=0; shift ;;
     -h|--help) sed -n 2,13p "$0"; exit 0 ;;
     *) echo "device-bench.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
@@ -48,6 +55,8 @@ if ! { cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON
 fi
 echo "== build: $(( $(date +%s) - t )) s"
 
+kiln_rc=0; torch_rc=0
+if [ "$OPS" = 1 ]; then
 t=$(date +%s)
 echo "== kiln bench ops ${args[*]}"
 "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops.json" "${args[@]}" 2>&1 | tee "$OUT/kiln_ops.log"
@@ -71,4 +80,39 @@ echo
 awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table.md"  # the header and the summary again, after the long table
 echo "SUMMARY: kiln rc=$kiln_rc, torch rc=$torch_rc, $(grep -c '"error"' "$OUT/kiln_ops.json") kiln error rows," \
   "$(grep -c '"error"' "$OUT/torch_ops.json") PyTorch error rows, total $(( $(date +%s) - t_all )) s"
-[ "$kiln_rc" -eq 0 ] && [ "$torch_rc" -eq 0 ]
+fi
+
+# ---- the engine: kiln and transformers on the same presets (random weights at real shapes)
+e2e_rc=0
+if [ -n "$E2E" ]; then
+  echo "| preset | kiln pp512 t/s | kiln tg128 t/s | kiln GB/s (weights/token x tg) | transformers tg128 t/s | speedup |" > "$OUT/e2e.md"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: |" >> "$OUT/e2e.md"
+  for p in ${E2E//,/ }; do
+    t=$(date +%s)
+    timeout 240 "$BUILD/bin/kiln" bench --preset "$p" -p 512 -n 128 -r 3 --device cuda --json "$OUT/e2e_kiln_$p.json" \
+      >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
+    base=${p%-fp8}
+    if [ ! -s "$OUT/e2e_torch_$base.json" ]; then
+      timeout 300 python3 bench/torch_e2e.py --preset "$base" -p 512 -n 128 -r 2 --json "$OUT/e2e_torch_$base.json" \
+        >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
+    fi
+    python3 - "$p" "$OUT/e2e_kiln_$p.json" "$OUT/e2e_torch_$base.json" >> "$OUT/e2e.md" <<'PY'
+import json, sys
+p, kj, tj = sys.argv[1:]
+def load(f):
+    try:
+        return json.load(open(f))
+    except Exception:
+        return {}
+k, t = load(kj), load(tj)
+kt, tt = k.get("tg_mean"), t.get("tg_median")
+sp = f"{kt / tt:.1f}x" if kt and tt else "-"
+f = lambda v, s=".1f": format(v, s) if v else "-"
+print(f"| {p} | {f(k.get('pp_mean'))} | {f(k.get('tg_mean'))} | {f(k.get('decode_gbps'), '.0f')} | {f(tt, '.2f')} | {sp} |")
+PY
+    echo "== e2e $p: $(( $(date +%s) - t )) s"
+  done
+  cat "$OUT/e2e.md"
+  echo "SUMMARY: e2e rc=$e2e_rc, total $(( $(date +%s) - t_all )) s"
+fi
+[ "$kiln_rc" -eq 0 ] && [ "$torch_rc" -eq 0 ] && [ "$e2e_rc" -eq 0 ]

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Decode and prefill rates of Hugging Face transformers on the presets of `kiln bench --preset`, with the
+same configs and random bf16 weights, on the same GPU: the side-by-side for kiln's engine.
+
+    python3 bench/torch_e2e.py --preset qwen3-8b [-p 512] [-n 128] [-r 2] [--experts grouped_mm] [--json F]
+
+Prefill = time of generate(max_new_tokens=1) on p random prompt tokens; decode = (time of generate with n + 1
+new tokens - prefill) / n, greedy, eos ignored. Median over the repeats after one warm-up.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+# The same fields as src/llm/presets.cpp.
+PRESETS = {
+    "qwen3-0.6b": dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=1024,
+                       intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                       head_dim=128, rms_norm_eps=1e-6, vocab_size=151936, max_position_embeddings=40960,
+                       rope_theta=1000000.0, tie_word_embeddings=True),
+    "qwen3-8b": dict(model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_size=4096,
+                     intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                     head_dim=128, rms_norm_eps=1e-6, vocab_size=151936, max_position_embeddings=40960,
+                     rope_theta=1000000.0, tie_word_embeddings=False),
+    "qwen3-30b-a3b": dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], hidden_size=2048,
+                          intermediate_size=6144, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
+                          head_dim=128, rms_norm_eps=1e-6, vocab_size=151936, max_position_embeddings=40960,
+                          rope_theta=1000000.0, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
+                          norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False),
+    "llama-3-8b": dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=4096,
+                       intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                       rms_norm_eps=1e-5, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                       tie_word_embeddings=False),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    ap.add_argument("-p", type=int, default=512)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-r", type=int, default=2)
+    ap.add_argument("--experts", default=None, help="MoE experts implementation (e.g. grouped_mm), if supported")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+
+    spec = dict(PRESETS[a.preset])
+    cfg = AutoConfig.for_model(**spec)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).eval()
+    impl = "dense"
+    if spec.get("num_experts"):
+        # transformers 5 picks the MoE experts kernel per model: "eager" (a loop over the hit experts) or
+        # "grouped_mm" (torch._grouped_mm); its generate() may swap grouped_mm for batched_mm while decoding.
+        if a.experts:
+            model.set_experts_implementation(a.experts)
+        impl = str(model.get_experts_implementation())
+    g = torch.Generator(device="cuda").manual_seed(0)
+    prompt = torch.randint(0, cfg.vocab_size, (1, a.p), device="cuda", generator=g)
+
+    def run(new_tokens):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
+        torch.cuda.synchronize()
+        assert out.shape[1] == a.p + new_tokens
+        return time.perf_counter() - t
+
+    run(4)  # warm-up
+    pre, dec = [], []
+    for _ in range(a.r):
+        tp = run(1)
+        tt = run(a.n + 1)
+        pre.append(a.p / tp)
+        dec.append(a.n / max(tt - tp, 1e-9))
+    res = {"preset": a.preset, "impl": impl, "transformers": transformers.__version__, "torch": torch.__version__,
+           "pp": a.p, "tg": a.n, "pp_tps": pre, "tg_tps": dec, "pp_median": statistics.median(pre),
+           "tg_median": statistics.median(dec), "peak_allocated": torch.cuda.max_memory_allocated(),
+           "peak_reserved": torch.cuda.max_memory_reserved()}
+    print(f"transformers {transformers.__version__} ({impl}) {a.preset}: pp{a.p} {res['pp_median']:.1f} t/s, "
+          f"tg{a.n} {res['tg_median']:.2f} t/s, peak allocated {res['peak_allocated'] / 2**30:.2f} GiB")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
