@@ -4,6 +4,8 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 KILN_CUDA  ?= AUTO
 CMAKE_ARGS ?=
+# A short run on the CPU; on a GPU the default -p 512 -n 128 takes seconds.
+DEMO_BENCH_ARGS ?= $(shell command -v nvidia-smi > /dev/null 2>&1 && echo '-r 3' || echo '-p 16 -n 8 -r 1')
 CMAKE       = cmake -G Ninja -DKILN_CUDA=$(KILN_CUDA) $(CMAKE_ARGS)
 
 .PHONY: all deps configure build demo test test-asan bench clean
@@ -21,9 +23,14 @@ configure: $(BUILD)/build.ninja
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The demo: the devices, an operator demo, then the engine on a small random checkpoint written by kiln
+# (its text is noise: the weights are random) and the decode benchmark of a real model shape.
 demo: build
 	$(BUILD)/bin/kiln info
 	$(BUILD)/bin/kiln demo
+	@d=$$(mktemp -d) && $(BUILD)/bin/kiln init-model $$d/tiny-qwen3 --tokenizer tests/data/tokenizers/qwen2.json && \
+	  $(BUILD)/bin/kiln generate -m $$d/tiny-qwen3 -p "The kiln is hot" -n 24 --seed 1; rc=$$?; rm -rf $$d; exit $$rc
+	$(BUILD)/bin/kiln bench --preset qwen3-0.6b $(DEMO_BENCH_ARGS)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "init_model.h"
 #include "llm.h"
 #include "kiln/error.h"
 
@@ -42,12 +43,21 @@ int main(int argc, char** argv) {
   auto* tokenize = kiln::cli::add_tokenize(app, tokenize_args);
   auto* detokenize = kiln::cli::add_detokenize(app, detokenize_args);
 
+  auto* init_model = app.add_subcommand("init-model", "Write a small Qwen3 checkpoint with random weights (for trying the engine)");
+  kiln::cli::InitModelOptions init_opts;
+  init_model->add_option("dir", init_opts.dir, "Directory to write")->required();
+  init_model->add_option("--tokenizer", init_opts.tokenizer, "A tokenizer.json to ship with it (sets the vocabulary)");
+  init_model->add_option("--layers", init_opts.layers, "Decoder layers")->capture_default_str();
+  init_model->add_option("--hidden", init_opts.hidden, "Hidden size (a multiple of 64; head_dim is 64)")->capture_default_str();
+  init_model->add_option("--seed", init_opts.seed, "Seed of the random weights")->capture_default_str();
+
   kiln::cli::LlmOptions llm;
   kiln::cli::add_llm_commands(app, *bench, llm);
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (auto rc = kiln::cli::run_llm_commands(llm)) return *rc;
+    if (*init_model) return kiln::cli::run_init_model(init_opts);
     if (*info) return kiln::cli::run_info(memory);
     if (*demo) return kiln::cli::run_demo(device, repeats);
     if (*bench_ops) return kiln::cli::run_bench_ops(bench_opts);
