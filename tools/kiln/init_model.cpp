@@ -60,7 +60,16 @@ int run_init_model(const InitModelOptions& o) {
     tensors.emplace_back(name, t.to(DType::BF16));
   }
   save_safetensors((fs::path(o.dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  if (tok) fs::copy_file(o.tokenizer, fs::path(o.dir) / "tokenizer.json", fs::copy_options::overwrite_existing);
+  if (tok) {
+    fs::copy_file(o.tokenizer, fs::path(o.dir) / "tokenizer.json", fs::copy_options::overwrite_existing);
+    // The chat template's form (kiln applies the Qwen and Llama 3 forms by substitution).
+    if (tok->token_to_id("<|im_start|>"))
+      std::ofstream(fs::path(o.dir) / "tokenizer_config.json")
+          << nlohmann::json{{"chat_template", "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+                                              "{{ message['content'] }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n"}}
+                 .dump(2)
+          << "\n";
+  }
   std::cerr << "init-model: wrote a random Qwen3 checkpoint (" << o.layers << " layers, hidden " << o.hidden
             << ", vocab " << vocab << ") to " << o.dir << "\n";
   return 0;

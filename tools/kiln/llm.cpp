@@ -91,7 +91,7 @@ Model open_model(const LlmOptions& o, Device dev, int64_t ctx) {
   auto progress = [&](int64_t done, int64_t total) {
     // done counts bytes as placed (after any dtype conversion), total as stored: clamp.
     const int pct = total > 0 ? static_cast<int>(std::min<int64_t>(100, 100 * done / total)) : 100;
-    if (pct == last) return;
+    if (pct == last || total < (int64_t{256} << 20)) return;  // a bar only for checkpoints worth watching
     last = pct;
     const int bar = pct / 4;
     std::cerr << "\rloading [" << std::string(static_cast<size_t>(bar), '#') << std::string(static_cast<size_t>(25 - bar), ' ')
