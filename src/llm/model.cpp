@@ -3,6 +3,7 @@
 #include "kiln/llm/model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "kiln/error.h"
 
@@ -57,7 +58,9 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
     L.moe->gate_up_scales.reset();
     L.moe->down_scales.reset();
   }
-  if (dev.is_cuda()) s_->stream = current_stream(dev);
+  // The model's work runs on a stream of its own: graph capture needs a created stream, and one stream for
+  // prefill, decode and sampling keeps them ordered without events.
+  if (dev.is_cuda()) s_->stream = Stream::create(dev);
   reset();
 }
 
@@ -149,7 +152,18 @@ Tensor Model::forward(const Tensor& ids, int64_t start, bool all_logits, Trace* 
   return all_logits ? logits : logits.view({config_.vocab_size});
 }
 
+namespace {
+// Makes the model's stream current on CUDA (nothing on the CPU).
+struct OnModelStream {
+  explicit OnModelStream(const Device& d, const Stream& s) {
+    if (d.is_cuda()) guard.emplace(s);
+  }
+  std::optional<StreamGuard> guard;
+};
+}  // namespace
+
 Tensor Model::prefill(const std::vector<int64_t>& ids, bool all_logits, Trace* trace) {
+  OnModelStream on(options_.device, s_->stream);
   KILN_CHECK(!ids.empty(), "prefill: the prompt is empty");
   KILN_CHECK(position_ + static_cast<int64_t>(ids.size()) <= options_.max_context, "prefill: ", ids.size(),
              " tokens after ", position_, " in the cache exceed the context of ", options_.max_context,
@@ -165,6 +179,7 @@ Tensor Model::prefill(const std::vector<int64_t>& ids, bool all_logits, Trace* t
 }
 
 int64_t Model::sample_first(const Tensor& logits, const SamplingParams& params, Generator* gen) {
+  OnModelStream on(options_.device, s_->stream);
   return sample(logits.to(options_.device), params, gen).item().to_int64();
 }
 
@@ -193,10 +208,12 @@ Tensor Model::forward_decode_step() {
 }
 
 int64_t Model::decode(int64_t token, const SamplingParams& params, Generator* gen) {
+  OnModelStream on(options_.device, s_->stream);
   return sample(step(token), params, gen).item().to_int64();
 }
 
 Tensor Model::step(int64_t token) {
+  OnModelStream on(options_.device, s_->stream);
   KILN_CHECK(token >= 0 && token < config_.vocab_size, "decode: token id ", token, " is outside the vocabulary");
   KILN_CHECK(position_ < options_.max_context, "decode: the context of ", options_.max_context,
              " tokens is full (raise --ctx)");
