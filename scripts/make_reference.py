@@ -2,6 +2,9 @@
 """Writes the reference data kiln's tests compare against, one section at a time.
 
     python3 scripts/make_reference.py tokenizers      # tests/data/tokenizers/ (needs `tokenizers`)
+    python3 scripts/make_reference.py configs         # tests/data/configs/ (torch + transformers)
+    python3 scripts/make_reference.py models          # tests/data/models/: tiny checkpoints saved by
+                                                      # transformers, f32 logits and greedy tokens
 
 Each section lives in scripts/reference/<section>_ref.py and exposes main(out_root).
 """
@@ -11,7 +14,7 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SECTIONS = ["tokenizers"]
+SECTIONS = ["tokenizers", "configs", "models"]
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

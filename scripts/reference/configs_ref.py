@@ -3,7 +3,7 @@
 tests/data/configs/rope_reference.json: the RoPE inv_freq and attention scaling that transformers computes
 for each, which tests/io/config_test.cpp compares against kiln's parser.
 
-    python3 scripts/make_config_reference.py      (needs torch and transformers; run where they are installed)
+    python3 scripts/make_reference.py configs     (needs torch and transformers; run where they are installed)
 """
 import importlib, json, os, sys
 import torch
@@ -69,20 +69,26 @@ configs = {
     "llama-head-dim": {**LLAMA31_8B, "head_dim": 96, "rope_scaling": None, "rope_theta": 10000.0},
 }
 
-os.makedirs(OUT, exist_ok=True)
-reference = {"transformers": transformers.__version__, "torch": torch.__version__, "configs": {}}
-for name, cfg in configs.items():
-    with open(os.path.join(OUT, name + ".json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    c = AutoConfig.for_model(**{**cfg, "model_type": cfg["model_type"]})
-    # The model's own rotary module, as the model would build it.
-    mt = cfg["model_type"]
-    module = importlib.import_module(f"transformers.models.{mt}.modeling_{mt}")
-    rotary_cls = next(getattr(module, n) for n in dir(module) if n.endswith("RotaryEmbedding"))
-    rotary = rotary_cls(c)
-    reference["configs"][name] = {"rope_type": c.rope_parameters["rope_type"],
-                                  "inv_freq": rotary.inv_freq.float().tolist(),
-                                  "attention_scaling": float(rotary.attention_scaling)}
-with open(os.path.join(OUT, "rope_reference.json"), "w") as f:
-    json.dump(reference, f)
-print(f"wrote {len(configs)} configs and rope_reference.json to {OUT}")
+def main(out_root=None):
+    out = os.path.join(str(out_root), "configs") if out_root is not None else OUT
+    os.makedirs(out, exist_ok=True)
+    reference = {"transformers": transformers.__version__, "torch": torch.__version__, "configs": {}}
+    for name, cfg in configs.items():
+        with open(os.path.join(out, name + ".json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+        c = AutoConfig.for_model(**{**cfg, "model_type": cfg["model_type"]})
+        # The model's own rotary module, as the model would build it.
+        mt = cfg["model_type"]
+        module = importlib.import_module(f"transformers.models.{mt}.modeling_{mt}")
+        rotary_cls = next(getattr(module, n) for n in dir(module) if n.endswith("RotaryEmbedding"))
+        rotary = rotary_cls(c)
+        reference["configs"][name] = {"rope_type": c.rope_parameters["rope_type"],
+                                      "inv_freq": rotary.inv_freq.float().tolist(),
+                                      "attention_scaling": float(rotary.attention_scaling)}
+    with open(os.path.join(out, "rope_reference.json"), "w") as f:
+        json.dump(reference, f)
+    print(f"wrote {len(configs)} configs and rope_reference.json to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,7 @@ Variants cover each architecture kiln runs and the settings that change the forw
 an explicit head_dim != hidden/heads, attention bias, llama3 RoPE scaling, MoE with mlp_only_layers and
 decoder_sparse_step, norm_topk_prob false, sharded saving, bf16 storage, and FP8 block quantisation.
 
-    python3 scripts/make_reference_models.py     (CPU torch + transformers; a minute)
+    python3 scripts/make_reference.py models     (CPU torch + transformers; a minute)
 """
 import json, os, shutil
 import torch
@@ -105,7 +105,10 @@ def dequantize(q, scales, block=32):
     return q.float() * s
 
 
-def main():
+def main(out_root=None):
+    global OUT
+    if out_root is not None:
+        OUT = os.path.join(str(out_root), "models")
     torch.manual_seed(0)
     os.makedirs(OUT, exist_ok=True)
     summary = {}
