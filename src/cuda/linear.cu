@@ -19,7 +19,7 @@ namespace kiln::cuda {
 namespace {
 
 // The largest M the automatic choice sends to the matrix-vector kernel (see linear_path_for).
-constexpr int64_t kGemvAutoMaxRows = 2;
+constexpr int64_t kGemvAutoMaxRows = 1;
 
 bool is_linear_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
@@ -42,52 +42,25 @@ std::atomic<LinearPath>& forced_path() {
 // Activation rows per launch, rounded up to the instantiated counts (rows beyond M are masked).
 int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16; }
 
-// Warps per row group (split-K inside a block). The grid is ceil(n / rows_per_block) blocks, run in waves
-// of (SMs x resident blocks); a partial last wave leaves SMs idle while the HBM stream could continue (5120
-// rows at split 1 were 2.4 waves on the H200: 81% of the time useful). So the split is the one, among those
-// that leave each thread at least one 16-byte chunk per step, whose wave count wastes least (ceil(w) / w),
-// smaller splits first on ties (less shared-memory reduction).
-int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, int device, int resident_blocks) {
+// Warps per row group (split-K inside a block). Enough warps in the grid to keep about 32 per SM busy
+// (4 blocks of 8): at U * R 16-byte loads in flight per thread that is >= 64 KB in flight per SM, which
+// covers HBM latency (Little's law: ~4.8 TB/s * ~600 ns / 132 SMs ~ 22 KB). More warps per row only while
+// each thread still has at least one chunk of the row to read.
+// TUNE (H200 benchmark, `kiln bench ops`): the 32-warps-per-SM target and the one-chunk floor.
+int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, int device) {
   const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
+  const int64_t want_warps = static_cast<int64_t>(multiprocessor_count(device)) * 32;
   const int64_t units = vec ? k / vec_elems : k;  // what one thread reads per step
-  const double capacity = static_cast<double>(multiprocessor_count(device)) * std::max(resident_blocks, 1);
-  int best = 1;
-  double best_cost = 1e30;
-  for (int split = 1; split <= kernels::kGemvWarps; split *= 2) {
-    if (split > 1 && units < 32 * split) break;  // a thread would have nothing to read
-    const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * rows_per_warp;
-    const double waves = static_cast<double>((groups * rows_per_warp + rows_per_block - 1) / rows_per_block) / capacity;
-    // Time ~ ceil(waves) / waves of useful work when the grid is several waves; under one wave, too few warps
-    // are streaming (cost = 1 / waves: fewer blocks than the SMs hold).
-    const double cost = waves >= 1.0 ? std::ceil(waves) / waves : 1.0 / waves;
-    if (cost < best_cost * 0.98) {
-      best = split;
-      best_cost = cost;
-    }
-  }
-  return best;
-}
-
-// Blocks of the kernel that fit on one SM at once (cached per instantiation; a host query, no sync).
-template <class T, int MT>
-int resident_blocks() {
-  static const int blocks = [] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernels::gemv_kernel<T, MT>, kernels::kGemvThreads, 0) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      b = 2;
-    }
-    return b;
-  }();
-  return blocks;
+  int split = 1;
+  while (split < kernels::kGemvWarps && groups * split < want_warps && units >= 32 * (2 * split)) split *= 2;
+  return split;
 }
 
 template <class T, int MT>
 void launch_gemv(const T* x, int64_t ldx, int rows, const T* w, int64_t ldw, int64_t n, int k, const T* bias,
                  T* y, int64_t ldy, bool vec, int device, cudaStream_t stream) {
   constexpr int R = kernels::gemv_rows_per_warp<MT>();
-  const int split = split_for(n, k, R, kernels::gemv_vec_elems<T>(), vec, device, resident_blocks<T, MT>());
+  const int split = split_for(n, k, R, kernels::gemv_vec_elems<T>(), vec, device);
   const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "linear: N = ", n, " needs too many blocks");
@@ -117,9 +90,9 @@ const char* linear_path_name(LinearPath p) {
 // (N * K of a few MB) launch latency dominates and the GEMV kernel should stay.
 // Measured on the H200 (bf16, graph-replayed, bench/results/h200-2026-12-02-linear-*.json): the
 // matrix-vector kernel beats cuBLASLt by 1.27x (geometric mean over the 27 decode shapes) at M = 1, but
-// at M = 4 it reaches only 0.81-0.90x and at M = 16 0.33-0.41x of cuBLASLt, whose tensor-core kernels
-// stay memory-bound at those M while the f32 FMAs of the GEMV (M per weight element) do not. So: GEMV for
-// M <= 2 (M = 2 reads the weight once for twice the work, still well under the FMA limit), cuBLASLt above.
+// at M = 2 it reached 0.46-0.90x, at M = 4 0.81-0.90x and at M = 16 0.33-0.41x of cuBLASLt, whose
+// tensor-core kernels stay memory-bound at those M while the GEMV's per-row f32 work and registers grow.
+// So: GEMV for M = 1, cuBLASLt from M = 2.
 LinearPath linear_path_for(int64_t m, int64_t n, int64_t k, DType dtype) {
   if (!is_linear_dtype(dtype)) return LinearPath::Gemm;
   return m <= kGemvAutoMaxRows ? LinearPath::Gemv : LinearPath::CublasLt;
