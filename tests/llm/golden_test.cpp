@@ -2,6 +2,7 @@
 // scripts/make_reference_models.py): the f32 logits of every prompt position and the greedy tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -23,6 +24,7 @@ std::string dir_of(const std::string& name) { return std::string(KILN_TEST_DATA_
 struct Reference {
   std::vector<int64_t> prompt, greedy;
   double min_gap = 0;
+  double hf_bf16_error = 0;  // transformers' own bf16 run against the f32 reference (0: not measured)
   Tensor logits;  // [T, V] f32
 };
 
@@ -33,6 +35,8 @@ Reference reference(const std::string& name) {
   r.prompt = j.at("prompt_ids").get<std::vector<int64_t>>();
   r.greedy = j.at("greedy_ids").get<std::vector<int64_t>>();
   r.min_gap = j.at("min_top2_gap").get<double>();
+  if (j.contains("transformers_bf16_rel_error") && !j.at("transformers_bf16_rel_error").is_null())
+    r.hf_bf16_error = j.at("transformers_bf16_rel_error").get<double>();
   r.logits = SafetensorsFile::open(dir_of(name) + "/reference.safetensors").get("logits").clone();
   return r;
 }
@@ -76,7 +80,11 @@ TEST_P(Golden, CudaBf16MatchesTransformers) {
   o.max_context = 64;
   Model m = load_model(dir_of(GetParam()), o);
   const Tensor logits = m.prefill(ref.prompt, true);
-  EXPECT_LT(rel_norm_error(logits, ref.logits), 2e-2);
+  // 2e-2 (the bound), or 1.5x what transformers itself reaches in bf16 on this checkpoint where that
+  // is more: on the MoE checkpoints transformers' bf16 run is 2.0-2.2e-2 from its f32 reference (routing
+  // amplifies bf16 rounding), and kiln's CPU in bf16 measured the same (2.05e-2, 2.12e-2).
+  const double tol = std::max(2e-2, 1.5 * ref.hf_bf16_error);
+  EXPECT_LT(rel_norm_error(logits, ref.logits), tol) << "transformers bf16: " << ref.hf_bf16_error;
   const auto got = greedy(m, ref.prompt, static_cast<int64_t>(ref.greedy.size()));
   // bf16 may resolve a near-tie differently: tokens must agree up to the first step whose reference top-2
   // gap is below bf16's resolution of the logits; this checkpoint's smallest gap is printed when they differ.
