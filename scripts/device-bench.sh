@@ -47,7 +47,7 @@ cat "$OUT/info.txt"
 
 t=$(date +%s)
 # The same configuration as scripts/device-test.sh, so both reuse build-gpu; only the `kiln` target is built.
-if ! { cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF &&
+if ! { cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF $(scripts/device-cmake-args.sh) &&
        cmake --build "$BUILD" -j 16 --target kiln_cli; } > "$OUT/build.log" 2>&1; then
   grep -E "error" -A3 "$OUT/build.log" | head -40
   echo "SUMMARY: build FAILED"
