@@ -25,6 +25,7 @@
 
 #include "cuda/fp8.h"
 #include "cuda/launch.h"
+#include "cuda/lt.h"
 #include "cuda/linear.h"
 #include "cuda/matmul.h"
 #include "kiln/ops.h"
@@ -76,19 +77,6 @@ struct AlgoKeyHash {
   }
 };
 thread_local std::unordered_map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>, AlgoKeyHash> t_algos;
-
-struct LtDescs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
 
 template <class T>
 void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v, const char* what) {

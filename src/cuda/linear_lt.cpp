@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda/launch.h"
+#include "cuda/lt.h"
 #include "cuda/linear.h"
 #include "cuda/matmul.h"
 #include "kiln/cuda_options.h"
@@ -102,20 +103,6 @@ struct AlgoKeyHash {
   }
 };
 thread_local std::unordered_map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>, AlgoKeyHash> t_algos;
-
-// RAII for the descriptors of one call.
-struct LtDescs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
 
 }  // namespace
 

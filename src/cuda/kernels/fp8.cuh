@@ -339,21 +339,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      float v = acc[r][m];
-#pragma unroll
-      for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
-      acc[r][m] = v;
-    }
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int m = 0; m < MT; ++m) partial[(warp * R + r) * MT + m] = acc[r][m];
-  }
+  gemv_publish_warp_sums<R, MT>(acc, partial, warp, lane);
   __syncthreads();
 
   const int block_rows = groups * R;

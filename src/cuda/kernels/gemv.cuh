@@ -107,6 +107,28 @@ __device__ __forceinline__ T gemv_from_f32(float v) {
   else return T(v);
 }
 
+// Sums each thread's partials over its warp (butterfly: every lane ends with the total) and lane 0 stores
+// the warp's R x MT sums at partial[(warp * R + r) * MT + m], for the block's fixed-order epilogue. Shared by
+// the matrix-vector kernels (linear, FP8 linear, grouped decode).
+template <int R, int MT>
+__device__ __forceinline__ void gemv_publish_warp_sums(float (&acc)[R][MT], float* partial, int warp, int lane) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
+      acc[r][m] = v;
+    }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) partial[(warp * R + r) * MT + m] = acc[r][m];
+  }
+}
+
 // x: rows x k activations, row stride ldx (elements), unit inner stride. w: n x k weights, row stride ldw,
 // unit inner stride. bias: n elements or null. y: rows x n, row stride ldy. 1 <= rows <= MT, n >= 1,
 // k >= 0; split in {1, 2, 4, 8}; grid = ceil(n / (R * kGemvWarps / split)) blocks of kGemvThreads.
@@ -214,22 +236,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
     }
   }
 
-  // Warp sums (butterfly: every lane ends with the total), then lane 0 publishes this warp's partials.
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      float v = acc[r][m];
-#pragma unroll
-      for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
-      acc[r][m] = v;
-    }
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int m = 0; m < MT; ++m) partial[(warp * R + r) * MT + m] = acc[r][m];
-  }
+  gemv_publish_warp_sums<R, MT>(acc, partial, warp, lane);
   __syncthreads();
 
   // Epilogue: one thread per (activation row, weight row of the block); consecutive threads take
