@@ -32,18 +32,24 @@ release() {
   # context, per case: several minutes more on the GPU machine), six at a time; then the non-gtest CTest
   # entries (command-line tests).
   local rc=0 failed=()
+  local logs="$OUT/tests"
+  mkdir -p "$logs"
   : > "$OUT/ctest.log"
-  for x in "$BUILD"/tests/kiln_*_tests; do
-    (timeout 900 "$x" --gtest_brief=1 > "$OUT/$(basename "$x").log" 2>&1; echo "exit $?" >> "$OUT/$(basename "$x").log") &
+  # The largest executables first (a rough proxy for the slowest); each gets TEST_TIMEOUT seconds (a hang shows as exit 124 in its log).
+  local exes=($(ls -S "$BUILD"/tests/kiln_*_tests))
+  for x in "${exes[@]}"; do
+    local name=$(basename "$x")
+    ( s=$(date +%s); timeout "${TEST_TIMEOUT:-240}" "$x" --gtest_brief=1 > "$logs/$name.log" 2>&1
+      echo "exit $? after $(( $(date +%s) - s )) s" >> "$logs/$name.log" ) &
     while [ "$(jobs -r | wc -l)" -ge 6 ]; do sleep 0.5; done
   done
   wait
-  for x in "$BUILD"/tests/kiln_*_tests; do
-    local log="$OUT/$(basename "$x").log"
+  for x in "${exes[@]}"; do
+    local log="$logs/$(basename "$x").log"
     echo "== $(basename "$x"): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$log" | tr '\n' ' ') $(tail -1 "$log")" >> "$OUT/ctest.log"
-    if [ "$(tail -1 "$log")" != "exit 0" ]; then failed+=("$(basename "$x")"); cat "$log" >> "$OUT/ctest.log"; fi
-    rm -f "$log"
+    if ! tail -1 "$log" | grep -q "^exit 0 "; then failed+=("$(basename "$x")"); tail -60 "$log" >> "$OUT/ctest.log"; fi
   done
+  tar czf "$OUT/test-logs.tgz" -C "$OUT" tests && rm -rf "$logs"
   (cd "$BUILD" && ctest --output-on-failure -R "^(cli_|KilnBench)" --timeout 300) >> "$OUT/ctest.log" 2>&1 || failed+=("ctest cli")
   grep -E "^== " "$OUT/ctest.log"
   [ ${#failed[@]} -eq 0 ] || rc=1
@@ -84,6 +90,8 @@ sanitizer() {
   [ $failing -eq 0 ]
 }
 
+# Stopped from outside (a time limit): stop the test processes too, so they do not hold the GPU.
+trap 'pkill -f "$BUILD/tests/kiln_"; pkill -f "$DBG/tests/kiln_"; exit 143' TERM INT
 rc=0
 case "$MODE" in
   release) release || rc=1 ;;

@@ -11,6 +11,8 @@
 
 namespace kiln {
 
+class Tensor;
+
 // A CUDA stream of one device. The default-constructed Stream is device 0's default stream.
 class Stream {
  public:
@@ -70,6 +72,28 @@ class Event {
   bool timing_ = false;
   bool recorded_ = false;
   Device device_ = Device(DeviceType::CUDA, 0);
+};
+
+// A small pinned host buffer that a stream fills from a device tensor without the host waiting: copy()
+// enqueues the copy on the stream and records an event; wait() blocks until that copy has landed and returns
+// the host bytes. For reading a result (a sampled token id) while the stream already runs the next step.
+class AsyncReadback {
+ public:
+  AsyncReadback(Device device, size_t capacity_bytes);
+  ~AsyncReadback();
+  AsyncReadback(AsyncReadback&&) noexcept;
+  AsyncReadback& operator=(AsyncReadback&&) noexcept;
+  // src: a contiguous tensor on this device of at most capacity_bytes.
+  void copy(const Tensor& src, const Stream& stream);
+  const void* wait() const;
+  template <class T>
+  T value() const {
+    return *static_cast<const T*>(wait());
+  }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // Blocks until all work on every stream of the device has completed.

@@ -41,6 +41,13 @@ void empty_cache(Device) { no_cuda("empty_cache"); }
 DeviceProperties device_properties(Device) { no_cuda("device_properties"); }
 int cuda_driver_version() { return 0; }
 int cuda_runtime_version() { return 0; }
+struct AsyncReadback::Impl {};
+AsyncReadback::AsyncReadback(Device, size_t) { no_cuda("AsyncReadback"); }
+AsyncReadback::~AsyncReadback() = default;
+AsyncReadback::AsyncReadback(AsyncReadback&&) noexcept = default;
+AsyncReadback& AsyncReadback::operator=(AsyncReadback&&) noexcept = default;
+void AsyncReadback::copy(const Tensor&, const Stream&) { no_cuda("AsyncReadback::copy"); }
+const void* AsyncReadback::wait() const { no_cuda("AsyncReadback::wait"); }
 void Tensor::record_stream(const Stream&) const { no_cuda("record_stream"); }
 
 }  // namespace kiln

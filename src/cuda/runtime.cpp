@@ -1,6 +1,7 @@
 // Streams, events, graphs, memory statistics and device properties (kiln/runtime.h) on CUDA.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -137,6 +138,46 @@ void synchronize(Device device) {
   cuda::check(cudaSetDevice(device.index), "cudaSetDevice");
   cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   cuda::check_device_errors(device.index);
+}
+
+// ---- async readback ----------------------------------------------------------------------------------
+
+struct AsyncReadback::Impl {
+  Device device;
+  size_t capacity = 0;
+  void* host = nullptr;
+  Event done;
+  ~Impl() {
+    if (host) cudaFreeHost(host);
+  }
+};
+
+AsyncReadback::AsyncReadback(Device device, size_t capacity_bytes) : impl_(std::make_unique<Impl>()) {
+  cuda::check_device(device);
+  impl_->device = device;
+  impl_->capacity = capacity_bytes;
+  cuda::check(cudaSetDevice(device.index), "cudaSetDevice");
+  cuda::check(cudaHostAlloc(&impl_->host, std::max<size_t>(capacity_bytes, 1), cudaHostAllocDefault),
+              "cudaHostAlloc (readback)");
+}
+AsyncReadback::~AsyncReadback() = default;
+AsyncReadback::AsyncReadback(AsyncReadback&&) noexcept = default;
+AsyncReadback& AsyncReadback::operator=(AsyncReadback&&) noexcept = default;
+
+void AsyncReadback::copy(const Tensor& src, const Stream& stream) {
+  KILN_CHECK(src.device() == impl_->device && src.is_contiguous(), "AsyncReadback::copy: needs a contiguous tensor on ",
+             impl_->device.str(), ", got ", src.meta());
+  KILN_CHECK(src.nbytes() <= impl_->capacity, "AsyncReadback::copy: ", src.nbytes(), " bytes exceed the buffer's ",
+             impl_->capacity);
+  KILN_CHECK(stream.device() == impl_->device, "AsyncReadback::copy: stream of ", stream.device().str());
+  cuda::check(cudaMemcpyAsync(impl_->host, src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToHost, raw(stream)),
+              "cudaMemcpyAsync (readback)");
+  impl_->done.record(stream);
+}
+
+const void* AsyncReadback::wait() const {
+  impl_->done.synchronize();
+  return impl_->host;
 }
 
 // ---- graphs ------------------------------------------------------------------------------------------

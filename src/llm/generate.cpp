@@ -27,10 +27,12 @@ std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, 
     st.prefill_seconds = seconds(t0, t1);
     out.push_back(tok);
     if (o.on_token) o.on_token(tok);
-    while (static_cast<int64_t>(out.size()) < o.max_new_tokens && !is_stop(tok)) {
-      tok = model.decode(tok, o.sampling, &gen);
-      out.push_back(tok);
-      if (o.on_token) o.on_token(tok);
+    if (!is_stop(tok)) {
+      model.decode_n(tok, o.max_new_tokens - 1, o.sampling, &gen, [&](int64_t t) {
+        out.push_back(t);
+        if (o.on_token) o.on_token(t);
+        return !is_stop(t);
+      });
     }
     st.decode_seconds = seconds(t1, clock::now());
   }

@@ -15,9 +15,14 @@ struct Model::State {
   float attention_scaling = 1.0f;
   // Decode-step inputs the step advances itself (device): the token, its position, the cache length after it.
   Tensor tok, pos, len;
-  Tensor logits;  // [V] f32: the step's output
+  Tensor rng_offset;  // i64 [1]: the Philox offset of the step's draw (advanced by the draw itself)
+  Tensor logits;      // [V] f32: the step's logits
+  // The captured step (layers, logits, the draw into `tok`) and the sampling it was captured with.
   Graph graph;
   bool graph_ready = false;
+  SamplingParams graph_params;
+  uint64_t graph_seed = 0;
+  std::vector<AsyncReadback> readback;  // two pinned slots for the sampled ids of consecutive steps
   Stream stream;
 };
 
@@ -69,9 +74,7 @@ Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
 void Model::reset() {
-  position_ = 0;
-  s_->graph_ready = false;
-  s_->graph = Graph();
+  position_ = 0;  // a captured step stays valid: every decode call writes its device inputs
 }
 
 namespace {
@@ -174,7 +177,6 @@ Tensor Model::prefill(const std::vector<int64_t>& ids, bool all_logits, Trace* t
   const Tensor t = from_vector<int64_t>(ids).to(options_.device);
   Tensor logits = forward(t, position_, all_logits, trace);
   position_ += static_cast<int64_t>(ids.size());
-  s_->graph_ready = false;  // the step's device position must be rewritten
   return logits;
 }
 
@@ -189,6 +191,7 @@ void Model::build_decode_buffers() {
     s_->tok = zeros({1}, DType::I64, dev);
     s_->pos = zeros({1}, DType::I32, dev);
     s_->len = zeros({1}, DType::I32, dev);
+    s_->rng_offset = zeros({1}, DType::I64, dev);
   }
 }
 
@@ -207,42 +210,123 @@ Tensor Model::forward_decode_step() {
   return logits;
 }
 
-int64_t Model::decode(int64_t token, const SamplingParams& params, Generator* gen) {
-  OnModelStream on(options_.device, s_->stream);
-  return sample(step(token), params, gen).item().to_int64();
+bool Model::graphs_enabled() const { return options_.device.is_cuda() && options_.use_graph; }
+
+// Writes the step's device inputs: the token to feed at position(), and the draw's offset.
+void Model::write_step_inputs(int64_t token, uint64_t rng_offset) {
+  build_decode_buffers();
+  s_->tok.fill_(token);
+  s_->pos.fill_(position_);
+  s_->len.fill_(position_ + 1);
+  s_->rng_offset.fill_(static_cast<int64_t>(rng_offset));
+}
+
+// The captured step: layers, logits and the draw, which writes the next token into `tok` (the next
+// replay's input). Captured again only when the sampling parameters or the seed change. The inputs must be
+// written before (the warm-up runs the step eagerly, writing the cache at pos); returns true when it
+// captured, as the warm-up has then moved them.
+bool Model::ensure_graph(const SamplingParams& params, uint64_t seed) {
+  const SamplingParams& g = s_->graph_params;
+  if (s_->graph_ready && g.temperature == params.temperature && g.top_k == params.top_k && g.top_p == params.top_p &&
+      g.min_p == params.min_p && s_->graph_seed == seed)
+    return false;
+  const Device dev = options_.device;
+  s_->graph_ready = false;
+  s_->graph = Graph();
+  auto body = [&] {
+    s_->logits = forward_decode_step();
+    s_->tok.copy_(sample(s_->logits, params, seed, s_->rng_offset).view({1}));
+  };
+  // Warm-up outside the capture (the first call of each op may allocate workspaces or pick algorithms); it
+  // moves the device inputs, so they are rewritten before the first replay.
+  synchronize(dev);
+  body();
+  synchronize(dev);
+  s_->graph.capture(s_->stream, body);
+  s_->graph_ready = true;
+  s_->graph_params = params;
+  s_->graph_seed = seed;
+  return true;
 }
 
 Tensor Model::step(int64_t token) {
   OnModelStream on(options_.device, s_->stream);
-  KILN_CHECK(token >= 0 && token < config_.vocab_size, "decode: token id ", token, " is outside the vocabulary");
-  KILN_CHECK(position_ < options_.max_context, "decode: the context of ", options_.max_context,
-             " tokens is full (raise --ctx)");
-  const Device dev = options_.device;
-  build_decode_buffers();
-  s_->tok.fill_(token);
+  check_decode(token, 1);
   Tensor logits;
-  if (dev.is_cuda() && options_.use_graph) {
-    if (!s_->graph_ready) {
-      s_->pos.fill_(position_);
-      s_->len.fill_(position_ + 1);
-      synchronize(dev);
-      // Warm-up outside the capture: the first call of each op may allocate workspaces or pick algorithms.
-      s_->logits = forward_decode_step();
-      s_->pos.fill_(position_);
-      s_->len.fill_(position_ + 1);
-      synchronize(dev);
-      s_->graph = Graph();
-      s_->graph.capture(s_->stream, [&] { s_->logits = forward_decode_step(); });
-      s_->graph_ready = true;
-    }
+  if (graphs_enabled()) {
+    // The captured step also draws a token (with whatever sampling it was captured with); only the logits
+    // are returned, and the next step's inputs are written again.
+    write_step_inputs(token, 0);
+    if (!s_->graph_ready && ensure_graph(SamplingParams{0.0, 0, 1.0, 0.0}, 0)) write_step_inputs(token, 0);
     s_->graph.replay(s_->stream);
     logits = s_->logits;
   } else {
-    const Tensor ids = full({1}, token, DType::I64, dev);
+    const Tensor ids = full({1}, token, DType::I64, options_.device);
     logits = forward(ids, position_, false, nullptr);
   }
   ++position_;
   return logits;
+}
+
+void Model::check_decode(int64_t token, int64_t n) const {
+  KILN_CHECK(token >= 0 && token < config_.vocab_size, "decode: token id ", token, " is outside the vocabulary");
+  KILN_CHECK(n >= 0 && position_ + n <= options_.max_context, "decode: ", n, " tokens after ", position_,
+             " in the cache exceed the context of ", options_.max_context, " tokens (raise --ctx)");
+}
+
+int64_t Model::decode(int64_t token, const SamplingParams& params, Generator* gen) {
+  int64_t out = -1;
+  decode_n(token, 1, params, gen, [&](int64_t t) {
+    out = t;
+    return true;
+  });
+  return out;
+}
+
+int64_t Model::decode_n(int64_t token, int64_t n, const SamplingParams& params, Generator* gen,
+                        const std::function<bool(int64_t)>& on_token) {
+  OnModelStream on(options_.device, s_->stream);
+  check_decode(token, n);
+  if (n == 0) return 0;
+  Generator local;
+  Generator& g = gen ? *gen : local;
+  if (!graphs_enabled()) {
+    int64_t t = token, done = 0;
+    while (done < n) {
+      t = sample(step(t), params, &g).item().to_int64();
+      ++done;
+      if (!on_token(t)) break;
+    }
+    return done;
+  }
+  // Graph replays, pipelined: step i + 1 is enqueued before step i's token is read back (each step reads
+  // its token from the device buffer the previous one wrote), so the GPU does not wait for the host. When
+  // the caller stops early, the one step enqueued past it has written the cache entry of a position that
+  // the next step overwrites, and the inputs are rewritten then.
+  const uint64_t offset0 = g.offset();
+  write_step_inputs(token, offset0);
+  if (ensure_graph(params, g.seed())) write_step_inputs(token, offset0);
+  if (s_->readback.empty()) {
+    for (int i = 0; i < 2; ++i) s_->readback.emplace_back(options_.device, sizeof(int64_t));
+  }
+  s_->graph.replay(s_->stream);
+  s_->readback[0].copy(s_->tok, s_->stream);
+  int64_t done = 0;
+  bool ahead = false;
+  while (done < n) {
+    ahead = done + 1 < n;
+    if (ahead) {
+      s_->graph.replay(s_->stream);
+      s_->readback[static_cast<size_t>((done + 1) % 2)].copy(s_->tok, s_->stream);
+    }
+    const int64_t t = s_->readback[static_cast<size_t>(done % 2)].value<int64_t>();
+    ++done;
+    ++position_;
+    if (!on_token(t)) break;
+  }
+  if (ahead) s_->stream.synchronize();  // the step past the last one read: let it finish before anything else
+  g.set_offset(offset0 + static_cast<uint64_t>(done));
+  return done;
 }
 
 int64_t Model::bytes_per_token() const {

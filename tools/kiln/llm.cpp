@@ -204,7 +204,8 @@ Stat stat_of(const std::vector<double>& v) {
 
 int run_bench_model(const LlmOptions& o) {
   const Device dev = parse_device(o.device);
-  const int64_t ctx = std::max<int64_t>(o.ctx, o.pp + o.tg + 1);
+  // Room for the warm-up too (the prompt and 4 decode steps).
+  const int64_t ctx = std::max<int64_t>(o.ctx, o.pp + std::max<int64_t>(o.tg, 4) + 1);
   Model m = open_model(o, dev, ctx);
   const ModelConfig& c = m.config();
   std::mt19937_64 rng(1234);
@@ -228,7 +229,7 @@ int run_bench_model(const LlmOptions& o) {
     int64_t t = m.sample_first(m.prefill(prompt), greedy, &gen);
     pp_tps.push_back(static_cast<double>(o.pp) / secs(a, clock::now()));
     a = clock::now();
-    for (int64_t i = 0; i < o.tg; ++i) t = m.decode(t, greedy, &gen);
+    m.decode_n(t, o.tg, greedy, &gen, [](int64_t) { return true; });
     tg_tps.push_back(static_cast<double>(o.tg) / secs(a, clock::now()));
   }
   int64_t params = 0, bytes = 0;

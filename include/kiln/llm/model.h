@@ -67,6 +67,13 @@ class Model {
   Tensor step(int64_t token);
   // step() then sample: the next token.
   int64_t decode(int64_t token, const SamplingParams& params, Generator* gen);
+  // Up to n decode steps from `token` (sampled, not yet in the cache): each new token goes to on_token,
+  // and decoding stops after n tokens or when on_token returns false. Returns the number of tokens made.
+  // On CUDA with graphs, the step, its logits and its draw are one replay, and the next replay is enqueued
+  // before the host reads the token back, so the GPU runs step after step without waiting for the host.
+  // The draws are the Generator's stream (seed, offset), which advances by one per token returned.
+  int64_t decode_n(int64_t token, int64_t n, const SamplingParams& params, Generator* gen,
+                   const std::function<bool(int64_t)>& on_token);
 
   // Bytes of weights read per decoded token (the dense weights, plus top_k of E experts for MoE layers).
   int64_t bytes_per_token() const;
@@ -77,6 +84,10 @@ class Model {
   Tensor forward(const Tensor& ids, int64_t start, bool all_logits, Trace* trace);
   Tensor forward_decode_step();
   void build_decode_buffers();
+  bool graphs_enabled() const;
+  void write_step_inputs(int64_t token, uint64_t rng_offset);
+  bool ensure_graph(const SamplingParams& params, uint64_t seed);
+  void check_decode(int64_t token, int64_t n) const;
 
   ModelConfig config_;
   ModelWeights weights_;
