@@ -5,6 +5,8 @@
 #
 #   scripts/device-test.sh [all|release|sanitizer]     (default: all)
 #   KILN_PERF=1     also time every CUDA conformance case (perf.log)
+#   TESTS=REGEX     only the test executables whose names match
+#   TEST_TIMEOUT=S  seconds each executable may take (default 240)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -36,10 +38,10 @@ release() {
   mkdir -p "$logs"
   : > "$OUT/ctest.log"
   # The largest executables first (a rough proxy for the slowest); each gets TEST_TIMEOUT seconds (a hang shows as exit 124 in its log).
-  local exes=($(ls -S "$BUILD"/tests/kiln_*_tests))
+  local exes=($(ls -S "$BUILD"/tests/kiln_*_tests | grep -E "${TESTS:-.}"))
   for x in "${exes[@]}"; do
     local name=$(basename "$x")
-    ( s=$(date +%s); timeout "${TEST_TIMEOUT:-240}" "$x" --gtest_brief=1 > "$logs/$name.log" 2>&1
+    ( s=$(date +%s); timeout "${TEST_TIMEOUT:-240}" "$x" > "$logs/$name.log" 2>&1
       echo "exit $? after $(( $(date +%s) - s )) s" >> "$logs/$name.log" ) &
     while [ "$(jobs -r | wc -l)" -ge 6 ]; do sleep 0.5; done
   done

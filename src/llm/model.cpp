@@ -156,11 +156,29 @@ Tensor Model::forward(const Tensor& ids, int64_t start, bool all_logits, Trace* 
 }
 
 namespace {
-// Makes the model's stream current on CUDA (nothing on the CPU).
+// Makes the model's stream current on CUDA (nothing on the CPU). When it ends, the stream that was current
+// before waits on the device for the model's work, so tensors the model returns (logits) are ready for the
+// caller's own ops and copies.
 struct OnModelStream {
-  explicit OnModelStream(const Device& d, const Stream& s) {
-    if (d.is_cuda()) guard.emplace(s);
+  OnModelStream(const Device& d, const Stream& s) {
+    if (!d.is_cuda()) return;
+    model = s;
+    caller = current_stream(d);
+    guard.emplace(s);
   }
+  ~OnModelStream() {
+    if (!guard) return;
+    guard.reset();
+    try {
+      Event done;
+      done.record(model);
+      done.wait(caller);
+    } catch (...) {  // a failing device reports again at the caller's next call
+    }
+  }
+  OnModelStream(const OnModelStream&) = delete;
+  OnModelStream& operator=(const OnModelStream&) = delete;
+  Stream model, caller;
   std::optional<StreamGuard> guard;
 };
 }  // namespace

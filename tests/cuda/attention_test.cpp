@@ -113,20 +113,21 @@ TEST(CudaAttention, GeneralPathMatchesCpu) {
   struct Case {
     Shape q, k, v;
     DType dt;
+    bool gqa;
   };
   const Case cases[] = {
-      {{2, 4, 33, 64}, {2, 4, 47, 64}, {2, 4, 47, 64}, DType::F32},      // f32
-      {{2, 4, 33, 80}, {2, 2, 47, 80}, {2, 2, 47, 80}, DType::BF16},     // D not 64/128
-      {{2, 4, 33, 64}, {2, 4, 47, 64}, {2, 4, 47, 32}, DType::F16},      // Dv != D
-      {{3, 17, 24}, {2, 1, 19, 24}, {19, 40}, DType::F32},               // broadcast, odd sizes
-      {{1, 1, 1, 7}, {1, 1, 1, 7}, {1, 1, 1, 3}, DType::F32},            // size-1 rows
-      {{2, 8, 5, 256}, {2, 1, 300, 256}, {2, 1, 300, 256}, DType::BF16},  // D = 256, MQA
+      {{2, 4, 33, 64}, {2, 4, 47, 64}, {2, 4, 47, 64}, DType::F32, false},       // f32
+      {{2, 4, 33, 80}, {2, 2, 47, 80}, {2, 2, 47, 80}, DType::BF16, true},       // D not 64/128, GQA
+      {{2, 4, 33, 64}, {2, 4, 47, 64}, {2, 4, 47, 32}, DType::F16, false},       // Dv != D
+      {{3, 17, 24}, {2, 1, 19, 24}, {19, 40}, DType::F32, false},                // broadcast, odd sizes
+      {{1, 1, 1, 7}, {1, 1, 1, 7}, {1, 1, 1, 3}, DType::F32, false},             // size-1 rows
+      {{2, 8, 5, 256}, {2, 1, 300, 256}, {2, 1, 300, 256}, DType::BF16, true},   // D = 256, MQA
   };
   for (const auto& c : cases) {
     for (bool causal : {false, true}) {
       SCOPED_TRACE(str("q ", c.q, " k ", c.k, " v ", c.v, " ", dtype_name(c.dt), " causal ", causal));
       const Tensor q = random_tensor(c.q, c.dt), k = random_tensor(c.k, c.dt), v = random_tensor(c.v, c.dt);
-      const bool gqa = c.q.size() >= 3 && c.k.size() >= 3 && c.q[c.q.size() - 3] != c.k[c.k.size() - 3];
+      const bool gqa = c.gqa;
       const Tensor cpu = scaled_dot_product_attention(q, k, v, std::nullopt, causal, std::nullopt, gqa);
       EXPECT_TRUE(all_close(sdpa_gpu(q, k, v, std::nullopt, causal, gqa, cpu.sizes()), cpu, tol(c.dt)));
     }
