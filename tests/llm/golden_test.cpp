@@ -23,7 +23,7 @@ std::string dir_of(const std::string& name) { return std::string(KILN_TEST_DATA_
 
 struct Reference {
   std::vector<int64_t> prompt, greedy;
-  double min_gap = 0;
+  std::vector<double> gaps;  // top-2 logit gap of the reference at each greedy step
   double hf_bf16_error = 0;  // transformers' own bf16 run against the f32 reference (0: not measured)
   Tensor logits;  // [T, V] f32
 };
@@ -34,7 +34,7 @@ Reference reference(const std::string& name) {
   const nlohmann::json j = nlohmann::json::parse(in);
   r.prompt = j.at("prompt_ids").get<std::vector<int64_t>>();
   r.greedy = j.at("greedy_ids").get<std::vector<int64_t>>();
-  r.min_gap = j.at("min_top2_gap").get<double>();
+  r.gaps = j.at("top2_gaps").get<std::vector<double>>();
   if (j.contains("transformers_bf16_rel_error") && !j.at("transformers_bf16_rel_error").is_null())
     r.hf_bf16_error = j.at("transformers_bf16_rel_error").get<double>();
   r.logits = SafetensorsFile::open(dir_of(name) + "/reference.safetensors").get("logits").clone();
@@ -86,14 +86,16 @@ TEST_P(Golden, CudaBf16MatchesTransformers) {
   const double tol = std::max(2e-2, 1.5 * ref.hf_bf16_error);
   EXPECT_LT(rel_norm_error(logits, ref.logits), tol) << "transformers bf16: " << ref.hf_bf16_error;
   const auto got = greedy(m, ref.prompt, static_cast<int64_t>(ref.greedy.size()));
-  // bf16 may resolve a near-tie differently: tokens must agree up to the first step whose reference top-2
-  // gap is below bf16's resolution of the logits; this checkpoint's smallest gap is printed when they differ.
+  // bf16 may resolve a near-tie differently: the tokens must agree up to the first step where the reference's
+  // top-2 gap is below bf16's resolution of these logits (about 0.05 at their magnitude); diverging anywhere
+  // else is a real difference. (qwen3-moe-tiny has such a tie at its first step: gap 0.0087.)
   size_t same = 0;
   while (same < got.size() && same < ref.greedy.size() && got[same] == ref.greedy[same]) ++same;
-  if (same < ref.greedy.size())
-    EXPECT_LT(ref.min_gap, 0.05) << "greedy tokens diverge at step " << same << " with no near-tie (min top-2 gap "
-                                 << ref.min_gap << ")";
-  EXPECT_GE(same, 1u);
+  if (same < ref.greedy.size()) {
+    ASSERT_LT(same, ref.gaps.size());
+    EXPECT_LT(ref.gaps[same], 0.05) << "greedy tokens diverge at step " << same << " where the reference's top-2 gap is "
+                                    << ref.gaps[same] << ": not a near-tie";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::ValuesIn(kModels), [](const auto& i) {
