@@ -9,6 +9,8 @@
 #                build, each side printing per-section times as it goes)
 #     --e2e P    also the engine: `kiln bench --preset` and bench/torch_e2e.py (transformers) for each preset in
 #                the comma-separated list P (e.g. qwen3-8b,qwen3-30b-a3b), decode rates side by side
+#     --contexts L  with --e2e: also kiln's decode after prompts of each length in the comma-separated list L
+#                (e.g. 2048,8192), to see how decode slows as the context grows
 #     --no-ops   skip the operator benchmark (with --e2e: only the engine)
 #
 # Copy $OUT/kiln_ops.json and torch_ops.json to bench/results/<gpu>-<date>-{kiln,torch}_ops.json and the
@@ -21,6 +23,7 @@ BUILD=build-gpu
 FILTER=""
 REPEATS=100
 E2E=""
+CONTEXTS=""
 OPS=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,8 +32,9 @@ while [ $# -gt 0 ]; do
     --repeats) REPEATS=$2; shift 2 ;;
     --repeats=*) REPEATS=${1#--repeats=}; shift ;;
     --e2e) E2E=$2; shift 2 ;;
+    --contexts) CONTEXTS=$2; shift 2 ;;
     --no-ops) OPS=0; shift ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     *) echo "device-bench.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
 done
@@ -93,8 +97,10 @@ if [ -n "$E2E" ]; then
       >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
     base=${p%-fp8}
     if [ ! -s "$OUT/e2e_torch_$base.json" ]; then
-      timeout 300 python3 bench/torch_e2e.py --preset "$base" -p 512 -n 128 -r 2 --json "$OUT/e2e_torch_$base.json" \
-        >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
+      # MoE presets: transformers' grouped_mm experts path (its fastest; the default loops over experts).
+      experts=(); case "$base" in *a3b*) experts=(--experts grouped_mm) ;; esac
+      timeout 300 python3 bench/torch_e2e.py --preset "$base" -p 512 -n 128 -r 2 "${experts[@]}" \
+        --json "$OUT/e2e_torch_$base.json" >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
     fi
     python3 - "$p" "$OUT/e2e_kiln_$p.json" "$OUT/e2e_torch_$base.json" >> "$OUT/e2e.md" <<'PY'
 import json, sys
@@ -110,6 +116,12 @@ sp = f"{kt / tt:.1f}x" if kt and tt else "-"
 f = lambda v, s=".1f": format(v, s) if v else "-"
 print(f"| {p} | {f(k.get('pp_mean'))} | {f(k.get('tg_mean'))} | {f(k.get('decode_gbps'), '.0f')} | {f(tt, '.2f')} | {sp} |")
 PY
+    for c in ${CONTEXTS//,/ }; do
+      timeout 240 "$BUILD/bin/kiln" bench --preset "$p" -p "$c" -n 128 -r 2 --device cuda --json "$OUT/e2e_kiln_$p-p$c.json" \
+        >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
+      python3 -c "import json, sys; k = json.load(open(sys.argv[1])); print(f'| {sys.argv[2]} (prompt {sys.argv[3]}) | {k[\"pp_mean\"]:.1f} | {k[\"tg_mean\"]:.1f} | {k[\"decode_gbps\"]:.0f} | - | - |')" \
+        "$OUT/e2e_kiln_$p-p$c.json" "$p" "$c" >> "$OUT/e2e.md" 2>> "$OUT/e2e.log" || e2e_rc=1
+    done
     echo "== e2e $p: $(( $(date +%s) - t )) s"
   done
   cat "$OUT/e2e.md"
