@@ -205,12 +205,12 @@ class Loader {
     return place(t, target(t.dtype()));
   }
 
-  // Several [n_i, K] weights stacked along N into one destination, converted on the way.
+  // Several checkpoint tensors [n_i, ...] stacked along dim 0 into one destination, converted on the way.
   Tensor stack_rows(const std::vector<std::string>& names, DType dtype) {
-    int64_t n = 0;
-    for (const auto& s : names) n += src_.get(s).size(0);
-    const int64_t k = src_.get(names[0]).size(1);
-    Tensor out = empty({n, k}, dtype, o_.device);
+    Shape shape = src_.get(names[0]).sizes();
+    shape[0] = 0;
+    for (const auto& s : names) shape[0] += src_.get(s).size(0);
+    Tensor out = empty(shape, dtype, o_.device);
     int64_t row = 0;
     for (const auto& s : names) {
       const Tensor t = src_.get(s);
@@ -225,17 +225,7 @@ class Loader {
     if (!src_.contains(names[0] + ".bias")) return std::nullopt;
     std::vector<std::string> b;
     for (const auto& s : names) b.push_back(s + ".bias");
-    int64_t n = 0;
-    for (const auto& s : b) n += src_.get(s).size(0);
-    Tensor out = empty({n}, dtype, o_.device);
-    int64_t at = 0;
-    for (const auto& s : b) {
-      const Tensor t = src_.get(s);
-      out.narrow(0, at, t.size(0)).copy_(t);
-      at += t.size(0);
-    }
-    account(out);
-    return out;
+    return stack_rows(b, dtype);
   }
 
   // Modules `names` (without ".weight") stacked along N into one Linear: FP8 (values and block scales stacked;
