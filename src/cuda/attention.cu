@@ -111,9 +111,16 @@ void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   p.lengths = lengths.data<const int32_t>();
   p.L = L;
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  KILN_CHECK(rows <= (int64_t{1} << 30), "decode_attention: ", L.gk, " query heads per KV head times ", L.lq,
+             " queries is too many rows for the CUDA kernel");
+  p.rows = static_cast<int>(rows);
+  p.lq = static_cast<int>(L.lq);
   p.row_tiles = static_cast<int>((rows + 15) / 16);
   p.hkv = hkv;
   p.err = err;
+  // 16-byte q loads: contiguous channels, every row start a multiple of 8 elements, an aligned base.
+  p.q_vec = L.q_col == 1 && aligned16(q.data_ptr()) && mult8(L.q_row) && (L.heads == 1 || mult8(L.hq)) &&
+            (L.outer == 1 || mult8(L.bq[0]));
   // Splits: about two blocks per multiprocessor over all (sequence, KV head, row tile), at most one per 64
   // keys of the cache. Sized by Lmax, not the current lengths (which live on the device).
   const int64_t base = b * hkv * p.row_tiles;
@@ -121,16 +128,21 @@ void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   const int64_t max_splits = std::max<int64_t>(1, (L.lkv + attn::kTileKeys - 1) / attn::kTileKeys);
   p.splits = static_cast<int>(std::clamp<int64_t>((2 * sms + base - 1) / base, 1, std::min<int64_t>(max_splits, 128)));
   const int64_t out_rows = b * hq * L.lq;
-  Tensor part_o, part_m, part_l;
+  // Partials and the per-tile tickets of the last-block combine (one scratch allocation; tickets zeroed on
+  // the stream, so the launch is graph-capturable and replays start from zero).
+  Tensor scratch;
   if (p.splits > 1) {
-    part_o = empty({out_rows * p.splits * L.dv}, DType::F32, dev);
-    part_m = empty({out_rows * p.splits}, DType::F32, dev);
-    part_l = empty({out_rows * p.splits}, DType::F32, dev);
-    p.part_o = part_o.data<float>();
-    p.part_m = part_m.data<float>();
-    p.part_l = part_l.data<float>();
+    const int64_t n_o = out_rows * p.splits * L.dv, n_ml = out_rows * p.splits;
+    scratch = empty({n_o + 2 * n_ml + base}, DType::F32, dev);
+    p.part_o = scratch.data<float>();
+    p.part_m = p.part_o + n_o;
+    p.part_l = p.part_m + n_ml;
+    p.tickets = reinterpret_cast<int*>(p.part_l + n_ml);
+    check(cudaMemsetAsync(p.tickets, 0, static_cast<size_t>(base) * sizeof(int), stream),
+          "decode_attention: cudaMemsetAsync");
   } else {
     p.part_o = p.part_m = p.part_l = nullptr;
+    p.tickets = nullptr;
   }
   const int64_t blocks = base * p.splits;
   KILN_CHECK(blocks < (int64_t{1} << 31), "decode_attention: too many blocks (", blocks, ")");
@@ -147,14 +159,6 @@ void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
     else go(std::integral_constant<int, 128>{});
   });
   check_launch("decode_attention");
-  if (p.splits > 1) {
-    visit_dtypes<dset(DType::F16, DType::BF16)>(out.dtype(), "decode_attention", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      attn::attention_combine_kernel<T><<<static_cast<unsigned>(out_rows), 128, 0, stream>>>(
-          out.data<T>(), p.part_o, p.part_m, p.part_l, p.splits, L.dv);
-    });
-    check_launch("decode_attention (combine)");
-  }
 }
 
 void launch_general(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,

@@ -2,8 +2,11 @@
 // streams and the GPU op library build on this (docs/architecture.md).
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "core/copy.h"
 #include "cuda/allocator.h"
@@ -142,6 +145,30 @@ int multiprocessor_count(int device) {
   if (device >= 0 && device < 64) cached[device] = n;
   return n;
 }
+
+namespace {
+std::atomic<bool>& pdl_switch() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("KILN_PDL");
+    return !(v && std::string(v) == "0");
+  }()};
+  return on;
+}
+}  // namespace
+
+bool dependent_launch_enabled(int device) {
+  if (!pdl_switch().load(std::memory_order_relaxed)) return false;
+  static std::atomic<int> major[64] = {};
+  if (device < 0 || device >= 64) return false;
+  int m = major[device].load(std::memory_order_relaxed);
+  if (m == 0) {
+    check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+    major[device].store(m, std::memory_order_relaxed);
+  }
+  return m >= 9;
+}
+
+void set_dependent_launch(bool enabled) { pdl_switch().store(enabled, std::memory_order_relaxed); }
 
 void check_same_device(const char* op, Device device, const Tensor& t) {
   KILN_CHECK(t.device() == device, op, ": expected every tensor on ", device.str(), ", got ", t.meta());

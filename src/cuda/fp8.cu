@@ -57,14 +57,18 @@ struct GemvArgs {
 int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16; }
 
 // Warps per row group (split-K inside a block), as the bf16 GEMV (linear.cu): about 32 warps per SM in the
-// grid, and more warps per row only while each thread still has at least one 16-element chunk to read.
+// grid, and more warps per row only while each thread keeps at least two full unrolled steps (2 U chunks of
+// 16 elements). With only "one chunk per thread" (the bf16 kernel's floor) a 4096-wide FP8 row split 8 ways
+// left every thread a single round trip of R loads and the blocks' start-up dominated: about 2.6 TB/s on
+// the H200 against the bf16 kernel's 3.9.
 // TUNE (H200, `kiln bench ops`): the same targets as the bf16 kernel; FP8 rows are half the bytes.
-int split_for(int64_t n, int64_t k, int rows_per_warp, bool vec, int device) {
+int split_for(int64_t n, int64_t k, int rows_per_warp, int unroll, bool vec, int device) {
   const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
   const int64_t want_warps = static_cast<int64_t>(multiprocessor_count(device)) * 32;
   const int64_t units = vec ? k / 16 : k;
   int split = 1;
-  while (split < kernels::kGemvWarps && groups * split < want_warps && units >= 32 * (2 * split)) split *= 2;
+  while (split < kernels::kGemvWarps && groups * split < want_warps && units >= 32 * (2 * split) * 2 * unroll)
+    split *= 2;
   return split;
 }
 
@@ -81,15 +85,16 @@ int kshift_of(int kblk, int k) {
 template <class X, class O, class B, int MT>
 void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream) {
   constexpr int R = kernels::fp8_gemv_rows_per_warp<MT>();
-  const int split = split_for(g.n, g.k, R, g.vec, device);
+  const int split = split_for(g.n, g.k, R, kernels::fp8_gemv_unroll<MT, X>(), g.vec, device);
   const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (g.n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
-  kernels::fp8_gemv_kernel<X, O, B, MT><<<static_cast<unsigned>(blocks), kernels::kGemvThreads, 0, stream>>>(
-      static_cast<const X*>(g.x), g.ldx, rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn,
-      g.ws_sn, g.ws_sk, g.xs, g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
-      static_cast<O*>(g.y), g.ldy, split, g.vec);
-  check_launch("fp8 gemv");
+  // A dependent launch: weights and their scales are prefetched before the wait for x (kernels/pdl.cuh).
+  launch_dependent(kernels::fp8_gemv_kernel<X, O, B, MT>, dim3(static_cast<unsigned>(blocks)),
+                   dim3(kernels::kGemvThreads), 0, stream, device, "fp8 gemv", static_cast<const X*>(g.x), g.ldx,
+                   rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn, g.ws_sk, g.xs,
+                   g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
+                   static_cast<O*>(g.y), g.ldy, split, g.vec);
 }
 
 // All M rows in launches of at most 16 (each reads the whole weight once).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "cuda/backend.h"
 #include "kiln/tensor.h"
@@ -46,5 +47,30 @@ inline unsigned grid_for(int64_t n, int threads, int device) {
 
 // Every tensor argument of an op must live on the op's device: checked before any launch.
 void check_same_device(const char* op, Device device, const Tensor& t);
+
+// Programmatic dependent launch (kernels/pdl.cuh): on for devices of compute capability 9.0 and up unless
+// turned off, by set_dependent_launch(false) or KILN_PDL=0 in the environment (for A/B measurements).
+bool dependent_launch_enabled(int device);
+void set_dependent_launch(bool enabled);
+
+// Launches `kernel` with the programmatic-serialization attribute where enabled (a plain launch otherwise).
+// The kernel must call pdl_wait() before touching memory an earlier kernel writes or reads.
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      int device, const char* op, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (dependent_launch_enabled(device)) {
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op);
+}
 
 }  // namespace kiln::cuda

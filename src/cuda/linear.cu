@@ -64,9 +64,9 @@ void launch_gemv(const T* x, int64_t ldx, int rows, const T* w, int64_t ldw, int
   const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "linear: N = ", n, " needs too many blocks");
-  kernels::gemv_kernel<T, MT><<<static_cast<unsigned>(blocks), kernels::kGemvThreads, 0, stream>>>(
-      x, ldx, rows, w, ldw, n, k, bias, y, ldy, split, vec);
-  check_launch("linear");
+  // A dependent launch: the kernel prefetches weights before it waits for the kernel that wrote x.
+  launch_dependent(kernels::gemv_kernel<T, MT>, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads), 0,
+                   stream, device, "linear", x, ldx, rows, w, ldw, n, k, bias, y, ldy, split, vec);
 }
 
 }  // namespace

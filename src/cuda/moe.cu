@@ -217,7 +217,18 @@ Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor
   const Tensor rows_tok = empty({P}, DType::I32, dev), rows_pair = empty({P}, DType::I32, dev);
   const size_t perm_smem = static_cast<size_t>(2 * E) * sizeof(int);
   MoeRouting r;
-  if (fused_route(E) && T <= kFusedRouteTokens) {
+  if (fused_route(E) && T == 1) {
+    // One token: one warp routes and permutes.
+    const Tensor logits = cuda::linear(x, router_weight, std::nullopt);
+    r = MoeRouting{empty({T, top_k}, x.dtype(), dev), empty({T, top_k}, DType::I32, dev)};
+    visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), op, [&](auto tag) {
+      using X = typename decltype(tag)::type;
+      kernels::moe_route_one_kernel<X><<<1, 32, 0, stream>>>(
+          logits.data<const X>(), static_cast<int>(E), static_cast<int>(top_k), norm_topk_prob, r.weights.data<X>(),
+          r.experts.data<int32_t>(), offs.data<int32_t>(), rows_tok.data<int32_t>(), rows_pair.data<int32_t>());
+    });
+    check_launch(op);
+  } else if (fused_route(E) && T <= kFusedRouteTokens) {
     const Tensor logits = cuda::linear(x, router_weight, std::nullopt);
     r = MoeRouting{empty({T, top_k}, x.dtype(), dev), empty({T, top_k}, DType::I32, dev)};
     visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), op, [&](auto tag) {

@@ -53,18 +53,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 std::atomic<bool> g_pdl_enabled{true};
 
-// Programmatic dependent launch needs compute capability 9.0 (cached per device).
-bool use_pdl(int device) {
-  if (!g_pdl_enabled.load(std::memory_order_relaxed)) return false;
-  static std::atomic<int> major[64] = {};
-  if (device < 0 || device >= 64) return false;
-  int m = major[device].load(std::memory_order_relaxed);
-  if (m == 0) {
-    check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-    major[device].store(m, std::memory_order_relaxed);
-  }
-  return m >= 9;
-}
+// The split path's own switch (tests compare both) on top of the global one.
+bool use_pdl(int device) { return g_pdl_enabled.load(std::memory_order_relaxed) && dependent_launch_enabled(device); }
 
 // x as `rows` rows of n contiguous elements, row r at r * ld: the reduced dim has unit stride (or size 1),
 // every later dim has size 1, and the earlier dims of size > 1 nest exactly (stride[d] = stride[d'] *

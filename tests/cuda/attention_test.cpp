@@ -164,10 +164,13 @@ struct DecodeCase {
 };
 
 // unaligned: caches that are slices starting at element 1 of wider rows (the general kernel).
-void check_decode(const DecodeCase& c, DType dt, int64_t lq, bool unaligned = false) {
+// q_unaligned: q rows that start at odd elements (the tiles read q element by element).
+void check_decode(const DecodeCase& c, DType dt, int64_t lq, bool unaligned = false, bool q_unaligned = false) {
   SCOPED_TRACE(str(dtype_name(dt), " B ", c.b, " Hq ", c.hq, " Hkv ", c.hkv, " D ", c.d, " Lmax ", c.lmax, " Lq ", lq,
-                   unaligned ? " unaligned" : ""));
-  const Tensor q = random_tensor({c.b, lq, c.hq, c.d}, dt).transpose(1, 2);  // [B, Hq, Lq, D] view of [B, Lq, Hq, D]
+                   unaligned ? " unaligned" : "", q_unaligned ? " q unaligned" : ""));
+  // [B, Hq, Lq, D] view of [B, Lq, Hq, D] (or of [B, Lq, Hq, D + 1] from element 1)
+  const Tensor q = q_unaligned ? random_tensor({c.b, lq, c.hq, c.d + 1}, dt).narrow(-1, 1, c.d).transpose(1, 2)
+                               : random_tensor({c.b, lq, c.hq, c.d}, dt).transpose(1, 2);
   const int64_t w = unaligned ? c.d + 1 : c.d;
   const Tensor kc = random_tensor({c.b, c.hkv, c.lmax, w}, dt).narrow(-1, w - c.d, c.d);
   const Tensor vc = random_tensor({c.b, c.hkv, c.lmax, w}, dt).narrow(-1, w - c.d, c.d);
@@ -189,6 +192,12 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
     check_decode({1, 64, 8, 128, 4097, {4096}}, dt, 2);
     check_decode({2, 8, 2, 128, 32768, {32768, 30001}}, dt, 1);
     check_decode({4, 4, 4, 64, 64, {0, 1, 63, 64}}, dt, 1);  // a length of 0 gives 0
+    check_decode({2, 32, 8, 128, 700, {700, 65}}, dt, 1, false, true);
+    check_decode({1, 16, 2, 64, 100, {37}}, dt, 3, false, true);
+    // Enough (sequence, KV head) pairs that each takes one block: no split, no combine.
+    std::vector<int32_t> many(40);
+    for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>(1 + (i * 37) % 200);
+    check_decode({40, 16, 8, 64, 200, many}, dt, 1);
   }
   // f32 caches and unaligned caches take the general kernel.
   check_decode({2, 8, 2, 64, 300, {300, 7}}, DType::F32, 3);

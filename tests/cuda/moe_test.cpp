@@ -404,7 +404,10 @@ TEST(CudaMoeForward, EveryDtypeOddSizesAndIntegerRouting) {
   for (DType d : kDtypes)
     for (const MoeCase& c : {MoeCase{5, 16, 8, 1, 1, true}, MoeCase{4, 16, 8, 4, 4, false}, MoeCase{64, 8, 4, 32, 2, true},
                              MoeCase{7, 37, 21, 8, 2, true}, MoeCase{3, 40, 20, 8, 8, false}, MoeCase{33, 64, 1, 6, 3, true},
-                             MoeCase{2000, 24, 16, 64, 8, true}}) {  // thousands of tokens: 16000 rows
+                             MoeCase{2000, 24, 16, 64, 8, true},  // thousands of tokens: 16000 rows
+                             // one token (the one-warp routing): experts across lanes and ballots, k = E
+                             MoeCase{1, 16, 8, 40, 6, true}, MoeCase{1, 24, 8, 200, 16, false}, MoeCase{1, 8, 4, 8, 8, true},
+                             MoeCase{1, 8, 4, 256, 32, true}}) {
       check_moe(c, d, false);
       check_moe(c, d, true);
     }

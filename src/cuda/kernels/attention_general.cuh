@@ -1,6 +1,5 @@
 // Device code of the attention paths that are not tensor-core tiles: the general kernel (any dtype, head
-// dims, strides, masks, broadcasting; the correct fallback for every shape), the split-KV combine of the
-// decode kernel, and the KV-cache append.
+// dims, strides, masks, broadcasting; the correct fallback for every shape) and the KV-cache append.
 #pragma once
 
 #include <cstdint>
@@ -91,31 +90,6 @@ __global__ void attention_general_kernel(T* __restrict__ out, const T* __restric
     const float inv = m == -INFINITY ? 0.f : 1.f / l;
     for (int64_t c = lane; c < L.dv; c += 32) orow[c] = convert<T>(m == -INFINITY ? 0.f : acc[c] * inv);
     __syncwarp();
-  }
-}
-
-// Split-KV combine: row r of the output (contiguous [rows, Dv]) from `splits` partial results, each an
-// unnormalised accumulator o (f32 [rows, splits, Dv]) with its running max m (log2 domain) and sum l
-// (f32 [rows, splits]). A split that saw no key has m = -inf, l = 0 and adds nothing.
-template <class T>
-__global__ void attention_combine_kernel(T* __restrict__ out, const float* __restrict__ part_o,
-                                         const float* __restrict__ part_m, const float* __restrict__ part_l,
-                                         int splits, int64_t dv) {
-  const int64_t r = blockIdx.x;
-  const float* pm = part_m + r * splits;
-  const float* pl = part_l + r * splits;
-  float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, pm[s]);
-  float total = 0.f;
-  if (mx != -INFINITY)
-    for (int s = 0; s < splits; ++s) total += pm[s] == -INFINITY ? 0.f : pl[s] * exp2f(pm[s] - mx);
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  for (int64_t c = threadIdx.x; c < dv; c += blockDim.x) {
-    float acc = 0.f;
-    if (mx != -INFINITY)
-      for (int s = 0; s < splits; ++s)
-        if (pm[s] != -INFINITY) acc += part_o[(r * splits + s) * dv + c] * exp2f(pm[s] - mx);
-    out[r * dv + c] = convert<T>(acc * inv);
   }
 }
 

@@ -17,11 +17,13 @@
 #include <cstdint>
 
 #include "cuda/device_error.h"
+#include "cuda/kernels/pdl.cuh"
 #include "ops/attention_math.h"
 
 namespace kiln::cuda::attn {
 
 namespace am = attention_math;
+using kernels::pdl_allow_dependents;
 
 constexpr int kPad = 8;       // elements of padding per shared-memory row
 constexpr int kTileKeys = 64;  // keys per K/V tile
@@ -309,23 +311,28 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(FlashParams p) 
 }
 
 struct DecodeParams {
-  uint16_t* out;                // contiguous [B, Hq, Lq, D] (splits == 1)
+  uint16_t* out;                    // contiguous [B, Hq, Lq, D]
   float *part_o, *part_m, *part_l;  // [B * Hq * Lq, splits, D], [B * Hq * Lq, splits] (splits > 1)
+  int* tickets;                     // [B * Hkv * row_tiles], zero before the launch (splits > 1)
   const uint16_t *q, *k, *v;
   const int32_t* lengths;
   am::Layout L;  // decode layout: outer = B (strides bq/bk/bv[0]), heads = Hq, gk = gv = Hq / Hkv
   float scale_log2;
   int splits, row_tiles;
+  int lq, rows;  // queries per sequence; rows of a KV group (Hq / Hkv * Lq), both < 2^31 (checked)
+  bool q_vec;    // q rows can be read in 16-byte pieces (contiguous channels, 8-element strides, aligned)
   int64_t hkv;
   DeviceErrorRecord* err;
 };
 
-// Decode: one block per (split of the keys, 16 rows of one KV group, KV head, sequence). The rows are the
+// Decode: one launch per (split of the keys, 16 rows of one KV group, KV head, sequence). The rows are the
 // group's G = Hq / Hkv query heads times Lq queries (row = g * Lq + t), so K and V are read once for all
 // of them. The block's keys [split * chunk, ...) with chunk from the sequence's current length (read here:
 // the grid is sized by Lmax, so a captured graph stays valid as lengths grow) go in 64-key tiles; warp w
 // takes keys 16w..16w+15 of each tile with its own softmax state, and the four warps merge at the end.
-// Query t of the sequence sees keys <= n - Lq + t.
+// Query t of the sequence sees keys <= n - Lq + t. With several splits each block writes its f32 partial
+// (o, running max, sum) and takes a ticket; the last block of a (sequence, KV head, row tile) combines
+// all splits and writes the output, so decode attention is one kernel whatever the split.
 template <class Tag, int D>
 __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) {
   constexpr int ld = D + kPad;
@@ -333,6 +340,8 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
   uint16_t* qs = sm;                         // [16][ld]
   uint16_t* ks = qs + 16 * ld;               // [2][64][ld]
   uint16_t* vs = ks + 2 * kTileKeys * ld;    // [2][64][ld]
+  __shared__ int last_block;
+  pdl_allow_dependents();  // kernels/pdl.cuh: the output projection may start its weight loads
   const am::Layout& L = p.L;
   int64_t x = blockIdx.x;
   const int split = static_cast<int>(x % p.splits);
@@ -340,8 +349,36 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
   const int rt = static_cast<int>(x % p.row_tiles);
   x /= p.row_tiles;
   const int64_t hk = x % p.hkv, b = x / p.hkv;
-  const int64_t group = L.gk, rows = group * L.lq;
+  const int64_t tile_id = x * p.row_tiles + rt;  // (sequence, KV head, row tile)
+  const int group = static_cast<int>(L.gk);
+  const int row0 = rt * 16;
+  const int nrows = p.rows - row0 < 16 ? p.rows - row0 : 16;  // real rows of this tile
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  // The q tile first (it does not depend on the length): rows past the group's are zero. 32-bit index math.
+  const uint16_t* qb = p.q + b * L.bq[0] + hk * group * L.hq;
+  if (p.q_vec) {
+    constexpr int kChunks = D / 8;
+    for (int i = threadIdx.x; i < 16 * kChunks; i += kThreads) {
+      const int rr = i / kChunks, c = i % kChunks;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (rr < nrows) {
+        const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
+        val = *reinterpret_cast<const uint4*>(qb + g * L.hq + t * L.q_row + c * 8);
+      }
+      *reinterpret_cast<uint4*>(qs + rr * ld + c * 8) = val;
+    }
+  } else {
+    for (int i = threadIdx.x; i < 16 * D; i += kThreads) {
+      const int rr = i / D, c = i % D;
+      uint16_t val = 0;
+      if (rr < nrows) {
+        const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
+        val = qb[g * L.hq + t * L.q_row + c * L.q_col];
+      }
+      qs[rr * ld + c] = val;
+    }
+  }
 
   int64_t n = p.lengths[b];
   if (n < 0 || n > L.lkv) {
@@ -361,24 +398,14 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
     load_tile<D>(vs, vbase, L.v_row, kb, ke);
   }
   cp_async_commit();
-  for (int i = threadIdx.x; i < 16 * D; i += kThreads) {
-    const int rr = i / D, c = i % D;
-    const int64_t row = rt * 16 + rr;
-    uint16_t val = 0;
-    if (row < rows) {
-      const int64_t g = row / L.lq, t = row % L.lq, h = hk * group + g;
-      val = p.q[b * L.bq[0] + h * L.hq + t * L.q_row + c * L.q_col];
-    }
-    qs[rr * ld + c] = val;
-  }
   __syncthreads();
   WarpState<D> st;
   load_q<D>(st, qs, ld);
   int64_t e[2];
   for (int rr = 0; rr < 2; ++rr) {
-    const int64_t row = rt * 16 + lane / 4 + 8 * rr;
-    const int64_t t = row % L.lq;
-    const int64_t lim = am::key_end(t, L.lq, n, true, true);
+    const int row = row0 + lane / 4 + 8 * rr;
+    const int t = row % p.lq;
+    const int64_t lim = am::key_end(t, p.lq, n, true, true);
     e[rr] = lim < ke ? lim : ke;
   }
   for (int64_t t = 0; t < tiles; ++t) {
@@ -400,51 +427,107 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
   }
   finish_l<D>(st);
 
-  // Merge the four warps through shared memory (the K/V stages are free now: the loop ended on a barrier).
-  float* red_o = reinterpret_cast<float*>(ks);  // [4][16][D]: 4 * 16 * 128 * 4 = 32 KiB <= the K stages
+  // Merge the four warps through shared memory (the K/V stages are free now: the loop ended on a barrier,
+  // or never loaded a tile). Only the tile's real rows.
+  float* red_o = reinterpret_cast<float*>(ks);  // [4][16][D]: 32 KiB for D = 128, within the K stages
   float* red_m = red_o + 4 * 16 * D;            // [4][16]
   float* red_l = red_m + 4 * 16;                // [4][16]
+  float* red_f = red_l + 4 * 16;                // [4][16]: each warp's factor in the row's total
+  float* row_m = red_f + 4 * 16;                // [16]: the row's max and sum over the warps
+  float* row_l = row_m + 16;
   const int t4 = lane % 4;
   for (int rr = 0; rr < 2; ++rr) {
     const int row = lane / 4 + 8 * rr;
+    if (row >= nrows) continue;
     if (t4 == 0) {
       red_m[warp * 16 + row] = st.m[rr];
       red_l[warp * 16 + row] = st.l[rr];
     }
 #pragma unroll
-    for (int nn = 0; nn < D / 8; ++nn) {
-      red_o[(warp * 16 + row) * D + 8 * nn + 2 * t4] = st.o[nn][2 * rr];
-      red_o[(warp * 16 + row) * D + 8 * nn + 2 * t4 + 1] = st.o[nn][2 * rr + 1];
-    }
+    for (int nn = 0; nn < D / 8; ++nn)
+      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + 8 * nn + 2 * t4) =
+          make_float2(st.o[nn][2 * rr], st.o[nn][2 * rr + 1]);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < 16 * D; i += kThreads) {
-    const int rr = i / D, c = i % D;
-    const int64_t row = rt * 16 + rr;
-    if (row >= rows) continue;
+  if (threadIdx.x < nrows) {
+    const int rr = threadIdx.x;
     float mx = -INFINITY;
     for (int w = 0; w < 4; ++w) mx = fmaxf(mx, red_m[w * 16 + rr]);
-    float lsum = 0.f, acc = 0.f;
-    if (mx != -INFINITY) {
-      for (int w = 0; w < 4; ++w) {
-        const float mw = red_m[w * 16 + rr];
-        if (mw == -INFINITY) continue;
-        const float f = exp2f(mw - mx);
-        lsum += red_l[w * 16 + rr] * f;
-        acc += red_o[(w * 16 + rr) * D + c] * f;
-      }
+    float lsum = 0.f;
+    float f[4];
+    for (int w = 0; w < 4; ++w) {
+      const float mw = red_m[w * 16 + rr];
+      f[w] = mw == -INFINITY ? 0.f : exp2f(mw - mx);
+      lsum += red_l[w * 16 + rr] * f[w];
     }
-    const int64_t g = row / L.lq, t = row % L.lq, h = hk * group + g;
-    const int64_t out_row = (b * L.heads + h) * L.lq + t;
+    // One split: the factors include 1 / sum (a row with no visible key gives 0). Several: raw factors; the
+    // partial keeps (max, sum) for the combine.
+    const float scale = p.splits == 1 ? (lsum > 0.f ? 1.f / lsum : 0.f) : 1.f;
+    for (int w = 0; w < 4; ++w) red_f[w * 16 + rr] = f[w] * scale;
+    row_m[rr] = mx;
+    row_l[rr] = lsum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nrows * D; i += kThreads) {
+    const int rr = i / D, c = i % D;
+    const float acc = red_o[rr * D + c] * red_f[rr] + red_o[(16 + rr) * D + c] * red_f[16 + rr] +
+                      red_o[(32 + rr) * D + c] * red_f[32 + rr] + red_o[(48 + rr) * D + c] * red_f[48 + rr];
+    const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
+    const int64_t out_row = (b * L.heads + hk * group + g) * p.lq + t;
     if (p.splits == 1) {
-      p.out[out_row * D + c] = Mma<Tag>::from_float(lsum > 0.f ? acc / lsum : 0.f);
+      p.out[out_row * D + c] = Mma<Tag>::from_float(acc);
     } else {
       p.part_o[(out_row * p.splits + split) * D + c] = acc;
       if (c == 0) {
-        p.part_m[out_row * p.splits + split] = mx;
-        p.part_l[out_row * p.splits + split] = lsum;
+        p.part_m[out_row * p.splits + split] = row_m[rr];
+        p.part_l[out_row * p.splits + split] = row_l[rr];
       }
     }
+  }
+  if (p.splits == 1) return;
+
+  // The last block of the tile to finish combines the splits (threadFenceReduction pattern): partials are
+  // made visible device-wide before the ticket, and read back through L2 (__ldcg) after it.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last_block = atomicAdd(p.tickets + tile_id, 1) == p.splits - 1;
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  float* fac = reinterpret_cast<float*>(ks);  // [16][splits] (splits <= 128: 8 KiB)
+  for (int rr = warp; rr < nrows; rr += kThreads / 32) {
+    const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
+    const int64_t out_row = (b * L.heads + hk * group + g) * p.lq + t;
+    const float* pm = p.part_m + out_row * p.splits;
+    const float* pl = p.part_l + out_row * p.splits;
+    float mx = -INFINITY;
+    for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, __ldcg(pm + s));
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+    float total = 0.f;
+    for (int s = lane; s < p.splits; s += 32) {
+      const float ms = __ldcg(pm + s);
+      const float f = ms == -INFINITY ? 0.f : exp2f(ms - mx);
+      fac[rr * p.splits + s] = f;
+      total += __ldcg(pl + s) * f;
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) total += __shfl_xor_sync(0xffffffffu, total, d);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    for (int s = lane; s < p.splits; s += 32) fac[rr * p.splits + s] *= inv;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < nrows * D; i += kThreads) {
+    const int rr = i / D, c = i % D;
+    const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
+    const int64_t out_row = (b * L.heads + hk * group + g) * p.lq + t;
+    const float* po = p.part_o + out_row * p.splits * D + c;
+    float acc = 0.f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float f = fac[rr * p.splits + s];
+      if (f != 0.f) acc += __ldcg(po + s * D) * f;
+    }
+    p.out[out_row * D + c] = Mma<Tag>::from_float(acc);
   }
 }
 

@@ -255,6 +255,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   const int group_threads = 32 * split;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * groups + group) * R;
 
+  pdl_allow_dependents();
   float acc[R][MT];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -304,24 +305,40 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
     };
     const int chunks = k >> 4;
     int c = t;
-    // Full steps: U chunks per thread, all U * R weight loads issued before any is used.
+    // Full steps: U chunks per thread, all U * R weight loads issued before any is used. The first step's
+    // loads go out before the dependent-launch wait (kernels/pdl.cuh): x and its scales come after it.
+    bool waited = false;
     for (; c + (U - 1) * group_threads < chunks; c += U * group_threads) {
       uint4 wv[U][R];
+      if (!waited) {
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+          for (int r = 0; r < R; ++r)
+            wv[u][r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+        pdl_wait();
+        waited = true;
+      } else {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+      }
 #pragma unroll
       for (int u = 0; u < U; ++u) chunk(wv[u], c + u * group_threads);
     }
     for (; c < chunks; c += group_threads) {
       uint4 wv[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) wv[r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c);
+      for (int r = 0; r < R; ++r) wv[r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c);
+      if (!waited) pdl_wait();
+      waited = true;
       chunk(wv, c);
     }
+    if (!waited) pdl_wait();  // a thread with no chunk
   } else {
+    pdl_wait();
 #pragma unroll 1
     for (int i = t; i < k; i += group_threads) {
       const int kb = kblock(i);

@@ -17,6 +17,11 @@
 // U * R of them in flight. Weight loads bypass L1 (they are streamed once; L1 is left to the activations).
 // Otherwise the scalar path reads one element at a time (misaligned slices, k not a multiple of 8/4).
 //
+// Dependent launch (kernels/pdl.cuh). The launcher may start the kernel while the previous one still runs:
+// each thread issues its first weight loads (weights are never written by a kernel), then waits for the
+// previous grid before it reads x or stores anything, so the weight stream's first round trip overlaps the
+// previous kernel's tail and the launch.
+//
 // Bounds. Rows beyond n and activation rows beyond `rows` are clamped to the last valid row for loading
 // (so no load leaves the tensors) and not stored. Every chunk index is < k / vec_elems (vec) or < k.
 #pragma once
@@ -27,6 +32,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/kernels/pdl.cuh"
 #include "kiln/scalar_types.h"
 
 namespace kiln::cuda::kernels {
@@ -61,6 +67,15 @@ __device__ __forceinline__ uint4 gemv_load_stream(const uint4* p) {
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
+  return v;
+}
+
+// The same load, kept in program order before the volatile asm that follows it (pdl_wait): a prefetch.
+__device__ __forceinline__ uint4 gemv_load_stream_early(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 }
 
@@ -161,18 +176,31 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   for (int r = 0; r < R; ++r) woff[r] = (row0 + r < n ? row0 + r : n - 1) * ldw;
   auto xoff = [&](int m) -> int64_t { return static_cast<int64_t>(m < rows ? m : rows - 1) * ldx; };
 
+  pdl_allow_dependents();
   if (vec) {
     const int chunks = k / VEC;
     const int64_t ldx_vec = ldx / VEC;  // ldx is a multiple of VEC on this path
     int c = t;
-    // Full steps: U chunks per thread, all U * R weight loads issued before any is used.
+    // Full steps: U chunks per thread, all U * R weight loads issued before any is used. The first step's
+    // loads go out before the dependent-launch wait.
+    bool waited = false;
     for (; c + (U - 1) * group_threads < chunks; c += U * group_threads) {
       uint4 wv[U][R];
+      if (!waited) {
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+          for (int r = 0; r < R; ++r)
+            wv[u][r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+        pdl_wait();
+        waited = true;
+      } else {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+      }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float wf[R][VEC];
@@ -201,7 +229,9 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
 #pragma unroll
         for (int r = 0; r < R; ++r)
           if (c + u * group_threads < chunks)
-            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+            wv[u][r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+      if (!waited) pdl_wait();
+      waited = true;
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u * group_threads >= chunks) break;
@@ -221,7 +251,9 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
         }
       }
     }
+    if (!waited) pdl_wait();  // a thread with no chunk
   } else {
+    pdl_wait();
 #pragma unroll 1
     for (int i = t; i < k; i += group_threads) {
       float wf[R];

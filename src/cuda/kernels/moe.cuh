@@ -31,9 +31,11 @@ __device__ __forceinline__ bool route_better(float va, int ea, float vb, int eb)
 // As moe_route: p = softmax(logits) in f32, the k largest (ties: lower index) in descending order, then
 // optionally p / sum(selected p). 1 <= k <= E <= kRouteMaxExperts.
 // One warp routes token t (all 32 lanes call this together).
+// slot[i] is left as the slot of expert lane + 32 i (-1: not selected).
 template <class T>
-__device__ void route_token(const T* __restrict__ logits, int64_t ld, int64_t t, int E, int k, bool norm,
-                            T* __restrict__ weights, int32_t* __restrict__ experts) {
+__device__ __forceinline__ void route_token(const T* __restrict__ logits, int64_t ld, int64_t t, int E, int k,
+                                            bool norm, T* __restrict__ weights, int32_t* __restrict__ experts,
+                                            int (&slot)[kRoutePerLane]) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const T* row = logits + t * ld;
   float v[kRoutePerLane];
@@ -60,7 +62,6 @@ __device__ void route_token(const T* __restrict__ logits, int64_t ld, int64_t t,
 
   // k rounds of a warp arg-max over the experts not yet taken; each lane remembers the slot of the
   // experts it owns, so no per-slot arrays are needed and k is bounded only by E.
-  int slot[kRoutePerLane];
 #pragma unroll
   for (int i = 0; i < kRoutePerLane; ++i) slot[i] = -1;
   float sel_sum = 0.f;  // the same on every lane, summed in slot order
@@ -97,6 +98,12 @@ __device__ void route_token(const T* __restrict__ logits, int64_t ld, int64_t t,
     weights[t * k + slot[i]] = gemv_from_f32<T>(w);
     experts[t * k + slot[i]] = lane + 32 * i;
   }
+}
+template <class T>
+__device__ void route_token(const T* __restrict__ logits, int64_t ld, int64_t t, int E, int k, bool norm,
+                            T* __restrict__ weights, int32_t* __restrict__ experts) {
+  int slot[kRoutePerLane];
+  route_token(logits, ld, t, E, k, norm, weights, experts, slot);
 }
 
 // grid = ceil(T / 4) blocks of kRouteThreads: a warp per token.
@@ -169,11 +176,39 @@ __global__ void __launch_bounds__(kPermuteThreads)
                                  warp_tmp);
 }
 
+// Routing and permutation of one token (decode) by one warp: the k selected experts are distinct, so the
+// permutation is a prefix count over the experts (ballots in expert order): offs[e] = selected experts <= e,
+// and the row of selected expert e is offs[e] - 1, holding slot[e] of token 0. Same outputs as
+// moe_route_permute_kernel with tokens = 1, without its 1024-thread block and scans.
+template <class T>
+__global__ void __launch_bounds__(32)
+    moe_route_one_kernel(const T* __restrict__ logits, int E, int k, bool norm, T* __restrict__ weights,
+                         int32_t* __restrict__ experts, int32_t* __restrict__ offs, int32_t* __restrict__ rows_tok,
+                         int32_t* __restrict__ rows_pair) {
+  const int lane = static_cast<int>(threadIdx.x);
+  int slot[kRoutePerLane];
+  route_token(logits, 0, 0, E, k, norm, weights, experts, slot);
+  int before = 0;  // selected experts below 32 i
+#pragma unroll
+  for (int i = 0; i < kRoutePerLane; ++i) {
+    const int e = lane + 32 * i;
+    const unsigned sel = __ballot_sync(0xFFFFFFFFu, e < E && slot[i] >= 0);
+    const int end = before + __popc(sel & (0xFFFFFFFFu >> (31 - lane)));  // lanes <= this one
+    if (e < E) offs[e] = end;
+    if (e < E && slot[i] >= 0) {
+      rows_pair[end - 1] = slot[i];
+      rows_tok[end - 1] = 0;
+    }
+    before += __popc(sel);
+  }
+}
+
 // out[t, c] = sum over slots j < k, in order, of weight[t, j] * y[t * k + j, c] in f32, rounded once.
 // y [T k, H] f32 contiguous, weights [T, k], out [T, H] contiguous.
 template <class T>
 __global__ void moe_combine_kernel(const float* __restrict__ y, const T* __restrict__ weights, int64_t tokens,
                                    int64_t H, int k, T* __restrict__ out) {
+  pdl_allow_dependents();  // kernels/pdl.cuh
   const int64_t n = tokens * H;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "cuda/kernels/pdl.cuh"
 #include "ops/softmax_math.h"
 
 namespace kiln::cuda::kernels {
@@ -89,21 +90,6 @@ __device__ __forceinline__ sm::MaxSum<A> block_all_max_sum(sm::MaxSum<A> v, A* s
   const A m = block_all_reduce(v.max, MaxNan{}, smem);
   const A s = block_all_reduce(sm::rescale_sum(v.sum, v.max, m), Plus{}, smem);
   return {m, s};
-}
-
-// Programmatic dependent launch (sm_90): the split path's second kernel is launched with the
-// programmatic-serialization attribute, so it may start while the first still runs; it reads x (which the
-// first kernel does not write) and then waits for the first kernel's completion and memory before reading
-// the partials. Without the attribute the wait returns at once.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisite_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 // Element q of a group from its 32-bit words, and a group to words, by shifts: no byte copies through local
@@ -240,7 +226,7 @@ __global__ void __launch_bounds__(kSoftmaxSplitThreads)
   constexpr int U = kSoftmaxSplitUnroll;
   constexpr int64_t kStride = static_cast<int64_t>(kSoftmaxSplitThreads) * V;
   __shared__ A smem[32];
-  sd::allow_dependent_launch();  // all of this grid's blocks are running: the second pass may be scheduled
+  kernels::pdl_allow_dependents();  // all of this grid's blocks are running: the second pass may be scheduled
   const int64_t row = blockIdx.x / chunks;
   const int64_t lo = (blockIdx.x % chunks) * chunk;
   const int64_t hi = lo + chunk < n ? lo + chunk : n;
@@ -268,7 +254,7 @@ __global__ void __launch_bounds__(kSoftmaxSplitThreads)
 
 // Split path, pass 2: every block folds its row's `chunks` partials (the same order in every block, so the
 // row's blocks agree bit for bit) and writes its chunk of y (row r at y + r * n). The first batch of x is
-// loaded before waiting for pass 1 (see allow_dependent_launch).
+// loaded before waiting for pass 1 (see kernels/pdl.cuh).
 template <class Tin, class Tout>
 __global__ void __launch_bounds__(kSoftmaxSplitThreads)
     softmax_split_write_kernel(const Tin* __restrict__ x, Tout* __restrict__ y, int64_t n, int64_t ld,
@@ -291,7 +277,7 @@ __global__ void __launch_bounds__(kSoftmaxSplitThreads)
 #pragma unroll
   for (int u = 0; u < U; ++u) sd::load_group(xr, g0 + u * kStride, hi, vec_x, v[u]);
 
-  sd::wait_for_prerequisite_grid();
+  kernels::pdl_wait();
   sm::MaxSum<A> acc = sm::max_sum_identity<A>();
   for (int i = static_cast<int>(threadIdx.x); i < chunks; i += kSoftmaxSplitThreads)
     acc = sm::combine(acc, partial[row * chunks + i]);
