@@ -64,7 +64,8 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
     KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
     const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
-    kernels::gmm_decode_kernel<T><<<grid, kernels::kDecThreads, smem, stream>>>(p, split, vec);
+    launch_dependent(kernels::gmm_decode_kernel<T>, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p,
+                     split, vec);
   } else {
     const bool vec = p.mode != GmmMode::KGroups && p.a_sk == 1 && p.b_sk == 1 && p.K % vec_elems == 0 &&
                      aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
@@ -217,17 +218,23 @@ Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor
   const Tensor rows_tok = empty({P}, DType::I32, dev), rows_pair = empty({P}, DType::I32, dev);
   const size_t perm_smem = static_cast<size_t>(2 * E) * sizeof(int);
   MoeRouting r;
+  // One token: the routing also gives each row's expert, and the decode kernels skip the offsets scan.
+  Tensor rows_expert;
+  const int32_t* row_groups = nullptr;
   if (fused_route(E) && T == 1) {
+    rows_expert = empty({P}, DType::I32, dev);
     // One token: one warp routes and permutes.
     const Tensor logits = cuda::linear(x, router_weight, std::nullopt);
     r = MoeRouting{empty({T, top_k}, x.dtype(), dev), empty({T, top_k}, DType::I32, dev)};
     visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), op, [&](auto tag) {
       using X = typename decltype(tag)::type;
-      kernels::moe_route_one_kernel<X><<<1, 32, 0, stream>>>(
+      launch_dependent(kernels::moe_route_one_kernel<X>, dim3(1), dim3(32), 0, stream, dev.index, op,
           logits.data<const X>(), static_cast<int>(E), static_cast<int>(top_k), norm_topk_prob, r.weights.data<X>(),
-          r.experts.data<int32_t>(), offs.data<int32_t>(), rows_tok.data<int32_t>(), rows_pair.data<int32_t>());
+          r.experts.data<int32_t>(), offs.data<int32_t>(), rows_tok.data<int32_t>(), rows_pair.data<int32_t>(),
+          rows_expert.data<int32_t>());
     });
     check_launch(op);
+    row_groups = rows_expert.data<const int32_t>();
   } else if (fused_route(E) && T <= kFusedRouteTokens) {
     const Tensor logits = cuda::linear(x, router_weight, std::nullopt);
     r = MoeRouting{empty({T, top_k}, x.dtype(), dev), empty({T, top_k}, DType::I32, dev)};
@@ -263,6 +270,7 @@ Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor
     p.G = static_cast<int>(E), p.M = P, p.N = to_int(I, op, "I"), p.K = to_int(H, op, "H");
     p.act = true;
     p.err = device_error_record(dev.index);
+    if (decode) p.row_groups = row_groups;
     run_gmm(p, x.dtype(), decode, dev, op);
   }
   // y [P, H] f32, at row (token, slot) = h @ down_e^T.
@@ -278,6 +286,7 @@ Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor
     p.G = static_cast<int>(E), p.M = P, p.N = to_int(H, op, "H"), p.K = to_int(I, op, "I");
     p.out_f32 = true;
     p.err = device_error_record(dev.index);
+    if (decode) p.row_groups = row_groups;
     if (p.K == 0) y.zero_();
     else run_gmm(p, x.dtype(), decode, dev, op);
   }
@@ -285,8 +294,9 @@ Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor
   constexpr int kThreads = 256;
   visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), op, [&](auto tag) {
     using X = typename decltype(tag)::type;
-    kernels::moe_combine_kernel<X><<<grid_for(T * H, kThreads, dev.index), kThreads, 0, stream>>>(
-        y.data<const float>(), weights.data<const X>(), T, H, static_cast<int>(top_k), out.data<X>());
+    launch_dependent(kernels::moe_combine_kernel<X>, dim3(grid_for(T * H, kThreads, dev.index)), dim3(kThreads), 0,
+                     stream, dev.index, op, y.data<const float>(), weights.data<const X>(), T, H,
+                     static_cast<int>(top_k), out.data<X>());
   });
   check_launch(op);
   return out;

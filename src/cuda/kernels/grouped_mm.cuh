@@ -58,6 +58,10 @@ struct GmmArgs {
   const int32_t* a_rows;     // null, or A's row of product row m (RowGroups only)
   const int32_t* c_rows;     // null, or C's row of product row m (RowGroups only)
   const int32_t* offs;       // G cumulative ends (RowGroups, KGroups); null for Batched
+  // null, or the group of each product row (RowGroups, decode kernel): from a trusted producer (the MoE
+  // routing) whose offsets describe the same rows. Each row then takes its own block, with no scan of the
+  // offsets before the weight loads. Values are clamped into [0, G).
+  const int32_t* row_groups;
   int G;
   int M;                     // product rows (RowGroups: the extent the offsets index)
   int N;                     // output columns (with act: the product has 2N)
@@ -174,23 +178,32 @@ __global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int 
   extern __shared__ int gmm_dyn[];
   __shared__ int warp_tmp[kDecWarps];
   __shared__ float partial[kDecWarps * R * MT];
+  pdl_allow_dependents();
+  pdl_wait();  // launched as a dependent (kernels/pdl.cuh): only the launch overlaps the previous kernel
 
   const int j = static_cast<int>(blockIdx.y);
-  int* s = gmm_dyn;
-  gmm_load_offsets<kDecThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
-  const int g = gmm_upper_bound(s, p.G, j);
   const int groups = kDecWarps / split;
   const int cols_per_group = p.act ? R / 2 : R;
   const int block_cols = groups * cols_per_group;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * block_cols;
-  if (g == p.G) {  // row j lies past the last offset: zeros
-    for (int i = static_cast<int>(threadIdx.x); i < block_cols; i += kDecThreads)
-      if (col0 + i < p.N) gmm_store<T>(p, 0, j, col0 + i, 0.f);
-    return;
+  int g, rows;
+  if (p.row_groups) {  // the row's group given: one row per block
+    g = p.row_groups[j];
+    g = g < 0 ? 0 : (g >= p.G ? p.G - 1 : g);
+    rows = 1;
+  } else {
+    int* s = gmm_dyn;
+    gmm_load_offsets<kDecThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
+    g = gmm_upper_bound(s, p.G, j);
+    if (g == p.G) {  // row j lies past the last offset: zeros
+      for (int i = static_cast<int>(threadIdx.x); i < block_cols; i += kDecThreads)
+        if (col0 + i < p.N) gmm_store<T>(p, 0, j, col0 + i, 0.f);
+      return;
+    }
+    const int start = g > 0 ? s[g - 1] : 0, end = s[g];  // start <= j < end
+    if ((j - start) % MT != 0) return;                   // another block takes row j with its run
+    rows = end - j < MT ? end - j : MT;
   }
-  const int start = g > 0 ? s[g - 1] : 0, end = s[g];  // start <= j < end
-  if ((j - start) % MT != 0) return;                   // another block takes row j with its run
-  const int rows = end - j < MT ? end - j : MT;
 
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int grp = warp / split;

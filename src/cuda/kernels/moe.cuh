@@ -179,13 +179,16 @@ __global__ void __launch_bounds__(kPermuteThreads)
 // Routing and permutation of one token (decode) by one warp: the k selected experts are distinct, so the
 // permutation is a prefix count over the experts (ballots in expert order): offs[e] = selected experts <= e,
 // and the row of selected expert e is offs[e] - 1, holding slot[e] of token 0. Same outputs as
-// moe_route_permute_kernel with tokens = 1, without its 1024-thread block and scans.
+// moe_route_permute_kernel with tokens = 1, without its 1024-thread block and scans, plus rows_expert [k]:
+// the expert of each row, so the expert kernels need not scan the offsets (GmmArgs::row_groups).
 template <class T>
 __global__ void __launch_bounds__(32)
     moe_route_one_kernel(const T* __restrict__ logits, int E, int k, bool norm, T* __restrict__ weights,
                          int32_t* __restrict__ experts, int32_t* __restrict__ offs, int32_t* __restrict__ rows_tok,
-                         int32_t* __restrict__ rows_pair) {
+                         int32_t* __restrict__ rows_pair, int32_t* __restrict__ rows_expert) {
   const int lane = static_cast<int>(threadIdx.x);
+  pdl_allow_dependents();
+  pdl_wait();  // launched as a dependent (kernels/pdl.cuh)
   int slot[kRoutePerLane];
   route_token(logits, 0, 0, E, k, norm, weights, experts, slot);
   int before = 0;  // selected experts below 32 i
@@ -198,6 +201,7 @@ __global__ void __launch_bounds__(32)
     if (e < E && slot[i] >= 0) {
       rows_pair[end - 1] = slot[i];
       rows_tok[end - 1] = 0;
+      rows_expert[end - 1] = e;
     }
     before += __popc(sel);
   }
@@ -208,7 +212,8 @@ __global__ void __launch_bounds__(32)
 template <class T>
 __global__ void moe_combine_kernel(const float* __restrict__ y, const T* __restrict__ weights, int64_t tokens,
                                    int64_t H, int k, T* __restrict__ out) {
-  pdl_allow_dependents();  // kernels/pdl.cuh
+  pdl_allow_dependents();
+  pdl_wait();  // launched as a dependent (kernels/pdl.cuh)
   const int64_t n = tokens * H;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
