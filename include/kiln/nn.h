@@ -92,6 +92,26 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
 void kv_cache_append_(Tensor& k_cache, Tensor& v_cache, const Tensor& k_new, const Tensor& v_new,
                       const Tensor& positions);
 
+// The attention prologue of one layer in one op (one launch on CUDA), equal to the composition
+//   qn = rms_norm(q, q_norm, eps); kn = rms_norm(k, k_norm, eps);     (skipped for an undefined norm: Llama)
+//   rope_(qn, kn, positions, inv_freq, attention_scaling);
+//   kv_cache_append_(k_cache, v_cache, kn as [1, Hk, T, D], v as [1, Hk, T, Dv], at);  q <- qn
+// with its roundings (each norm rounds to its input's dtype, rope computes in f32 from that and rounds again,
+// the cache stores the result converted to its dtype). q [T, Hq, D] is overwritten with the normalised and
+// rotated queries; k [T, Hk, D] and v [T, Hk, Dv] are only read (the normalised, rotated keys exist only in
+// k_cache[0, :, at + t]); any strides, typically views of one fused qkv buffer. q_norm / k_norm: float [D] or
+// undefined. positions [T] i32/i64, inv_freq [rotary_dim / 2] (rotary_dim <= D), as rope_. k_cache
+// [1, Hk, Lmax, D], v_cache [1, Hk, Lmax, Dv], written at slots at + t; at: i32 [1] on the device, the slot of
+// token 0, read on the device (graph-capturable). An `at` outside [0, Lmax - T] writes neither cache and raises
+// kiln::Error at the next synchronisation (CUDA; q is still updated) or at once, before anything is written
+// (CPU). q, k and v must not share memory with the caches; q overlapping k or v is allowed (such a call runs
+// the composition, which reads every input before q is written). CUDA runs one kernel when q, k, v and the
+// caches share one dtype (f16, bf16, f32), D <= 256 and each norm weight is in that dtype or f32 (after
+// promote_types with q's, as rms_norm); any other case runs the composition.
+void qk_norm_rope_append_(Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                          double eps, const Tensor& positions, const Tensor& inv_freq, double attention_scaling,
+                          Tensor& k_cache, Tensor& v_cache, const Tensor& at);
+
 }  // namespace kiln
 
 // ---- Mixture of experts ------------------------------------------------------------------------------------
@@ -125,6 +145,23 @@ MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k
 // expert in x's dtype, so bf16 results differ from it by that rounding).
 Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Tensor& experts_gate_up,
                    const Tensor& experts_down, int64_t top_k, bool norm_topk_prob);
+
+// FP8 experts as block-quantised checkpoints store them: gate_up [E, 2I, H] and down [E, H, I] float8_e4m3fn,
+// with f32 scales per block_n x block_k block of each expert's [rows, K] matrix: gate_up_scales
+// [E, ceil(2I / block_n), ceil(H / block_k)], down_scales [E, ceil(H / block_n), ceil(I / block_k)]
+// (real weight = value x scale, the checkpoints' weight_scale_inv).
+struct Fp8Experts {
+  Tensor gate_up, gate_up_scales, down, down_scales;
+  int64_t block_n = 128, block_k = 128;
+};
+// moe_forward over FP8 experts; x f32/f16/bf16. On CUDA, decode shapes (a few rows per expert, f16/bf16 x)
+// dequantise the weights in registers (value x scale in f32, exact) and read one byte per weight; other
+// shapes, and the CPU, compute with the experts dequantised to f32 (the CPU reference: x and the result
+// round through f32 there) or, on CUDA, to x's dtype.
+Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Fp8Experts& experts, int64_t top_k,
+                   bool norm_topk_prob);
+// The experts' real values: {gate_up, down} in `dtype` (value x scale computed in f32, rounded once).
+std::pair<Tensor, Tensor> dequantize_fp8_experts(const Fp8Experts& experts, DType dtype);
 
 // ---- FP8 -----------------------------------------------------------------------------------------------------
 

@@ -89,10 +89,31 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
   check_launch(op);
 }
 
+// The decode kernel over FP8 experts (p.b FP8 with p.b_scales), activations T (f16/bf16); the caller has
+// checked that every row takes 16-byte loads.
+template <class T>
+void launch_gmm_fp8(const GmmArgs& p, int device, cudaStream_t stream, const char* op) {
+  const int split = decode_split(p.M, p.N, p.K, 16, true, p.act, device);
+  const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
+  const int64_t gx = (p.N + cols - 1) / cols;
+  KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
+  const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
+  launch_dependent(kernels::gmm_decode_kernel<T, true>, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p,
+                   split, true);
+  check_launch(op);
+}
+
 // Dispatch on the inputs' dtype (the one point where it becomes a template argument).
 void run_gmm(const GmmArgs& p, DType dtype, bool decode, Device dev, const char* op) {
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
+  if (p.b_scales) {  // FP8 experts: decode kernel only (checked by the caller)
+    visit_dtypes<dset(DType::F16, DType::BF16)>(dtype, op, [&](auto tag) {
+      launch_gmm_fp8<typename decltype(tag)::type>(p, dev.index, stream, op);
+    });
+    return;
+  }
   visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(dtype, op, [&](auto tag) {
     launch_gmm<typename decltype(tag)::type>(p, decode, dev.index, stream, op);
   });
@@ -197,17 +218,35 @@ MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k
   return r;
 }
 
-Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor& gate_up_in,
-                   const Tensor& down_in, int64_t top_k, bool norm_topk_prob) {
+namespace {
+
+// The FP8 experts' scales and blocks (null: plain experts).
+struct ExpertScales {
+  Tensor gate_up, down;
+  int64_t block_n, block_k;
+};
+
+// The MoE block; with `f8`, gate_up/down are FP8 values and the expert products take the FP8 decode kernel.
+// Returns an undefined tensor (having launched nothing) when f8 is given and that kernel does not apply.
+Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const Tensor& gate_up_in,
+                        const Tensor& down_in, int64_t top_k, bool norm_topk_prob, const ExpertScales* f8) {
   const char* op = "moe_forward";
   const Device dev = x_in.device();
   const int64_t T = x_in.size(0), H = x_in.size(1), E = gate_up_in.size(0), I = down_in.size(2);
+  const Tensor x = x_in.contiguous(), gate_up = gate_up_in.contiguous(), down = down_in.contiguous();
+  const int P = to_int(T * top_k, op, "tokens x top_k");
+  if (f8) {
+    // The FP8 kernel: decode shapes, f16/bf16 activations, 16-byte rows, K blocks of whole chunks.
+    const bool fits = use_decode(P, E) && (x.dtype() == DType::BF16 || x.dtype() == DType::F16) && I > 0 &&
+                      H % 16 == 0 && I % 16 == 0 && f8->block_k % 16 == 0 && aligned16(x.data_ptr()) &&
+                      aligned16(gate_up.data_ptr()) && aligned16(down.data_ptr()) && (H * x.itemsize()) % 16 == 0 &&
+                      (I * x.itemsize()) % 16 == 0 && f8->gate_up.is_contiguous() && f8->down.is_contiguous();
+    if (!fits) return Tensor();
+  }
   Tensor out = empty({T, H}, x_in.dtype(), dev);
   if (T == 0 || H == 0) return out;
   KILN_CHECK(E <= kernels::kPermuteMaxExperts, op, ": E = ", E, " experts; the CUDA permutation takes at most ",
              kernels::kPermuteMaxExperts);
-  const Tensor x = x_in.contiguous(), gate_up = gate_up_in.contiguous(), down = down_in.contiguous();
-  const int P = to_int(T * top_k, op, "tokens x top_k");
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
 
@@ -271,6 +310,11 @@ Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor
     p.act = true;
     p.err = device_error_record(dev.index);
     if (decode) p.row_groups = row_groups;
+    if (f8) {
+      p.b_scales = f8->gate_up.data<const float>();
+      p.bs_sg = f8->gate_up.stride(0), p.bs_sn = f8->gate_up.stride(1);
+      p.b_bn = static_cast<int>(f8->block_n), p.b_bk = static_cast<int>(f8->block_k);
+    }
     run_gmm(p, x.dtype(), decode, dev, op);
   }
   // y [P, H] f32, at row (token, slot) = h @ down_e^T.
@@ -287,6 +331,11 @@ Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor
     p.out_f32 = true;
     p.err = device_error_record(dev.index);
     if (decode) p.row_groups = row_groups;
+    if (f8) {
+      p.b_scales = f8->down.data<const float>();
+      p.bs_sg = f8->down.stride(0), p.bs_sn = f8->down.stride(1);
+      p.b_bn = static_cast<int>(f8->block_n), p.b_bk = static_cast<int>(f8->block_k);
+    }
     if (p.K == 0) y.zero_();
     else run_gmm(p, x.dtype(), decode, dev, op);
   }
@@ -300,6 +349,19 @@ Tensor moe_forward(const Tensor& x_in, const Tensor& router_weight, const Tensor
   });
   check_launch(op);
   return out;
+}
+
+}  // namespace
+
+Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Tensor& gate_up, const Tensor& down,
+                   int64_t top_k, bool norm_topk_prob) {
+  return moe_forward_impl(x, router_weight, gate_up, down, top_k, norm_topk_prob, nullptr);
+}
+
+Tensor moe_forward_fp8(const Tensor& x, const Tensor& router_weight, const Fp8Experts& e, int64_t top_k,
+                       bool norm_topk_prob) {
+  const ExpertScales f8{e.gate_up_scales, e.down_scales, e.block_n, e.block_k};
+  return moe_forward_impl(x, router_weight, e.gate_up, e.down, top_k, norm_topk_prob, &f8);
 }
 
 }  // namespace kiln::cuda

@@ -29,4 +29,11 @@ MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k
 Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Tensor& gate_up, const Tensor& down,
                    int64_t top_k, bool norm_topk_prob);
 
+// The same block over FP8 experts (shapes, dtypes and scales checked by the op layer): the decode-shaped
+// products (few rows per expert) dequantise the weights in registers. Returns an undefined tensor, having
+// launched nothing, when that kernel does not apply (many rows per expert, f32 activations, rows that are
+// not 16-byte multiples): the caller then dequantises the experts.
+Tensor moe_forward_fp8(const Tensor& x, const Tensor& router_weight, const Fp8Experts& experts, int64_t top_k,
+                       bool norm_topk_prob);
+
 }  // namespace kiln::cuda

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <tuple>
 
 #include "kiln/error.h"
 
@@ -46,22 +47,17 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
     s_->k_cache.push_back(empty({1, c.num_kv_heads, options.max_context, c.head_dim}, dtype_, dev));
     s_->v_cache.push_back(empty({1, c.num_kv_heads, options.max_context, c.head_dim}, dtype_, dev));
   }
-  // FP8 experts have no grouped FP8 kernel yet: they run dequantised (the dense FP8 layers stay FP8).
-  for (LayerWeights& L : weights_.layers) {
-    if (!L.moe || !L.moe->gate_up_scales) continue;
-    auto deq = [&](const Tensor& v, const Tensor& s) {
-      const int64_t E = v.size(0);
-      Tensor out = empty(v.sizes(), dtype_, dev);
-      for (int64_t e = 0; e < E; ++e) {
-        const Fp8Tensor q{v.select(0, e).cpu(), s.select(0, e).cpu()};
-        out.select(0, e).copy_(dequantize_fp8(q, ScaleRecipe::BlockWise, DType::F32, false, c.fp8->block_n));
-      }
-      return out;
-    };
-    L.moe->gate_up = deq(L.moe->gate_up, *L.moe->gate_up_scales);
-    L.moe->down = deq(L.moe->down, *L.moe->down_scales);
-    L.moe->gate_up_scales.reset();
-    L.moe->down_scales.reset();
+  // FP8 experts stay FP8 on CUDA (moe_forward's FP8 path: decode reads one byte per weight; prefill
+  // dequantises per call). On the CPU they are dequantised once here: the CPU path would do it every call.
+  if (!dev.is_cuda()) {
+    for (LayerWeights& L : weights_.layers) {
+      if (!L.moe || !L.moe->gate_up_scales) continue;
+      const Fp8Experts e{L.moe->gate_up, *L.moe->gate_up_scales, L.moe->down, *L.moe->down_scales, c.fp8->block_n,
+                         c.fp8->block_k};
+      std::tie(L.moe->gate_up, L.moe->down) = dequantize_fp8_experts(e, dtype_);
+      L.moe->gate_up_scales.reset();
+      L.moe->down_scales.reset();
+    }
   }
   // The model's work runs on a stream of its own: graph capture needs a created stream, and one stream for
   // prefill, decode and sampling keeps them ordered without events.
@@ -127,7 +123,11 @@ static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, Model::Sta
     h = add_rms_norm(o, residual, L.post_norm, c.rms_norm_eps);
     // ---- MLP
     Tensor m;
-    if (L.moe) {
+    if (L.moe && L.moe->gate_up_scales) {
+      const Fp8Experts e{L.moe->gate_up, *L.moe->gate_up_scales, L.moe->down, *L.moe->down_scales, c.fp8->block_n,
+                         c.fp8->block_k};
+      m = moe_forward(h, L.moe->router, e, c.num_experts_per_tok, c.norm_topk_prob);
+    } else if (L.moe) {
       m = moe_forward(h, L.moe->router, L.moe->gate_up, L.moe->down, c.num_experts_per_tok, c.norm_topk_prob);
     } else {
       m = L.mlp->down(silu_and_mul(L.mlp->gate_up(h)));

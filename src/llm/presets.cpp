@@ -111,8 +111,21 @@ class RandomWeights {
         MoeWeights m;
         const int64_t E = c.num_experts, I = c.moe_intermediate_size;
         m.router = normal({E, H}, 0.02);
-        m.gate_up = normal({E, 2 * I, H}, 0.02);
-        m.down = normal({E, H, I}, 0.02);
+        if (c.fp8) {  // FP8 experts with block scales, as FP8 checkpoints store them
+          auto fp8_stack = [&](int64_t rows, int64_t k, Tensor& values, std::optional<Tensor>& scales) {
+            const int64_t bn = c.fp8->block_n, bk = c.fp8->block_k;
+            Tensor v = empty({E, rows, k}, DType::F32, d_);
+            normal_(v, 0.0, 64.0, &gen_);
+            values = v.to(DType::F8E4M3);
+            scales = empty({E, (rows + bn - 1) / bn, (k + bk - 1) / bk}, DType::F32, d_);
+            uniform_(*scales, 0.02 / 64 * 0.9, 0.02 / 64 * 1.1, &gen_);
+          };
+          fp8_stack(2 * I, H, m.gate_up, m.gate_up_scales);
+          fp8_stack(H, I, m.down, m.down_scales);
+        } else {
+          m.gate_up = normal({E, 2 * I, H}, 0.02);
+          m.down = normal({E, H, I}, 0.02);
+        }
         L.moe = std::move(m);
       } else {
         L.mlp = MlpWeights{linear(2 * c.intermediate_size, H, true), linear(H, c.intermediate_size, true)};

@@ -6,6 +6,7 @@
 #include "cpu/moe.h"
 #include "kiln/nn.h"
 #if KILN_HAVE_CUDA
+#include "cuda/fp8.h"
 #include "cuda/moe.h"
 #endif
 
@@ -143,6 +144,106 @@ Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Tensor& g
   cpu::moe_experts(out, x.contiguous(), r.experts.contiguous(), r.weights.contiguous(), gate_up.contiguous(),
                    down.contiguous());
   return out;
+}
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_fp8_experts(const char* op, const Fp8Experts& e) {
+  KILN_CHECK(e.block_n >= 1 && e.block_k >= 1, op, ": FP8 blocks must be positive, got ", e.block_n, " x ", e.block_k);
+  KILN_CHECK(e.gate_up.dim() == 3 && e.down.dim() == 3 && e.gate_up.size(0) == e.down.size(0) &&
+                 e.gate_up.size(2) == e.down.size(1) && e.gate_up.size(1) == 2 * e.down.size(2),
+             op, ": FP8 experts must be gate_up [E, 2I, H] and down [E, H, I], got gate_up ", e.gate_up.meta(), ", down ",
+             e.down.meta());
+  for (const Tensor* v : {&e.gate_up, &e.down})
+    KILN_CHECK(v->dtype() == DType::F8E4M3, op, ": FP8 expert values must be float8_e4m3fn, got ", v->meta());
+  auto check_scales = [&](const Tensor& v, const Tensor& sc, const char* name) {
+    const Shape want{v.size(0), ceil_div(v.size(1), e.block_n), ceil_div(v.size(2), e.block_k)};
+    KILN_CHECK(sc.dtype() == DType::F32 && sc.sizes() == want, op, ": ", name, " scales must be f32 [", want[0], ", ",
+               want[1], ", ", want[2], "] for ", v.meta(), " in ", e.block_n, " x ", e.block_k, " blocks, got ",
+               sc.meta());
+    KILN_CHECK(sc.device() == v.device(), op, ": ", name, " scales ", sc.meta(), " are not on the values' device ",
+               v.device().str());
+  };
+  check_scales(e.gate_up, e.gate_up_scales, "gate_up");
+  check_scales(e.down, e.down_scales, "down");
+  KILN_CHECK(e.down.device() == e.gate_up.device(), op, ": gate_up ", e.gate_up.meta(), " and down ", e.down.meta(),
+             " are on different devices");
+}
+
+// One expert stack [E, R, K] dequantised to f32 (value x scale of its block).
+Tensor dequantize_stack(const Tensor& v, const Tensor& sc, int64_t bn, int64_t bk) {
+  const int64_t E = v.size(0), R = v.size(1), K = v.size(2);
+#if KILN_HAVE_CUDA
+  if (v.is_cuda()) {
+    Tensor out = empty({E, R, K}, DType::F32, v.device());
+    if (E == 0 || R == 0 || K == 0) return out;
+    if (R % bn == 0 && v.is_contiguous() && sc.is_contiguous()) {
+      // Rows of all experts in one launch: flat row m = e R + r has scale row m / bn = e R / bn + r / bn.
+      cuda::dequantize_fp8(v.view({E * R, K}), sc, sc.size(2), 1, bn, bk, out.view({E * R, K}));
+    } else {
+      for (int64_t e = 0; e < E; ++e) {
+        const Tensor s = sc.select(0, e);
+        cuda::dequantize_fp8(v.select(0, e), s, s.stride(0), s.stride(1), bn, bk, out.select(0, e));
+      }
+    }
+    return out;
+  }
+#endif
+  Tensor out = v.to(DType::F32).contiguous();
+  const Tensor s = sc.contiguous();
+  float* o = out.data<float>();
+  const float* sp = s.data<const float>();
+  const int64_t sr = s.size(1), sk = s.size(2);
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t k = 0; k < K; ++k) o[(e * R + r) * K + k] *= sp[(e * sr + r / bn) * sk + k / bk];
+  return out;
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> dequantize_fp8_experts(const Fp8Experts& e, DType dtype) {
+  check_fp8_experts("dequantize_fp8_experts", e);
+  KILN_CHECK(dset(dtype) & kMoeTypes, "dequantize_fp8_experts: dtype must be ", dtype_set_str(kMoeTypes), ", got ",
+             dtype_name(dtype));
+  return {dequantize_stack(e.gate_up, e.gate_up_scales, e.block_n, e.block_k).to(dtype),
+          dequantize_stack(e.down, e.down_scales, e.block_n, e.block_k).to(dtype)};
+}
+
+Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Fp8Experts& experts, int64_t top_k,
+                   bool norm_topk_prob) {
+  const char* op = "moe_forward";
+  check_fp8_experts(op, experts);
+  KILN_CHECK(x.dim() == 2, op, ": x must be [T, H], got ", x.meta());
+  KILN_CHECK(dset(x.dtype()) & kMoeTypes, op, ": x must be ", dtype_set_str(kMoeTypes), ", got ", x.meta());
+  const int64_t H = x.size(1), E = experts.gate_up.size(0);
+  KILN_CHECK(experts.gate_up.size(2) == H, op, ": FP8 experts gate_up ", experts.gate_up.meta(), " do not match x ",
+             x.meta(), " (H = ", H, ")");
+  KILN_CHECK(router_weight.dim() == 2 && router_weight.size(0) == E && router_weight.size(1) == H, op,
+             ": router_weight ", router_weight.meta(), " must be [E, H] = [", E, ", ", H, "]");
+  KILN_CHECK(router_weight.dtype() == x.dtype() && router_weight.device() == x.device(), op, ": router_weight ",
+             router_weight.meta(), " must match x ", x.meta(), " in dtype and device");
+  KILN_CHECK(experts.gate_up.device() == x.device(), op, ": FP8 experts ", experts.gate_up.meta(),
+             " are not on x's device ", x.device().str());
+  KILN_CHECK(top_k >= 1 && top_k <= E && top_k <= 64, op, ": top_k must be in [1, min(E, 64)] (E = ", E, "), got ",
+             top_k);
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    Tensor out = cuda::moe_forward_fp8(x, router_weight, experts, top_k, norm_topk_prob);
+    if (out.defined()) return out;
+    auto [gu, dn] = dequantize_fp8_experts(experts, x.dtype());
+    return cuda::moe_forward(x, router_weight, gu, dn, top_k, norm_topk_prob);
+  }
+#endif
+  // CPU reference: the routing as moe_forward's (x's dtype), the experts in f32 on f32 activations.
+  const MoeRouting r = moe_route(x, router_weight, top_k, norm_topk_prob);
+  Tensor out = empty(x.sizes(), DType::F32, x.device());
+  cpu::moe_experts(out, x.to(DType::F32).contiguous(), r.experts.contiguous(), r.weights.to(DType::F32).contiguous(),
+                   dequantize_stack(experts.gate_up, experts.gate_up_scales, experts.block_n, experts.block_k),
+                   dequantize_stack(experts.down, experts.down_scales, experts.block_n, experts.block_k));
+  return out.to(x.dtype());
 }
 
 }  // namespace kiln

@@ -460,6 +460,88 @@ TEST(CudaMoeForward, GraphCaptureAndReplay) {
   }
 }
 
+// ---- FP8 experts ----
+
+// value x scale per element, f32 on the CPU ([E, R, K], scales [E, ceil(R / bn), ceil(K / bk)]).
+Tensor dequant_cpu(const Tensor& v, const Tensor& s, int64_t bn, int64_t bk) {
+  const int64_t E = v.size(0), R = v.size(1), K = v.size(2);
+  const auto vv = v.to(DType::F32).contiguous().to_vector<float>(), sv = s.contiguous().to_vector<float>();
+  std::vector<float> out(vv.size());
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t k = 0; k < K; ++k)
+        out[(e * R + r) * K + k] = vv[(e * R + r) * K + k] * sv[(e * s.size(1) + r / bn) * s.size(2) + k / bk];
+  return from_vector<float>(out).view({E, R, K});
+}
+
+// The CUDA FP8 block (its decode kernel where it applies, else dequantised experts) against the CPU expert
+// loop in f32 on the routing the GPU chose.
+void check_moe_fp8(int64_t T, int64_t H, int64_t I, int64_t E, int64_t k, int64_t bn, int64_t bk, DType d) {
+  SCOPED_TRACE(str(dtype_name(d), " T=", T, " H=", H, " I=", I, " E=", E, " k=", k, " blocks ", bn, "x", bk));
+  const Tensor x = test::random_tensor({T, H}, d, -1, 1, kGpu), router = test::random_tensor({E, H}, d, -1, 1, kGpu);
+  auto stack = [&](int64_t R, int64_t K, Tensor& v, Tensor& sc) {
+    v = test::random_tensor({E, R, K}, DType::F32, -400, 400).to(DType::F8E4M3).to(kGpu);
+    sc = test::random_tensor({E, (R + bn - 1) / bn, (K + bk - 1) / bk}, DType::F32, 2e-4, 1e-3).to(kGpu);
+  };
+  Tensor gu, gus, dn, dns;
+  stack(2 * I, H, gu, gus);
+  stack(H, I, dn, dns);
+  const Fp8Experts e{gu, gus, dn, dns, bn, bk};
+  poison_next(T * H * static_cast<int64_t>(itemsize(d)));
+  const Tensor out = moe_forward(x, router, e, k, true);
+  ASSERT_EQ(out.sizes(), x.sizes());
+  ASSERT_EQ(out.dtype(), d);
+  const MoeRouting r = moe_route(x, router, k, true);
+  Tensor ref = empty({T, H}, DType::F32);
+  cpu::moe_experts(ref, x.to(kCPU, DType::F32), r.experts.to(kCPU), r.weights.to(kCPU, DType::F32),
+                   dequant_cpu(gu.cpu(), gus.cpu(), bn, bk), dequant_cpu(dn.cpu(), dns.cpu(), bn, bk));
+  // h rounds to x's dtype on the GPU (not in the f32 reference); the output rounds once.
+  EXPECT_TRUE(test::all_close(out.to(kCPU, DType::F32), ref, test::Tolerance{2e-2, 4e-3}));
+  // The dequantised experts equal the CPU's value x scale exactly (f32).
+  auto [gd, dd] = dequantize_fp8_experts(e, DType::F32);
+  EXPECT_TRUE(test::equal(gd.cpu(), dequant_cpu(gu.cpu(), gus.cpu(), bn, bk)));
+  EXPECT_TRUE(test::equal(dd.cpu(), dequant_cpu(dn.cpu(), dns.cpu(), bn, bk)));
+}
+
+TEST(CudaMoeForward, Fp8ExpertsMatchCpu) {
+  KILN_REQUIRE_CUDA();
+  for (DType d : {DType::BF16, DType::F16}) {
+    check_moe_fp8(1, 256, 128, 16, 4, 128, 128, d);  // decode: the FP8 kernel, one row per expert
+    check_moe_fp8(3, 256, 128, 16, 4, 128, 128, d);  // a few rows per expert: the FP8 kernel with row runs
+    check_moe_fp8(1, 512, 256, 64, 8, 64, 32, d);    // non-square blocks
+    check_moe_fp8(64, 256, 128, 16, 4, 128, 128, d);  // many rows per expert: dequantised experts, tiles
+    check_moe_fp8(2, 256, 128, 8, 2, 128, 8, d);     // K blocks of 8: not the FP8 kernel, dequantised
+    check_moe_fp8(1, 40, 24, 8, 2, 16, 16, d);       // rows not multiples of 16 bytes: dequantised
+  }
+  check_moe_fp8(2, 256, 128, 8, 2, 128, 128, DType::F32);  // f32 activations: dequantised
+}
+
+TEST(CudaMoeForward, Fp8ExpertsGraphCaptureAndReplay) {
+  KILN_REQUIRE_CUDA();
+  const int64_t T = 1, H = 512, I = 256, E = 32;
+  Tensor x = test::random_tensor({T, H}, DType::BF16, -1, 1, kGpu);
+  const Tensor router = test::random_tensor({E, H}, DType::BF16, -1, 1, kGpu);
+  const Fp8Experts e{test::random_tensor({E, 2 * I, H}, DType::F32, -400, 400).to(DType::F8E4M3).to(kGpu),
+                     test::random_tensor({E, 2 * I / 128, H / 128}, DType::F32, 2e-4, 1e-3, kGpu),
+                     test::random_tensor({E, H, I}, DType::F32, -400, 400).to(DType::F8E4M3).to(kGpu),
+                     test::random_tensor({E, H / 128, I / 128}, DType::F32, 2e-4, 1e-3, kGpu), 128, 128};
+  const Tensor eager = moe_forward(x, router, e, 8, true).to(kCPU);
+  Stream s = Stream::create(kGpu);
+  Graph g;
+  Tensor out;
+  g.capture(s, [&] { out = moe_forward(x, router, e, 8, true); });
+  synchronize(kGpu);
+  g.replay();
+  s.synchronize();
+  EXPECT_TRUE(test::equal(out.to(kCPU), eager));
+  x.copy_(test::random_tensor({T, H}, DType::BF16, -1, 1, kGpu));
+  const Tensor eager2 = moe_forward(x, router, e, 8, true).to(kCPU);
+  synchronize(kGpu);
+  g.replay();
+  s.synchronize();
+  EXPECT_TRUE(test::equal(out.to(kCPU), eager2));
+}
+
 #endif  // KILN_HAVE_CUDA
 
 TEST(CudaMoe, BuildHasCuda) {

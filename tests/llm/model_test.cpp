@@ -2,6 +2,8 @@
 // for each architecture; generation is deterministic and stops where asked; bad input is an error.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "kiln/llm/generate.h"
 #include "kiln/llm/model.h"
 #include "test_util.h"
@@ -136,6 +138,41 @@ TEST_P(Engine, CudaGraphStepEqualsEagerStep) {
   for (int64_t tok : {5, 9, 33}) {
     const Tensor lg = g.step(tok).cpu(), le = e.step(tok).cpu();
     EXPECT_TRUE(test::all_close(lg, le, test::Tolerance{1e-5, 1e-5})) << tok;
+  }
+}
+
+// CUDA, FP8 experts (kept FP8: decode through the grouped FP8 kernel, prefill through dequantised experts)
+// against the same model with its experts dequantised to bf16 up front: the same logits up to bf16 rounding
+// of the weights, for the prompt and for decode steps (graph-replayed).
+TEST(EngineCuda, Fp8ExpertsMatchDequantisedExperts) {
+  KILN_REQUIRE_CUDA();
+  const Device dev(DeviceType::CUDA, 0);
+  ModelConfig c = tiny_config("Qwen3MoeForCausalLM");
+  c.fp8 = Fp8Config{16, 16, {"lm_head"}};
+  ModelWeights w = random_weights(c, dev, DType::BF16, 7);
+  ModelWeights d = w;  // shares every tensor; the experts are replaced below
+  int fp8_layers = 0;
+  for (LayerWeights& L : d.layers) {
+    if (!L.moe) continue;
+    ASSERT_TRUE(L.moe->gate_up_scales.has_value());
+    EXPECT_EQ(L.moe->gate_up.dtype(), DType::F8E4M3);
+    const Fp8Experts e{L.moe->gate_up, *L.moe->gate_up_scales, L.moe->down, *L.moe->down_scales, 16, 16};
+    std::tie(L.moe->gate_up, L.moe->down) = dequantize_fp8_experts(e, DType::BF16);
+    L.moe->gate_up_scales.reset();
+    L.moe->down_scales.reset();
+    ++fp8_layers;
+  }
+  EXPECT_EQ(fp8_layers, 2);
+  ModelOptions o;
+  o.max_context = 64;
+  o.device = dev;
+  o.dtype = DType::BF16;
+  Model a(c, std::move(w), o), b(c, std::move(d), o);
+  const test::Tolerance tol{3e-2, 3e-2};
+  EXPECT_TRUE(test::all_close(a.prefill(kPrompt).cpu(), b.prefill(kPrompt).cpu(), tol));
+  for (int64_t tok : {5, 9, 33, 60}) {
+    const Tensor la = a.step(tok).cpu(), lb = b.step(tok).cpu();
+    EXPECT_TRUE(test::all_close(la, lb, tol)) << tok;
   }
 }
 

@@ -253,6 +253,77 @@ TEST(MoeForwardErrors, ShapesAndDtypes) {
   EXPECT_TRUE(throws_error([&] { moe_forward(x, random_tensor({3, 16}, DType::F32), gu, dn, 2, true); }, {"router_weight"}));
 }
 
+// ---- FP8 experts ---------------------------------------------------------------------------------------------
+
+// FP8 values spread over the e4m3 range and f32 block scales [E, ceil(R / bn), ceil(K / bk)].
+std::pair<Tensor, Tensor> random_fp8_stack(int64_t E, int64_t R, int64_t K, int64_t bn, int64_t bk) {
+  const Tensor v = random_tensor({E, R, K}, DType::F32, -400, 400).to(DType::F8E4M3);
+  const Tensor s = random_tensor({E, (R + bn - 1) / bn, (K + bk - 1) / bk}, DType::F32, 2e-4, 1e-3);
+  return {v, s};
+}
+
+// value x scale per element in double, by plain loops: [E, R, K] f64.
+Tensor dequant_ref(const Tensor& v, const Tensor& s, int64_t bn, int64_t bk) {
+  const int64_t E = v.size(0), R = v.size(1), K = v.size(2);
+  const auto vv = values(v), sv = values(s);
+  std::vector<double> out(static_cast<size_t>(E * R * K));
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t k = 0; k < K; ++k)
+        out[(e * R + r) * K + k] = vv[(e * R + r) * K + k] * sv[(e * s.size(1) + r / bn) * s.size(2) + k / bk];
+  return from_doubles(out, {E, R, K}, DType::F64);
+}
+
+TEST(MoeForwardFp8, EqualsDenseComputationWithDequantisedExperts) {
+  struct Case {
+    int64_t T, H, I, E, k, bn, bk;
+    DType dtype;
+  };
+  for (const Case& c : {Case{1, 32, 16, 8, 2, 16, 16, DType::F32}, Case{9, 40, 20, 6, 3, 16, 8, DType::F32},  // ragged
+                        Case{4, 64, 32, 4, 4, 32, 64, DType::F32}, Case{5, 48, 24, 8, 2, 16, 16, DType::BF16}}) {
+    SCOPED_TRACE(str("T ", c.T, " H ", c.H, " I ", c.I, " E ", c.E, " k ", c.k, " blocks ", c.bn, "x", c.bk, " ",
+                     dtype_name(c.dtype)));
+    const Tensor x = random_tensor({c.T, c.H}, c.dtype);
+    const Tensor router = random_tensor({c.E, c.H}, c.dtype, -1, 1);
+    auto [gu, gus] = random_fp8_stack(c.E, 2 * c.I, c.H, c.bn, c.bk);
+    auto [dn, dns] = random_fp8_stack(c.E, c.H, c.I, c.bn, c.bk);
+    const Fp8Experts e{gu, gus, dn, dns, c.bn, c.bk};
+    const Tensor out = moe_forward(x, router, e, c.k, true);
+    ASSERT_EQ(out.sizes(), x.sizes());
+    ASSERT_EQ(out.dtype(), c.dtype);
+    const Tensor gu_ref = dequant_ref(gu, gus, c.bn, c.bk), dn_ref = dequant_ref(dn, dns, c.bn, c.bk);
+    // The experts in f32 (the CPU path's precision): the reference rounds h to x's dtype, the FP8 path keeps
+    // it in f32, so half types differ by that rounding.
+    const auto ref = ref_moe(x, router, gu_ref, dn_ref, c.k, true);
+    const Tolerance tol = c.dtype == DType::F32 ? Tolerance{1e-5, 2e-5} : Tolerance{1.6e-2, 2e-3};
+    EXPECT_TRUE(all_close(out, from_doubles(ref, {c.T, c.H}, c.dtype), tol));
+    // dequantize_fp8_experts: value x scale, rounded once to the dtype.
+    auto [gd, dd] = dequantize_fp8_experts(e, DType::F32);
+    EXPECT_TRUE(all_close(gd, gu_ref.to(DType::F32), Tolerance{0, 0}));
+    EXPECT_TRUE(all_close(dd, dn_ref.to(DType::F32), Tolerance{0, 0}));
+  }
+}
+
+TEST(MoeForwardFp8, BadScalesAndValuesAreErrors) {
+  const Tensor x = random_tensor({2, 32}, DType::F32), router = random_tensor({4, 32}, DType::F32);
+  auto [gu, gus] = random_fp8_stack(4, 32, 32, 16, 16);
+  auto [dn, dns] = random_fp8_stack(4, 32, 16, 16, 16);
+  EXPECT_NO_THROW(moe_forward(x, router, Fp8Experts{gu, gus, dn, dns, 16, 16}, 2, true));
+  EXPECT_TRUE(throws_error([&] { moe_forward(x, router, Fp8Experts{gu, gus, dn, dns, 16, 8}, 2, true); },
+                           {"moe_forward", "scales must be f32"}));
+  EXPECT_TRUE(throws_error([&] { moe_forward(x, router, Fp8Experts{gu.to(DType::F32), gus, dn, dns, 16, 16}, 2, true); },
+                           {"float8_e4m3fn"}));
+  EXPECT_TRUE(throws_error([&] { moe_forward(x, router, Fp8Experts{gu, gus.to(DType::F64), dn, dns, 16, 16}, 2, true); },
+                           {"scales must be f32"}));
+  EXPECT_TRUE(throws_error([&] { moe_forward(x, router, Fp8Experts{gu, gus, dn, dns, 0, 16}, 2, true); },
+                           {"blocks must be positive"}));
+  EXPECT_TRUE(throws_error([&] { moe_forward(random_tensor({2, 16}, DType::F32), router, Fp8Experts{gu, gus, dn, dns, 16, 16}, 2, true); },
+                           {"moe_forward"}));
+  EXPECT_TRUE(throws_error([&] { moe_forward(x, router, Fp8Experts{gu, gus, dn, dns, 16, 16}, 5, true); }, {"top_k"}));
+  EXPECT_TRUE(throws_error([&] { dequantize_fp8_experts(Fp8Experts{gu, gus, dn, dns, 16, 16}, DType::I32); },
+                           {"dequantize_fp8_experts"}));
+}
+
 // ---- FP8 -----------------------------------------------------------------------------------------------------
 
 TEST(Fp8, QuantiseRoundTripWithinHalfAnUlpOfTheScaledValue) {

@@ -41,6 +41,7 @@
 #include <type_traits>
 
 #include "cuda/device_error.h"
+#include "cuda/kernels/fp8.cuh"
 #include "cuda/kernels/gemv.cuh"
 #include "ops/moe_math.h"
 
@@ -62,6 +63,12 @@ struct GmmArgs {
   // routing) whose offsets describe the same rows. Each row then takes its own block, with no scan of the
   // offsets before the weight loads. Values are clamped into [0, G).
   const int32_t* row_groups;
+  // FP8 experts (decode kernel, RowGroups, act or not): B holds float8_e4m3fn values and b_scales the f32
+  // scale of each b_bn x b_bk block of B[g] ([N or 2N, K] rows): the scale of weight row n, element k is
+  // b_scales[g * bs_sg + (n / b_bn) * bs_sn + k / b_bk]. b_bk is a multiple of 16.
+  const float* b_scales;
+  int64_t bs_sg, bs_sn;
+  int b_bn, b_bk;
   int G;
   int M;                     // product rows (RowGroups: the extent the offsets index)
   int N;                     // output columns (with act: the product has 2N)
@@ -171,7 +178,9 @@ __host__ __device__ constexpr int gmm_decode_cols_per_block(int split, bool act)
 // grid = (ceil(N / gmm_decode_cols_per_block(split, act)), M); dynamic shared memory G ints.
 // vec: A rows, B's weight rows and their strides are 16-byte aligned, K % (16 / sizeof(T)) == 0, unit K
 // strides. Otherwise every element is loaded on its own through the strides.
-template <class T>
+// F8: B is FP8 with block scales (see GmmArgs; the launcher takes this path only with vec): each 16-byte
+// load holds 16 weights, dequantised in registers (value x its block's scale, f32) against 16 activations.
+template <class T, bool F8 = false>
 __global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int split, bool vec) {
   constexpr int R = kDecR, U = kDecU, MT = kDecRows;
   constexpr int VEC = gemv_vec_elems<T>();
@@ -214,6 +223,7 @@ __global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int 
 
   // Weight rows (B's columns) of this warp group, clamped into range; the stores are masked instead.
   int64_t woff[R];
+  const float* wscale[R];  // F8: the scale row of each weight row's blocks
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     int64_t n;
@@ -226,6 +236,7 @@ __global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int 
       if (n >= p.N) n = p.N - 1;
     }
     woff[r] = static_cast<int64_t>(g) * p.b_sg + n * p.b_sn;
+    if constexpr (F8) wscale[r] = p.b_scales + static_cast<int64_t>(g) * p.bs_sg + (n / p.b_bn) * p.bs_sn;
   }
   int64_t xoff[MT];
 #pragma unroll
@@ -237,7 +248,51 @@ __global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int 
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
 
-  if (vec) {
+  if constexpr (F8) {
+    // 16 weights per chunk; a chunk lies in one scale block (b_bk % 16 == 0).
+    const uint8_t* __restrict__ b8 = static_cast<const uint8_t*>(p.b);
+    auto chunk = [&](const uint4 (&wv)[R], int c) {
+      const int kb = (c * 16) / p.b_bk;
+      float wsc[R], wf[R][16];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        wsc[r] = wscale[r][kb];
+        fp8_unpack16(wv[r], wf[r]);
+      }
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m < rows) {
+          float xf[16];
+          fp8_load_x16<T>(a + xoff[m] + static_cast<int64_t>(c) * 16, xf);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float d = 0.f;
+#pragma unroll
+            for (int e = 0; e < 16; ++e) d = fmaf(wf[r][e], xf[e], d);
+            acc[r][m] = fmaf(d, wsc[r], acc[r][m]);
+          }
+        }
+      }
+    };
+    const int chunks = p.K / 16;
+    int c = t;
+    for (; c + (U - 1) * gt < chunks; c += U * gt) {
+      uint4 wv[U][R];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b8 + woff[r]) + c + u * gt);
+#pragma unroll
+      for (int u = 0; u < U; ++u) chunk(wv[u], c + u * gt);
+    }
+    for (; c < chunks; c += gt) {
+      uint4 wv[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[r] = gemv_load_stream(reinterpret_cast<const uint4*>(b8 + woff[r]) + c);
+      chunk(wv, c);
+    }
+  } else if (vec) {
     const int chunks = p.K / VEC;
     int c = t;
     for (; c + (U - 1) * gt < chunks; c += U * gt) {
