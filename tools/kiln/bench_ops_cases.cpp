@@ -285,6 +285,36 @@ OpCase grouped_mm_case(const MoeShape& m, int64_t t, bool gate_up) {
   return c;
 }
 
+// The MoE block of one token over FP8 experts (e4m3, 128 x 128 block scales; bf16 x and router): compare with
+// moe/bf16/T1 at the same shape. bytes = the router, the 8 selected experts' FP8 values and scales, x, out.
+OpCase moe_fp8_case(const MoeShape& m) {
+  const int64_t expert = 3 * m.i * m.h;
+  const int64_t expert_scales = ((2 * m.i + 127) / 128) * ((m.h + 127) / 128) + ((m.h + 127) / 128) * ((m.i + 127) / 128);
+  OpCase c;
+  c.name = "moe/fp8/T1/" + moe_shape_tag(m) + "/top" + str(kMoeTopk);
+  c.copy_bytes = nb(m.e * m.h + m.h, kBF16) + kMoeTopk * (expert + nb(expert_scales, DType::F32));
+  c.bytes = c.copy_bytes + nb(m.h, kBF16);
+  c.max_copies = 64;
+  struct Shared {
+    Tensor router;
+    Fp8Experts e;
+  };
+  auto shared = std::make_shared<Shared>();
+  c.make = [=](Device dev) -> BenchCall {
+    if (!shared->router.defined()) {
+      shared->router = rnd({m.e, m.h}, kBF16, dev, 0.02);
+      shared->e = Fp8Experts{rnd({m.e, 2 * m.i, m.h}, kBF16, dev, 50.0).to(DType::F8E4M3),
+                             rnd_scales({m.e, (2 * m.i + 127) / 128, (m.h + 127) / 128}, dev),
+                             rnd({m.e, m.h, m.i}, kBF16, dev, 50.0).to(DType::F8E4M3),
+                             rnd_scales({m.e, (m.h + 127) / 128, (m.i + 127) / 128}, dev), 128, 128};
+    }
+    Tensor x = rnd({1, m.h}, kBF16, dev);
+    const Shared s = *shared;
+    return [x, s] { (void)moe_forward(x, s.router, s.e, kMoeTopk, true); };
+  };
+  return c;
+}
+
 // Causal prefill of L tokens, bf16, grouped heads: q [1, Hq, L, D], k/v [1, Hkv, L, D]. FLOPs (for TFLOP/s):
 // 2 * 2 * Hq * D * L * (L + 1) / 2.
 OpCase prefill_attention_case(int64_t hq, int64_t hkv, int64_t d, int64_t l) {
@@ -394,6 +424,7 @@ std::vector<OpCase> op_cases() {
       for (const bool gate_up : {true, false}) cases.push_back(grouped_mm_case(m, t, gate_up));
   for (const int64_t t : {1, 512})
     for (const MoeShape& m : kMoe) cases.push_back(moe_case(m, t));
+  for (const MoeShape& m : kMoe) cases.push_back(moe_fp8_case(m));
   return cases;
 }
 
