@@ -106,7 +106,7 @@ void kv_cache_append_(Tensor& k_cache, Tensor& v_cache, const Tensor& k_new, con
 // kiln::Error at the next synchronisation (CUDA; q is still updated) or at once, before anything is written
 // (CPU). q, k and v must not share memory with the caches; q overlapping k or v is allowed (such a call runs
 // the composition, which reads every input before q is written). CUDA runs one kernel when q, k, v and the
-// caches share one dtype (f16, bf16, f32), D <= 256 and each norm weight is in that dtype or f32 (after
+// caches share one dtype (f16, bf16, f32), D and Dv <= 256 and each norm weight is in that dtype or f32 (after
 // promote_types with q's, as rms_norm); any other case runs the composition.
 void qk_norm_rope_append_(Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
                           double eps, const Tensor& positions, const Tensor& inv_freq, double attention_scaling,

@@ -34,6 +34,7 @@ enum class OpId : int32_t {
   Div, Fmod, Remainder, Sample,
   DecodeAttention,  // value = a length outside [0, Lmax], bound = Lmax + 1
   KvCacheAppend,    // value = a position p with p + T > Lmax or p < 0, bound = Lmax - T + 1
+  QkNormRopeAppend,  // value = the cache slot `at` with at + T > Lmax or at < 0, bound = Lmax - T + 1
 };
 
 #if defined(__CUDACC__)

@@ -1,4 +1,5 @@
-// CUDA launchers of rms_norm, add_rms_norm, silu_and_mul and rope_ (kernels: kernels/norm.cuh).
+// CUDA launchers of rms_norm, add_rms_norm, silu_and_mul, rope_ and the fused qk_norm_rope_append_
+// (kernels: kernels/norm.cuh).
 //
 // This file is compiled with --fmad=false (src/CMakeLists.txt): rope's a*cos - b*sin must round after each
 // product as the CPU does (x86-64 baseline has no fma), or results drift from the CPU reference by an ulp.
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "core/dispatch.h"
+#include "cuda/device_error.h"
 #include "cuda/kernels/norm.cuh"
 #include "cuda/launch.h"
 
@@ -209,6 +211,83 @@ void rope_(const Tensor& q, const Tensor& k, const Tensor& positions, const Tens
     launch(k, nullptr);
   }
   check_launch("rope_");
+}
+
+void qk_norm_rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                         double eps, const Tensor& positions, const Tensor& inv_freq, double scaling,
+                         const Tensor& k_cache, const Tensor& v_cache, const Tensor& at) {
+  const char* op = "qk_norm_rope_append_";
+  const Device dev = q.device();
+  for (const Tensor* t : {&q, &k, &v, &positions, &inv_freq, &k_cache, &v_cache, &at}) check_cuda_tensor(op, *t, dev);
+  for (const Tensor* t : {&q_norm, &k_norm})
+    if (t->defined()) check_cuda_tensor(op, *t, dev);
+  const DType dt = q.dtype();
+  const bool norms_ok = (!q_norm.defined() || !k_norm.defined() || q_norm.dtype() == k_norm.dtype()) &&
+                        (!q_norm.defined() || (q_norm.dim() == 1 && q_norm.size(0) == q.size(2) &&
+                                               q_norm.is_contiguous())) &&
+                        (!k_norm.defined() || (k_norm.dim() == 1 && k_norm.size(0) == q.size(2) &&
+                                               k_norm.is_contiguous()));
+  KILN_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4 &&
+                 k.dtype() == dt && v.dtype() == dt && k_cache.dtype() == dt && v_cache.dtype() == dt &&
+                 k.size(0) == q.size(0) && v.size(0) == q.size(0) && k.size(2) == q.size(2) &&
+                 v.size(1) == k.size(1) && k_cache.size(0) == 1 && k_cache.size(1) == k.size(1) &&
+                 k_cache.size(3) == q.size(2) && v_cache.size(0) == 1 && v_cache.size(1) == k.size(1) &&
+                 v_cache.size(2) == k_cache.size(2) && v_cache.size(3) == v.size(2) &&
+                 q.size(2) <= kQkNormRopeMaxD && v.size(2) <= kQkNormRopeMaxD &&
+                 inv_freq.dtype() == DType::F32 && inv_freq.dim() == 1 && inv_freq.is_contiguous() &&
+                 2 * inv_freq.size(0) <= q.size(2) && positions.dim() == 1 && positions.size(0) == q.size(0) &&
+                 (positions.dtype() == DType::I32 || positions.dtype() == DType::I64) && at.dtype() == DType::I32 &&
+                 at.numel() == 1 && norms_ok,
+             op, ": internal error: q ", q.meta(), ", k ", k.meta(), ", v ", v.meta(), ", k_cache ", k_cache.meta(),
+             ", v_cache ", v_cache.meta(), ", positions ", positions.meta(), ", inv_freq ", inv_freq.meta(), ", at ",
+             at.meta());
+  const int64_t t_len = q.size(0), hq = q.size(1), hk = k.size(1);
+  if (t_len == 0 || hq + hk == 0) return;
+  KILN_CHECK(hq + 2 * hk <= INT_MAX, op, ": too many heads for one launch: q ", q.meta(), ", k ", k.meta());
+  const int64_t rows = t_len * (hq + 2 * hk);
+  const int64_t blocks = (rows + kQkWarpsPerBlock - 1) / kQkWarpsPerBlock;
+  KILN_CHECK(blocks <= INT_MAX, op, ": too many tokens for one launch: q ", q.meta());
+
+  QkRopeDims a;
+  a.t_len = t_len;
+  a.hq = static_cast<int>(hq);
+  a.hk = static_cast<int>(hk);
+  a.d = static_cast<int>(q.size(2));
+  a.dv = static_cast<int>(v.size(2));
+  a.half = static_cast<int>(inv_freq.size(0));
+  a.q_st = q.stride(0), a.q_sh = q.stride(1), a.q_sd = q.stride(2);
+  a.k_st = k.stride(0), a.k_sh = k.stride(1), a.k_sd = k.stride(2);
+  a.v_st = v.stride(0), a.v_sh = v.stride(1), a.v_sd = v.stride(2);
+  a.kc_sh = k_cache.stride(1), a.kc_sp = k_cache.stride(2), a.kc_sd = k_cache.stride(3);
+  a.vc_sh = v_cache.stride(1), a.vc_sp = v_cache.stride(2), a.vc_sd = v_cache.stride(3);
+  a.lmax = k_cache.size(2);
+  a.pos_stride = positions.stride(0);
+  a.pos_i64 = positions.dtype() == DType::I64;
+  a.scaling = static_cast<float>(scaling);  // torch multiplies the f32 cos/sin by the scalar in f32
+  a.eps = eps;
+
+  DeviceGuard guard(dev);
+  const cudaStream_t s = stream_of(dev);
+  DeviceErrorRecord* err = device_error_record(dev.index);
+  const Tensor& any_norm = q_norm.defined() ? q_norm : k_norm;
+  visit_dtypes<dset(DType::F16, DType::BF16, DType::F32)>(dt, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto go = [&](auto wtag) {
+      using P = typename decltype(wtag)::type;
+      auto wp = [](const Tensor& w) { return w.defined() ? static_cast<const P*>(w.data_ptr()) : nullptr; };
+      launch_dependent(qk_norm_rope_append_kernel<T, P>, dim3(static_cast<unsigned>(blocks)),
+                       dim3(32 * kQkWarpsPerBlock), 0, s, dev.index, op, static_cast<T*>(q.data_ptr()),
+                       static_cast<const T*>(k.data_ptr()), static_cast<const T*>(v.data_ptr()), wp(q_norm),
+                       wp(k_norm), static_cast<const void*>(positions.data_ptr()),
+                       static_cast<const float*>(inv_freq.data_ptr()), static_cast<T*>(k_cache.data_ptr()),
+                       static_cast<T*>(v_cache.data_ptr()), static_cast<const int32_t*>(at.data_ptr()), a, err);
+    };
+    // The norm weights are in promote_types(weight, q): q's dtype or f32 (the op layer converted them).
+    if (!any_norm.defined() || any_norm.dtype() == dt) go(TypeTag<T>{});
+    else if (any_norm.dtype() == DType::F32) go(TypeTag<float>{});
+    else throw Error(str(op, ": internal error: norm weight ", any_norm.meta(), " for q ", q.meta()));
+  });
+  check_launch(op);
 }
 
 }  // namespace kiln::cuda

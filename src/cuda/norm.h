@@ -25,4 +25,18 @@ void silu_and_mul(const Tensor& out, const Tensor& in);
 // One launch when q and k share a dtype.
 void rope_(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& inv_freq, double scaling);
 
+// The largest head dims D and Dv of qk_norm_rope_append (one warp per head, 8 channels per lane).
+inline constexpr int64_t kQkNormRopeMaxD = 256;
+
+// qk_norm_rope_append_ in one launch (see include/kiln/nn.h): q [T, Hq, D] updated in place; k [T, Hk, D]
+// and v [T, Hk, Dv] read; k_cache [1, Hk, Lmax, D] and v_cache [1, Hk, Lmax, Dv] written at slots at[0] + t.
+// q, k, v and the caches of one dtype (f16, bf16 or f32), any strides; D, Dv <= kQkNormRopeMaxD; q overlapping
+// neither k nor v nor the caches (checked by the op layer). q_norm / k_norm contiguous [D] in q's dtype or f32
+// (one dtype when both are given), or undefined (no norm). positions i32/i64 [T] (any stride), inv_freq f32
+// contiguous [r/2] with r <= D, at i32 with one element. An `at` outside [0, Lmax - T] writes neither cache
+// and is raised at the next synchronisation (OpId::QkNormRopeAppend).
+void qk_norm_rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                         double eps, const Tensor& positions, const Tensor& inv_freq, double scaling,
+                         const Tensor& k_cache, const Tensor& v_cache, const Tensor& at);
+
 }  // namespace kiln::cuda

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/kernels/pdl.cuh"
+#include "cuda/device_error.h"
 #include "ops/binary_functors.h"
 #include "ops/norm_math.h"
 
@@ -274,6 +276,178 @@ __global__ void rope_heads(RopeHeads<T> q, RopeHeads<T> k, const I* __restrict__
     NormPack<T, VEC> lo, hi;
     rope_load<T, VEC>(it, half, lo, hi);
     rope_rotate<T, VEC>(it, half, cos_sin, lo, hi);
+  }
+}
+
+// ---- fused q/k norm + rotary + KV-cache append (qk_norm_rope_append_) ------------------------------------
+
+// One warp per head row: lane l holds the rotary pairs j = l + 32 i (channels j and j + half, so each pair
+// rotates within one lane) and the channels past rotary_dim r + l + 32 i. Loads are strided by lane, so a
+// warp's accesses to a row with unit channel stride are contiguous. D, Dv <= 32 * kQkMaxSlots.
+inline constexpr int kQkMaxSlots = 8;                  // head dims up to 256
+inline constexpr int kQkMaxPairs = kQkMaxSlots / 2;    // rotary pairs up to 128
+inline constexpr int kQkWarpsPerBlock = 4;
+
+// Sizes and strides (in elements) of one call. Rows 0 .. T * (Hq + Hk) - 1 are (token, head) of q heads ++ k
+// heads; the next T * Hk rows are the v heads, copied.
+struct QkRopeDims {
+  int64_t t_len = 0;
+  int hq = 0, hk = 0, d = 0, dv = 0, half = 0;
+  int64_t q_st = 0, q_sh = 0, q_sd = 0, k_st = 0, k_sh = 0, k_sd = 0, v_st = 0, v_sh = 0, v_sd = 0;
+  int64_t kc_sh = 0, kc_sp = 0, kc_sd = 0, vc_sh = 0, vc_sp = 0, vc_sd = 0;  // cache (head, position, channel)
+  int64_t lmax = 0;
+  int64_t pos_stride = 0;
+  bool pos_i64 = false;
+  float scaling = 1.f;
+  double eps = 0;
+};
+
+// The same steps, formulas and rounding points as rms_norm_rows (norm), rope_heads (rotation) and
+// kv_append_kernel (cache writes), so the result equals that composition: the one difference is the order in
+// which the f64 sum of squares adds its f32 terms (an exact sum for all but extreme rows; see norm.cu). q is
+// updated in place: a warp reads its whole row before it writes it, and q overlaps neither k nor v (checked
+// on the host). k and v are only read. `at` is read on the device; outside [0, lmax - T] nothing is written
+// to either cache and the error is recorded once (by lane 0 of token 0's first k head), as kv_append_kernel
+// does; q is still normalised and rotated. Every load a warp needs (at, its row, the weights, the position
+// and inv_freq) is issued before any of them is used, so the kernel costs about one memory round trip.
+// Launched as a dependent of the qkv projection before it.
+template <class T, class P>
+__global__ void __launch_bounds__(32 * kQkWarpsPerBlock)
+    qk_norm_rope_append_kernel(T* q, const T* k, const T* v, const P* __restrict__ q_norm,
+                               const P* __restrict__ k_norm, const void* __restrict__ positions,
+                               const float* __restrict__ inv_freq, T* k_cache, T* v_cache,
+                               const int32_t* __restrict__ at, QkRopeDims a, DeviceErrorRecord* err) {
+  using C = float;  // rms_norm's compute type for f16 / bf16 / f32
+  kernels::pdl_allow_dependents();  // the attention that reads q and the caches waits for this grid anyway
+  kernels::pdl_wait();              // launched as a dependent (kernels/pdl.cuh): nothing is touched before this
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kQkWarpsPerBlock + (threadIdx.x >> 5);
+  const int64_t qk_heads = a.hq + a.hk;
+  const int64_t n_qk = a.t_len * qk_heads;
+  if (row >= n_qk + a.t_len * a.hk) return;  // whole warps only: the row is warp-uniform
+  const int64_t p0 = at[0];
+
+  if (row >= n_qk) {  // a v head: raw copy into the value cache
+    const int64_t r = row - n_qk, t = r / a.hk, h = r - t * a.hk;
+    const T* src = v + t * a.v_st + h * a.v_sh;
+    T vals[kQkMaxSlots];
+#pragma unroll
+    for (int i = 0; i < kQkMaxSlots; ++i) {
+      const int c = lane + 32 * i;
+      if (c < a.dv) vals[i] = src[c * a.v_sd];
+    }
+    if (p0 < 0 || p0 > a.lmax - a.t_len) return;
+    T* dst = v_cache + h * a.vc_sh + (p0 + t) * a.vc_sp;
+#pragma unroll
+    for (int i = 0; i < kQkMaxSlots; ++i) {
+      const int c = lane + 32 * i;
+      if (c < a.dv) dst[c * a.vc_sd] = vals[i];
+    }
+    return;
+  }
+  const int64_t t = row / qk_heads;
+  const int h = static_cast<int>(row - t * qk_heads);
+  const bool is_q = h < a.hq;
+  const T* src = is_q ? q + t * a.q_st + h * a.q_sh : k + t * a.k_st + (h - a.hq) * a.k_sh;
+  const int64_t sd = is_q ? a.q_sd : a.k_sd;
+  const P* w = is_q ? q_norm : k_norm;
+  const int half = a.half, rot = 2 * a.half;
+
+  T lo[kQkMaxPairs], hi[kQkMaxPairs], rest[kQkMaxSlots];
+  P wlo[kQkMaxPairs], whi[kQkMaxPairs], wrest[kQkMaxSlots];
+  float freq[kQkMaxPairs];
+#pragma unroll
+  for (int i = 0; i < kQkMaxPairs; ++i) {
+    const int j = lane + 32 * i;
+    if (j < half) {
+      lo[i] = src[j * sd];
+      hi[i] = src[(j + half) * sd];
+      freq[i] = inv_freq[j];
+      if (w != nullptr) {
+        wlo[i] = w[j];
+        whi[i] = w[j + half];
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kQkMaxSlots; ++i) {
+    const int c = rot + lane + 32 * i;
+    if (c < a.d) {
+      rest[i] = src[c * sd];
+      if (w != nullptr) wrest[i] = w[c];
+    }
+  }
+  const float pos = a.pos_i64 ? convert<float>(static_cast<const int64_t*>(positions)[t * a.pos_stride])
+                              : convert<float>(static_cast<const int32_t*>(positions)[t * a.pos_stride]);
+
+  if (!is_q && (p0 < 0 || p0 > a.lmax - a.t_len)) {  // k is written nowhere but the cache: nothing to do
+    if (t == 0 && h == a.hq && lane == 0)
+      report_device_error(err, DeviceErrorCode::IndexOutOfRange, OpId::QkNormRopeAppend, p0, a.lmax - a.t_len + 1);
+    return;
+  }
+
+  if (w != nullptr) {  // per-head RMSNorm (warp-uniform branch)
+    double acc = 0;
+#pragma unroll
+    for (int i = 0; i < kQkMaxPairs; ++i) {
+      if (lane + 32 * i < half) {
+        const C x0 = convert<C>(lo[i]), x1 = convert<C>(hi[i]);
+        acc += static_cast<double>(x0 * x0);
+        acc += static_cast<double>(x1 * x1);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kQkMaxSlots; ++i) {
+      if (rot + lane + 32 * i < a.d) {
+        const C x = convert<C>(rest[i]);
+        acc += static_cast<double>(x * x);
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    const C inv = norm_math::rms_inv<C>(static_cast<C>(acc), a.d, a.eps);
+#pragma unroll
+    for (int i = 0; i < kQkMaxPairs; ++i) {
+      if (lane + 32 * i < half) {
+        lo[i] = norm_math::rms_apply<T, P, C>(lo[i], inv, wlo[i]);
+        hi[i] = norm_math::rms_apply<T, P, C>(hi[i], inv, whi[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kQkMaxSlots; ++i)
+      if (rot + lane + 32 * i < a.d) rest[i] = norm_math::rms_apply<T, P, C>(rest[i], inv, wrest[i]);
+  }
+
+#pragma unroll
+  for (int i = 0; i < kQkMaxPairs; ++i) {
+    if (lane + 32 * i < half) {
+      float c, s;
+      norm_math::rope_cos_sin(pos, freq[i], a.scaling, c, s);
+      norm_math::rope_pair<T>(lo[i], hi[i], c, s);
+    }
+  }
+
+  T* dst;
+  int64_t dsd;
+  if (is_q) {
+    dst = q + t * a.q_st + h * a.q_sh;
+    dsd = a.q_sd;
+  } else {
+    dst = k_cache + (h - a.hq) * a.kc_sh + (p0 + t) * a.kc_sp;
+    dsd = a.kc_sd;
+  }
+#pragma unroll
+  for (int i = 0; i < kQkMaxPairs; ++i) {
+    const int j = lane + 32 * i;
+    if (j < half) {
+      dst[j * dsd] = lo[i];
+      dst[(j + half) * dsd] = hi[i];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kQkMaxSlots; ++i) {
+    const int c = rot + lane + 32 * i;
+    if (c < a.d) dst[c * dsd] = rest[i];
   }
 }
 
