@@ -26,7 +26,8 @@ void check_cuda_tensor(const char* op, const Tensor& t, Device device) {
 }
 
 template <class X, class P, bool ADD, int VEC>
-void launch_rms(X* out, X* residual, const X* x, const P* w, int64_t rows, int d, double eps, cudaStream_t s) {
+void launch_rms(X* out, X* residual, const X* x, const P* w, int64_t rows, int d, double eps, cudaStream_t s,
+                int device) {
   const int nvec = d / VEC;
   // Threads per row: enough that kNormCache vectors each cover the row, a whole number of warps. A decode
   // step has a row or a few: then one vector per thread (up to kNormMaxThreads), so every load of the row is
@@ -39,8 +40,10 @@ void launch_rms(X* out, X* residual, const X* x, const P* w, int64_t rows, int d
   const int rows_per_block = group == 32 ? static_cast<int>(std::min<int64_t>(8, rows)) : 1;
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "rms_norm: too many rows (", rows, ") for one launch");
-  rms_norm_rows<X, P, ADD, VEC><<<static_cast<unsigned>(blocks), dim3(group, rows_per_block), 0, s>>>(
-      out, residual, x, w, rows, d, eps);
+  // A dependent launch (kernels/pdl.cuh): the kernel waits for its predecessor before touching memory, so
+  // only the launch itself overlaps the previous kernel.
+  launch_dependent(rms_norm_rows<X, P, ADD, VEC>, dim3(static_cast<unsigned>(blocks)), dim3(group, rows_per_block), 0,
+                   s, device, "rms_norm", out, residual, x, w, rows, d, eps);
 }
 
 // The single dtype dispatch point of rms_norm and add_rms_norm.
@@ -63,11 +66,11 @@ void rms_dispatch(const char* op, const Tensor& out, const Tensor* residual, con
                        aligned_to(pw, sizeof(P) * V);
       const int di = static_cast<int>(d);
       if (pr) {
-        if (vec) launch_rms<X, P, true, V>(po, pr, px, pw, rows, di, eps, s);
-        else launch_rms<X, P, true, 1>(po, pr, px, pw, rows, di, eps, s);
+        if (vec) launch_rms<X, P, true, V>(po, pr, px, pw, rows, di, eps, s, x.device().index);
+        else launch_rms<X, P, true, 1>(po, pr, px, pw, rows, di, eps, s, x.device().index);
       } else {
-        if (vec) launch_rms<X, P, false, V>(po, pr, px, pw, rows, di, eps, s);
-        else launch_rms<X, P, false, 1>(po, pr, px, pw, rows, di, eps, s);
+        if (vec) launch_rms<X, P, false, V>(po, pr, px, pw, rows, di, eps, s, x.device().index);
+        else launch_rms<X, P, false, 1>(po, pr, px, pw, rows, di, eps, s, x.device().index);
       }
     };
     // weight is in promote_types(weight, x): x's dtype, f32 or f64 (the op layer converted it).
@@ -133,8 +136,8 @@ void silu_and_mul(const Tensor& out, const Tensor& in) {
       // x covers one row (capped: the loop strides), y the rows (the kernel strides past 65535).
       const int64_t bx = std::min<int64_t>((nvec + threads - 1) / threads, 1024);
       const int64_t by = std::min<int64_t>(rows, 65535);
-      silu_and_mul_rows<T, VV><<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)), threads, 0, s>>>(
-          po, pi, rows, inner);
+      launch_dependent(silu_and_mul_rows<T, VV>, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)),
+                       dim3(threads), 0, s, in.device().index, "silu_and_mul", po, pi, rows, inner);
     };
     if (vec) launch(std::integral_constant<int, V>{});
     else launch(std::integral_constant<int, 1>{});
@@ -212,6 +215,7 @@ void rope_(const Tensor& q, const Tensor& k, const Tensor& positions, const Tens
   }
   check_launch("rope_");
 }
+
 
 void qk_norm_rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
                          double eps, const Tensor& positions, const Tensor& inv_freq, double scaling,

@@ -98,23 +98,21 @@ static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, Model::Sta
     // ---- attention
     const Tensor qkv = L.attn.qkv(h);  // [T, q + 2 kv]
     Tensor q = qkv.narrow(1, 0, qs).view({T, Hq, D});
-    Tensor k = qkv.narrow(1, qs, kvs).view({T, Hk, D});
+    const Tensor k = qkv.narrow(1, qs, kvs).view({T, Hk, D});
     const Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, Hk, D});
-    if (c.qk_norm) {
-      q = rms_norm(q, L.attn.q_norm, c.rms_norm_eps);
-      k = rms_norm(k, L.attn.k_norm, c.rms_norm_eps);
-    }
-    rope_(q, k, in.positions, s.inv_freq, s.attention_scaling);
-    const Tensor k_new = k.view({1, T, Hk, D}).transpose(1, 2);
-    const Tensor v_new = v.view({1, T, Hk, D}).transpose(1, 2);
     Tensor& kc = s.k_cache[static_cast<size_t>(i)];
     Tensor& vc = s.v_cache[static_cast<size_t>(i)];
-    kv_cache_append_(kc, vc, k_new, v_new, in.at);
+    // q/k norms, RoPE and the cache append in one op (one launch on CUDA): q is rotated in place, the rotated
+    // keys and the values land in the cache only.
+    qk_norm_rope_append_(q, k, v, c.qk_norm ? L.attn.q_norm : Tensor(), c.qk_norm ? L.attn.k_norm : Tensor(),
+                         c.rms_norm_eps, in.positions, s.inv_freq, s.attention_scaling, kc, vc, in.at);
     const Tensor q4 = q.view({1, T, Hq, D}).transpose(1, 2);  // [1, Hq, T, D]
     Tensor attn;
     if (in.start == 0 && T > 8) {
-      // A prompt from position 0: causal attention over the new keys only (flash path on CUDA).
-      attn = scaled_dot_product_attention(q4, k_new, v_new, std::nullopt, true, std::nullopt, true);
+      // A prompt from position 0: causal attention over the new keys only (flash path on CUDA), read back
+      // from the cache slots they were just written to.
+      attn = scaled_dot_product_attention(q4, kc.narrow(2, 0, T), vc.narrow(2, 0, T), std::nullopt, true,
+                                          std::nullopt, true);
     } else {
       // Decode (and prompts continuing a cache): new queries against the cache, bottom-right causal.
       attn = decode_attention(q4, kc, vc, in.lengths);

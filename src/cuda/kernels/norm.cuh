@@ -15,6 +15,9 @@
 
 namespace kiln::cuda {
 
+using kernels::pdl_allow_dependents;
+using kernels::pdl_wait;
+
 // N consecutive elements moved as one access: 16 bytes (or a multiple) when N > 1, one element otherwise.
 template <class T, int N>
 struct alignas(sizeof(T) * N) NormPack {
@@ -85,6 +88,8 @@ __global__ void __launch_bounds__(kNormMaxThreads)
   using WP = NormPack<P, VEC>;
   __shared__ double partial[32];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  pdl_allow_dependents();  // the next kernel (a matrix-vector product) may start its weight loads
+  pdl_wait();              // launched as a dependent: nothing is read or written before this
   if (row >= rows) return;  // only whole warps of the last block in the warp-per-row layout
   const int nvec = d / VEC;
   const int64_t base = row * static_cast<int64_t>(d);
@@ -170,6 +175,8 @@ __global__ void __launch_bounds__(kNormMaxThreads)
 template <class T, int VEC>
 __global__ void silu_and_mul_rows(T* __restrict__ out, const T* __restrict__ in, int64_t rows, int64_t inner) {
   using C = opmath_t<T>;
+  pdl_allow_dependents();
+  pdl_wait();  // launched as a dependent (kernels/pdl.cuh)
   const int64_t nvec = inner / VEC;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
