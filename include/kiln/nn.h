@@ -26,6 +26,11 @@ Tensor add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, dou
 
 // gate_up [..., 2I] -> silu(gate_up[..., :I]) * gate_up[..., I:], computed in f32, output in the input dtype.
 Tensor silu_and_mul(const Tensor& gate_up);
+// silu_and_mul(linear(x, weight)) with weight [2I, K] (gate rows then up rows). On CUDA, one row of x takes
+// one matrix-vector kernel with the activation in its epilogue, computed from the f32 sums (the product is
+// not rounded to x's dtype first, so half-type results can differ from the composition by that rounding);
+// everything else, and the CPU, is the composition.
+Tensor linear_silu_and_mul(const Tensor& x, const Tensor& weight);
 
 // Rotary position embedding with Hugging Face's half-split layout (rotate_half), applied in place.
 // q [T, Hq, D], k [T, Hk, D], positions [T] (i32 or i64, on q's device). The first `rotary_dim` (even,

@@ -71,6 +71,35 @@ void launch_gemv(const T* x, int64_t ldx, int rows, const T* w, int64_t ldw, int
 
 }  // namespace
 
+bool linear_silu_mul_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight) {
+  const DType t = x2.dtype();
+  const int64_t m = x2.size(0), k = x2.size(1), n2 = weight.size(0), n = n2 / 2;
+  if (!is_linear_dtype(t) || m != 1 || n2 % 2 != 0 || k >= (int64_t{1} << 30)) return false;
+  if ((x2.stride(1) != 1 && k > 1) || (weight.stride(1) != 1 && k > 1)) return false;
+  if (n == 0) return true;
+  const Device dev = y.device();
+  const int64_t isz = static_cast<int64_t>(itemsize(t));
+  const int vec_elems = static_cast<int>(16 / isz);
+  const int64_t ldw = weight.stride(0);
+  const bool vec = k % vec_elems == 0 && aligned16(weight.data_ptr()) && (ldw * isz) % 16 == 0 &&
+                   aligned16(x2.data_ptr());
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(t, "linear_silu_and_mul", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    // One output per warp group (its gate and up rows): R = 2 weight rows per group.
+    const int split = split_for(n, k, 1, kernels::gemv_vec_elems<T>(), vec, dev.index);
+    const int64_t per_block = kernels::kGemvWarps / split;
+    const int64_t blocks = (n + per_block - 1) / per_block;
+    KILN_CHECK(blocks <= INT_MAX, "linear_silu_and_mul: N = ", n, " needs too many blocks");
+    launch_dependent(kernels::gemv_kernel<T, 1, true>, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads),
+                     0, stream, dev.index, "linear_silu_and_mul", static_cast<const T*>(x2.data_ptr()), k, 1,
+                     static_cast<const T*>(weight.data_ptr()), ldw, n, static_cast<int>(k), static_cast<const T*>(nullptr),
+                     static_cast<T*>(y.data_ptr()), n, split, vec);
+  });
+  return true;
+}
+
 const char* linear_path_name(LinearPath p) {
   switch (p) {
     case LinearPath::Auto: return "auto";

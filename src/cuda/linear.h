@@ -37,6 +37,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
 // nothing, when it cannot take the call; then the caller falls back.
 bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias);
 bool linear_cublaslt(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias);
+// silu_and_mul(x2 @ weight^T) for one row (x2 [1, K], weight [2N, K]: gate rows then up rows, y [1, N]
+// contiguous) by the matrix-vector kernel with the activation in its epilogue, from the f32 sums (the
+// product is not rounded first). False, having done nothing, when it cannot take the call.
+bool linear_silu_mul_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight);
 
 // The calling thread's cuBLASLt handle (a cublasLtHandle_t) for `device`, shared by every cuBLASLt user.
 void* lt_handle(int device);

@@ -127,6 +127,8 @@ static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, Model::Sta
       m = moe_forward(h, L.moe->router, e, c.num_experts_per_tok, c.norm_topk_prob);
     } else if (L.moe) {
       m = moe_forward(h, L.moe->router, L.moe->gate_up, L.moe->down, c.num_experts_per_tok, c.norm_topk_prob);
+    } else if (!L.mlp->gate_up.fp8 && !L.mlp->gate_up.bias) {
+      m = L.mlp->down(linear_silu_and_mul(h, L.mlp->gate_up.weight));  // one kernel for a decode row on CUDA
     } else {
       m = L.mlp->down(silu_and_mul(L.mlp->gate_up(h)));
     }

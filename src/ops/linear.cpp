@@ -33,4 +33,20 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
   return y.view(out_shape);
 }
 
+Tensor linear_silu_and_mul(const Tensor& x, const Tensor& weight) {
+  KILN_CHECK(weight.dim() == 2 && weight.size(0) % 2 == 0, "linear_silu_and_mul: weight must be [2N, K] (gate rows ",
+             "then up rows), got ", weight.meta());
+#if KILN_HAVE_CUDA
+  if (x.is_cuda() && x.dim() >= 1 && x.numel() == x.size(-1) && x.dtype() == weight.dtype() &&
+      x.device() == weight.device() && weight.size(1) == x.size(-1)) {
+    Shape out_shape = x.sizes();
+    out_shape.back() = weight.size(0) / 2;
+    const Tensor x2 = x.reshape({1, x.size(-1)});
+    Tensor y = empty({1, weight.size(0) / 2}, x.dtype(), x.device());
+    if (cuda::linear_silu_mul_gemv(y, x2, weight)) return y.view(out_shape);
+  }
+#endif
+  return silu_and_mul(linear(x, weight));
+}
+
 }  // namespace kiln

@@ -280,6 +280,33 @@ TEST(CudaLinear, HeuristicAndForcedPath) {
   cuda::set_forced_linear_path(before);
 }
 
+// linear_silu_and_mul: one row takes the fused matrix-vector kernel (activation from the f32 sums), checked
+// against the composition in f32 on the CPU (rounded once to the dtype); more rows take the composition.
+TEST(CudaLinearSiluAndMul, OneRowMatchesF32CompositionAndMoreRowsTheComposition) {
+  KILN_REQUIRE_CUDA();
+  for (DType dt : kDtypes)
+    for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1, 64}, {768, 2048}, {3000, 4096}, {17, 100}}) {
+      SCOPED_TRACE(label(dt, 1, n, k, false, "silu_and_mul"));
+      const Tensor x = test::random_tensor({1, k}, dt, -1, 1), w = test::random_tensor({2 * n, k}, dt, -0.1, 0.1);
+      {
+        Tensor junk = empty({1, n}, dt, kGpu);
+        test::poison(junk);
+      }
+      const Tensor got = linear_silu_and_mul(x.to(kGpu), w.to(kGpu)).cpu();
+      ASSERT_EQ(got.sizes(), (Shape{1, n}));
+      const Tensor ref = silu_and_mul(linear(x.to(DType::F32), w.to(DType::F32))).to(dt);
+      const test::Tolerance tol = dt == DType::F32 ? test::Tolerance{1e-5, 1e-5} : test::default_tolerance(dt);
+      EXPECT_TRUE(test::all_close(got, ref, tol));
+      // A 1-d x gives the same values; three rows take the composition, exactly.
+      EXPECT_TRUE(test::equal(linear_silu_and_mul(x.view({k}).to(kGpu), w.to(kGpu)).cpu(), got.view({n})));
+      const Tensor x3 = test::random_tensor({3, k}, dt, -1, 1, kGpu);
+      EXPECT_TRUE(test::equal(linear_silu_and_mul(x3, w.to(kGpu)).cpu(), silu_and_mul(linear(x3, w.to(kGpu))).cpu()));
+    }
+  EXPECT_TRUE(test::throws_error([] { (void)linear_silu_and_mul(test::random_tensor({1, 8}, DType::F32, -1, 1, kGpu),
+                                                                  test::random_tensor({5, 8}, DType::F32, -1, 1, kGpu)); },
+                                 {"linear_silu_and_mul", "[2N, K]"}));
+}
+
 #else
 
 TEST(CudaLinear, NeedsTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend"; }

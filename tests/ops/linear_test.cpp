@@ -84,5 +84,19 @@ TEST(Linear, CudaMatchesCpu) {
                               test::Tolerance{1.6e-2, 1e-2}));
 }
 
+TEST(LinearSiluAndMul, IsTheCompositionOnTheCpu) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor x = test::random_tensor({3, 24}, dt, -1, 1), w = test::random_tensor({10, 24}, dt, -0.5, 0.5);
+    EXPECT_TRUE(test::equal(linear_silu_and_mul(x, w), silu_and_mul(linear(x, w))));
+    EXPECT_EQ(linear_silu_and_mul(x, w).sizes(), (Shape{3, 5}));
+  }
+  EXPECT_TRUE(test::throws_error([] { (void)linear_silu_and_mul(test::random_tensor({1, 8}, DType::F32),
+                                                                  test::random_tensor({5, 8}, DType::F32)); },
+                                 {"linear_silu_and_mul", "[2N, K]"}));
+  EXPECT_TRUE(test::throws_error([] { (void)linear_silu_and_mul(test::random_tensor({1, 8}, DType::F32),
+                                                                  test::random_tensor({6, 9}, DType::F32)); },
+                                 {"linear"}));
+}
+
 }  // namespace
 }  // namespace kiln

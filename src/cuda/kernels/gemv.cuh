@@ -34,6 +34,7 @@
 
 #include "cuda/kernels/pdl.cuh"
 #include "kiln/scalar_types.h"
+#include "ops/moe_math.h"
 
 namespace kiln::cuda::kernels {
 
@@ -144,15 +145,27 @@ __device__ __forceinline__ void gemv_publish_warp_sums(float (&acc)[R][MT], floa
   }
 }
 
+// Outputs per warp group: its R weight rows, or (ACT) one output from its gate and up rows.
+template <int MT, bool ACT>
+constexpr int gemv_outputs_per_group() {
+  return ACT ? 1 : gemv_rows_per_warp<MT>();
+}
+
 // x: rows x k activations, row stride ldx (elements), unit inner stride. w: n x k weights, row stride ldw,
 // unit inner stride. bias: n elements or null. y: rows x n, row stride ldy. 1 <= rows <= MT, n >= 1,
-// k >= 0; split in {1, 2, 4, 8}; grid = ceil(n / (R * kGemvWarps / split)) blocks of kGemvThreads.
-template <class T, int MT>
+// k >= 0; split in {1, 2, 4, 8}; grid = ceil(n / (outputs per group * kGemvWarps / split)) blocks of
+// kGemvThreads.
+// ACT (one activation row): w has 2n rows, gate rows then up rows, and y[0, j] = silu(x . w[j]) * (x . w[n + j])
+// from the f32 sums, rounded once (silu_and_mul of the product without rounding the product); no bias. A
+// group reads the gate and the up row of its output (R = 2).
+template <class T, int MT, bool ACT = false>
 __global__ void __launch_bounds__(kGemvThreads, 2)
     gemv_kernel(const T* __restrict__ x, int64_t ldx, int rows, const T* __restrict__ w, int64_t ldw,
                 int64_t n, int k, const T* __restrict__ bias, T* __restrict__ y, int64_t ldy, int split,
                 bool vec) {
-  constexpr int R = gemv_rows_per_warp<MT>();
+  static_assert(!ACT || MT == 1, "the fused activation is for one activation row");
+  constexpr int R = ACT ? 2 : gemv_rows_per_warp<MT>();
+  constexpr int OPG = gemv_outputs_per_group<MT, ACT>();
   constexpr int U = gemv_unroll<R>();
   constexpr int VEC = gemv_vec_elems<T>();
   __shared__ float partial[kGemvWarps * R * MT];
@@ -162,7 +175,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   const int group = warp / split;
   const int t = (warp % split) * 32 + lane;  // this thread's index within its group
   const int group_threads = 32 * split;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * groups + group) * R;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * groups + group) * OPG;
 
   float acc[R][MT];
 #pragma unroll
@@ -173,7 +186,10 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
   // Element offsets of this group's weight rows and of the activation rows, clamped into range.
   int64_t woff[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) woff[r] = (row0 + r < n ? row0 + r : n - 1) * ldw;
+  for (int r = 0; r < R; ++r) {
+    if constexpr (ACT) woff[r] = ((row0 < n ? row0 : n - 1) + (r ? n : 0)) * ldw;  // gate row, up row
+    else woff[r] = (row0 + r < n ? row0 + r : n - 1) * ldw;
+  }
   auto xoff = [&](int m) -> int64_t { return static_cast<int64_t>(m < rows ? m : rows - 1) * ldx; };
 
   pdl_allow_dependents();
@@ -273,17 +289,26 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
 
   // Epilogue: one thread per (activation row, weight row of the block); consecutive threads take
   // consecutive weight rows, so the stores of one activation row are contiguous.
-  const int block_rows = groups * R;
+  const int block_rows = groups * OPG;
   for (int i = static_cast<int>(threadIdx.x); i < block_rows * MT; i += kGemvThreads) {
     const int m = i / block_rows, local = i % block_rows;
-    const int g = local / R, r = local % R;
     const int64_t row = static_cast<int64_t>(blockIdx.x) * block_rows + local;
     if (m >= rows || row >= n) continue;
-    // The group's warps in order: the same sum on every run.
-    float s = partial[((g * split) * R + r) * MT + m];
-    for (int q = 1; q < split; ++q) s += partial[((g * split + q) * R + r) * MT + m];
-    if (bias != nullptr) s += gemv_to_f32(bias[row]);
-    y[static_cast<int64_t>(m) * ldy + row] = gemv_from_f32<T>(s);
+    if constexpr (ACT) {
+      float gs = partial[(local * split) * R * MT], us = partial[((local * split) * R + 1) * MT];
+      for (int q = 1; q < split; ++q) {
+        gs += partial[((local * split + q) * R) * MT];
+        us += partial[((local * split + q) * R + 1) * MT];
+      }
+      y[row] = gemv_from_f32<T>(moe_math::silu_mul(gs, us));
+    } else {
+      const int g = local / R, r = local % R;
+      // The group's warps in order: the same sum on every run.
+      float s = partial[((g * split) * R + r) * MT + m];
+      for (int q = 1; q < split; ++q) s += partial[((g * split + q) * R + r) * MT + m];
+      if (bias != nullptr) s += gemv_to_f32(bias[row]);
+      y[static_cast<int64_t>(m) * ldy + row] = gemv_from_f32<T>(s);
+    }
   }
 }
 
