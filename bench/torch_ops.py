@@ -130,6 +130,28 @@ def torch_moe(x, router_w, gate_up, down, top_k, norm):
     return torch.zeros_like(x).index_add_(0, token, y)
 
 
+def torch_moe_fp8_one(x, router_w, gu, gus, dn, dns, top_k, norm, block=128):
+    """One token through FP8 block-quantised experts as plain PyTorch does it without custom kernels (no host
+    sync): route, gather the selected experts, dequantise them (value x block scale, f32, to bf16), bmm."""
+    logits = F.linear(x, router_w)
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, experts = torch.topk(probs, top_k, dim=-1)
+    if norm:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    sel = experts[0]
+
+    def deq(v, s):
+        w = v[sel].to(torch.float32)
+        sc = s[sel].repeat_interleave(block, 1)[:, : w.shape[1]].repeat_interleave(block, 2)[:, :, : w.shape[2]]
+        return (w * sc).to(x.dtype)
+
+    hgu = torch.bmm(deq(gu, gus), x[0].expand(top_k, -1).unsqueeze(-1)).squeeze(-1)
+    gate, up = hgu.chunk(2, dim=-1)
+    h = F.silu(gate) * up
+    y = torch.bmm(deq(dn, dns), h.unsqueeze(-1)).squeeze(-1)
+    return (y * weights[0].to(y.dtype).unsqueeze(-1)).sum(0, keepdim=True)
+
+
 # ---- the case table: keep in step with tools/kiln/bench_ops_cases.cpp -----------------------------------
 
 def linear_case(m, k, n, bias):
@@ -345,6 +367,27 @@ def moe_case(shape, t):
     return Case(f"moe/bf16/T{t}/{moe_tag(e, h, i)}/top{MOE_TOPK}", copy_bytes + 2 * t * h, copy_bytes, 64, make)
 
 
+def moe_fp8_case(shape):
+    e, h, i = shape
+    scales = ((2 * i + 127) // 128) * ((h + 127) // 128) + ((h + 127) // 128) * ((i + 127) // 128)
+    copy_bytes = 2 * (e * h + h) + MOE_TOPK * (3 * i * h + 4 * scales)
+    shared = {}
+
+    def make(dev):
+        if not shared:
+            shared["router"] = rnd((e, h), "bf16", dev, 0.02)
+            shared["gu"] = rnd((e, 2 * i, h), "bf16", dev, 50.0).to(torch.float8_e4m3fn)
+            shared["gus"] = torch.empty((e, (2 * i + 127) // 128, (h + 127) // 128), device=dev).uniform_(0.005, 0.02)
+            shared["dn"] = rnd((e, h, i), "bf16", dev, 50.0).to(torch.float8_e4m3fn)
+            shared["dns"] = torch.empty((e, (h + 127) // 128, (i + 127) // 128), device=dev).uniform_(0.005, 0.02)
+        x = rnd((1, h), "bf16", dev)
+        s = shared
+        return {"gather_dequant_bmm": lambda: torch_moe_fp8_one(x, s["router"], s["gu"], s["gus"], s["dn"], s["dns"],
+                                                                MOE_TOPK, True)}
+
+    return Case(f"moe/e4m3/T1/{moe_tag(e, h, i)}/top{MOE_TOPK}", copy_bytes + 2 * h, copy_bytes, 64, make)
+
+
 LINEAR = [(2048, 4096), (2048, 512), (4096, 2048), (2048, 128), (2048, 151936), (4096, 4096), (4096, 1024),
           (4096, 14336), (14336, 4096), (4096, 128256), (5120, 5120), (5120, 1024), (5120, 25600), (25600, 5120),
           (3584, 3584), (3584, 512), (3584, 18944), (18944, 3584), (1024, 1024), (896, 896), (896, 128),
@@ -384,6 +427,7 @@ def cases():
             out += [grouped_mm_case(shape, t, True), grouped_mm_case(shape, t, False)]
     for t in (1, 512):
         out += [moe_case(shape, t) for shape in MOE_SHAPES]
+    out += [moe_fp8_case(shape) for shape in MOE_SHAPES]
     return out
 
 

@@ -180,12 +180,13 @@ TEST(MoeRoute, TiesPickTheLowerExpert) {
 }
 
 // The dense computation of the selected experts, in double: the definition moe_forward implements.
+// h_dtype: what h rounds to before the down projection (x's dtype unless given).
 std::vector<double> ref_moe(const Tensor& x, const Tensor& router, const Tensor& gate_up, const Tensor& down,
-                            int64_t k, bool norm) {
+                            int64_t k, bool norm, std::optional<DType> h_dtype = std::nullopt) {
   const int64_t T = x.size(0), H = x.size(1), I = down.size(2);
   const MoeRouting r = moe_route(x, router, k, norm);  // routing is checked separately above
   const auto xv = values(x), gv = values(gate_up), dv = values(down), ev = values(r.experts), wv = values(r.weights);
-  const DType d = x.dtype();
+  const DType d = h_dtype.value_or(x.dtype());
   std::vector<double> out(static_cast<size_t>(T * H), 0.0);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < k; ++j) {
@@ -292,9 +293,8 @@ TEST(MoeForwardFp8, EqualsDenseComputationWithDequantisedExperts) {
     ASSERT_EQ(out.sizes(), x.sizes());
     ASSERT_EQ(out.dtype(), c.dtype);
     const Tensor gu_ref = dequant_ref(gu, gus, c.bn, c.bk), dn_ref = dequant_ref(dn, dns, c.bn, c.bk);
-    // The experts in f32 (the CPU path's precision): the reference rounds h to x's dtype, the FP8 path keeps
-    // it in f32, so half types differ by that rounding.
-    const auto ref = ref_moe(x, router, gu_ref, dn_ref, c.k, true);
+    // The CPU FP8 path computes the experts in f32 (h too) on the routing of x's dtype.
+    const auto ref = ref_moe(x, router, gu_ref, dn_ref, c.k, true, DType::F32);
     const Tolerance tol = c.dtype == DType::F32 ? Tolerance{1e-5, 2e-5} : Tolerance{1.6e-2, 2e-3};
     EXPECT_TRUE(all_close(out, from_doubles(ref, {c.T, c.H}, c.dtype), tol));
     // dequantize_fp8_experts: value x scale, rounded once to the dtype.

@@ -286,12 +286,12 @@ OpCase grouped_mm_case(const MoeShape& m, int64_t t, bool gate_up) {
 }
 
 // The MoE block of one token over FP8 experts (e4m3, 128 x 128 block scales; bf16 x and router): compare with
-// moe/bf16/T1 at the same shape. bytes = the router, the 8 selected experts' FP8 values and scales, x, out.
+// moe/bf16/T1 at the same shape (PyTorch side: gather, dequantise and bmm the selected experts). bytes = the router, the 8 selected experts' FP8 values and scales, x, out.
 OpCase moe_fp8_case(const MoeShape& m) {
   const int64_t expert = 3 * m.i * m.h;
   const int64_t expert_scales = ((2 * m.i + 127) / 128) * ((m.h + 127) / 128) + ((m.h + 127) / 128) * ((m.i + 127) / 128);
   OpCase c;
-  c.name = "moe/fp8/T1/" + moe_shape_tag(m) + "/top" + str(kMoeTopk);
+  c.name = "moe/e4m3/T1/" + moe_shape_tag(m) + "/top" + str(kMoeTopk);
   c.copy_bytes = nb(m.e * m.h + m.h, kBF16) + kMoeTopk * (expert + nb(expert_scales, DType::F32));
   c.bytes = c.copy_bytes + nb(m.h, kBF16);
   c.max_copies = 64;
