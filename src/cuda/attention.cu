@@ -4,6 +4,8 @@
 #include "cuda/attention.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <set>
 #include <type_traits>
@@ -20,6 +22,40 @@ namespace kiln::cuda {
 namespace {
 
 namespace am = attention_math;
+static_assert(attn::kMaxSplits <= attn::kCombineMaxSplits, "the combine kernel holds every split's factor");
+
+DecodeTuning tuning_from_env() {
+  DecodeTuning t;
+  const char* v = std::getenv("KILN_DECODE_TUNING");
+  if (!v || !*v) return t;
+  std::string spec(v);
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    const size_t end = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    KILN_CHECK(eq != std::string::npos, "KILN_DECODE_TUNING: expected key=value items, got \"", item, "\"");
+    const std::string key = item.substr(0, eq);
+    const int val = std::atoi(item.c_str() + eq + 1);
+    if (key == "sep") t.separate_combine = val != 0;
+    else if (key == "keys") t.min_split_keys = val;
+    else if (key == "bps") t.blocks_per_sm = val;
+    else throw Error(str("KILN_DECODE_TUNING: unknown key \"", key, "\" (sep, keys, bps)"));
+    pos = end + 1;
+  }
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1, "KILN_DECODE_TUNING: keys ",
+             "must be a positive multiple of 64 and bps positive, got \"", spec, "\"");
+  return t;
+}
+
+std::mutex& tuning_mu() {
+  static std::mutex mu;
+  return mu;
+}
+DecodeTuning& tuning_ref() {
+  static DecodeTuning t = tuning_from_env();
+  return t;
+}
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool mult8(int64_t s) { return s % 8 == 0; }
@@ -121,25 +157,31 @@ void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   // 16-byte q loads: contiguous channels, every row start a multiple of 8 elements, an aligned base.
   p.q_vec = L.q_col == 1 && aligned16(q.data_ptr()) && mult8(L.q_row) && (L.heads == 1 || mult8(L.hq)) &&
             (L.outer == 1 || mult8(L.bq[0]));
-  // Splits: about two blocks per multiprocessor over all (sequence, KV head, row tile), at most one per 64
-  // keys of the cache. Sized by Lmax, not the current lengths (which live on the device).
+  // Splits: about tuning.blocks_per_sm blocks per multiprocessor over all (sequence, KV head, row tile), at
+  // most one per tuning.min_split_keys keys of the cache. Sized by Lmax, not the current lengths (which live
+  // on the device).
+  const DecodeTuning tune = decode_tuning();
   const int64_t base = b * hkv * p.row_tiles;
   const int64_t sms = multiprocessor_count(dev.index);
-  const int64_t max_splits = std::max<int64_t>(1, (L.lkv + attn::kTileKeys - 1) / attn::kTileKeys);
-  p.splits = static_cast<int>(std::clamp<int64_t>((2 * sms + base - 1) / base, 1, std::min<int64_t>(max_splits, 128)));
+  const int64_t max_splits = std::max<int64_t>(1, (L.lkv + tune.min_split_keys - 1) / tune.min_split_keys);
+  p.splits = static_cast<int>(std::clamp<int64_t>((tune.blocks_per_sm * sms + base - 1) / base, 1,
+                                                  std::min<int64_t>(max_splits, attn::kMaxSplits)));
   const int64_t out_rows = b * hq * L.lq;
-  // Partials and the per-tile tickets of the last-block combine (one scratch allocation; tickets zeroed on
+  // Partials, and for the last-block combine the per-tile tickets (one scratch allocation; tickets zeroed on
   // the stream, so the launch is graph-capturable and replays start from zero).
   Tensor scratch;
   if (p.splits > 1) {
     const int64_t n_o = out_rows * p.splits * L.dv, n_ml = out_rows * p.splits;
-    scratch = empty({n_o + 2 * n_ml + base}, DType::F32, dev);
+    scratch = empty({n_o + 2 * n_ml + (tune.separate_combine ? 0 : base)}, DType::F32, dev);
     p.part_o = scratch.data<float>();
     p.part_m = p.part_o + n_o;
     p.part_l = p.part_m + n_ml;
-    p.tickets = reinterpret_cast<int*>(p.part_l + n_ml);
-    check(cudaMemsetAsync(p.tickets, 0, static_cast<size_t>(base) * sizeof(int), stream),
-          "decode_attention: cudaMemsetAsync");
+    p.tickets = nullptr;
+    if (!tune.separate_combine) {
+      p.tickets = reinterpret_cast<int*>(p.part_l + n_ml);
+      check(cudaMemsetAsync(p.tickets, 0, static_cast<size_t>(base) * sizeof(int), stream),
+            "decode_attention: cudaMemsetAsync");
+    }
   } else {
     p.part_o = p.part_m = p.part_l = nullptr;
     p.tickets = nullptr;
@@ -153,12 +195,26 @@ void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
       const size_t smem = static_cast<size_t>(16 + 4 * attn::kTileKeys) * (D + attn::kPad) * sizeof(uint16_t);
       auto kernel = attn::flash_decode_kernel<Tag, D>;
       set_smem(reinterpret_cast<const void*>(kernel), smem, out.device().index);
-      kernel<<<static_cast<unsigned>(blocks), attn::kThreads, smem, stream>>>(p);
+      // A dependent launch unless the tickets' memset precedes it.
+      if (p.tickets) kernel<<<static_cast<unsigned>(blocks), attn::kThreads, smem, stream>>>(p);
+      else launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(attn::kThreads), smem, stream, dev.index,
+                            "decode_attention", p);
     };
     if (L.d == 64) go(std::integral_constant<int, 64>{});
     else go(std::integral_constant<int, 128>{});
   });
   check_launch("decode_attention");
+  if (p.splits > 1 && p.tickets == nullptr) {
+    // The splits folded by one block per output row, launched as a dependent of the decode kernel.
+    visit_dtypes<dset(DType::F16, DType::BF16)>(out.dtype(), "decode_attention", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch_dependent(attn::attention_combine_kernel<T>, dim3(static_cast<unsigned>(out_rows)),
+                       dim3(static_cast<unsigned>(L.dv)), 0, stream, dev.index, "decode_attention (combine)",
+                       out.data<T>(), static_cast<const float*>(p.part_o), static_cast<const float*>(p.part_m),
+                       static_cast<const float*>(p.part_l), p.splits, static_cast<int>(L.dv));
+    });
+    check_launch("decode_attention (combine)");
+  }
 }
 
 void launch_general(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -185,6 +241,17 @@ void launch_general(const Tensor& out, const Tensor& q, const Tensor& k, const T
 }
 
 }  // namespace
+
+DecodeTuning decode_tuning() {
+  std::lock_guard<std::mutex> lock(tuning_mu());
+  return tuning_ref();
+}
+void set_decode_tuning(const DecodeTuning& t) {
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1,
+             "set_decode_tuning: min_split_keys must be a positive multiple of 64 and blocks_per_sm positive");
+  std::lock_guard<std::mutex> lock(tuning_mu());
+  tuning_ref() = t;
+}
 
 void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                const Tensor& lengths, const attention_math::Layout& L, double scale) {

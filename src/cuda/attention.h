@@ -16,6 +16,21 @@ namespace kiln::cuda {
 void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                const Tensor& lengths, const attention_math::Layout& L, double scale);
 
+// How the decode kernel splits the keys and combines the splits (measured on the H200 with
+// `kiln bench ops --filter decode_attention`; docs/benchmarks.md):
+//   separate_combine  the splits' partials are folded by a second kernel (launched as a dependent) rather than
+//                     by the last block of each tile (tickets, one memset);
+//   min_split_keys    at least this many keys per split (a multiple of 64);
+//   blocks_per_sm     the grid aims at this many blocks per multiprocessor.
+// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="sep=1,keys=256,bps=1".
+struct DecodeTuning {
+  bool separate_combine = true;
+  int min_split_keys = 64;
+  int blocks_per_sm = 2;
+};
+DecodeTuning decode_tuning();
+void set_decode_tuning(const DecodeTuning& t);
+
 // k_cache [B, H, Lmax, D] and v_cache [B, H, Lmax, Dv] (any strides) <- k_src [B, H, T, D] / v_src (in
 // the caches' dtypes) at positions[b] (i32 [B], contiguous), in one launch: a sequence whose range leaves
 // [0, Lmax] is skipped and reported through the device error record.

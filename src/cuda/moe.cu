@@ -119,6 +119,14 @@ void run_gmm(const GmmArgs& p, DType dtype, bool decode, Device dev, const char*
   });
 }
 
+// log2(v) when v is a power of two, else -1.
+int log2_exact(int v) {
+  if (v <= 0 || (v & (v - 1)) != 0) return -1;
+  int s = 0;
+  while ((1 << s) < v) ++s;
+  return s;
+}
+
 int to_int(int64_t v, const char* op, const char* what) {
   KILN_CHECK(v >= 0 && v <= INT_MAX - 2 * kernels::kBM, op, ": ", what, " = ", v, " is too large for the CUDA kernels (at most ",
              INT_MAX - 2 * kernels::kBM, ")");
@@ -314,6 +322,7 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
       p.b_scales = f8->gate_up.data<const float>();
       p.bs_sg = f8->gate_up.stride(0), p.bs_sn = f8->gate_up.stride(1);
       p.b_bn = static_cast<int>(f8->block_n), p.b_bk = static_cast<int>(f8->block_k);
+      p.b_bk_shift = log2_exact(p.b_bk);
     }
     run_gmm(p, x.dtype(), decode, dev, op);
   }
@@ -335,6 +344,7 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
       p.b_scales = f8->down.data<const float>();
       p.bs_sg = f8->down.stride(0), p.bs_sn = f8->down.stride(1);
       p.b_bn = static_cast<int>(f8->block_n), p.b_bk = static_cast<int>(f8->block_k);
+      p.b_bk_shift = log2_exact(p.b_bk);
     }
     if (p.K == 0) y.zero_();
     else run_gmm(p, x.dtype(), decode, dev, op);

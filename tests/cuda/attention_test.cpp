@@ -13,6 +13,9 @@
 #include "kiln/nn.h"
 #include "kiln/runtime.h"
 #include "test_util.h"
+#if KILN_HAVE_CUDA
+#include "cuda/attention.h"
+#endif
 
 namespace kiln {
 namespace {
@@ -181,9 +184,35 @@ void check_decode(const DecodeCase& c, DType dt, int64_t lq, bool unaligned = fa
   EXPECT_TRUE(all_close(got, cpu, tol(dt)));
 }
 
+// Every split/combine configuration of the decode kernel (cuda::DecodeTuning) for a scope.
+#if KILN_HAVE_CUDA
+using Tuning = cuda::DecodeTuning;
+struct TuningScope {
+  explicit TuningScope(const Tuning& t) : before(cuda::decode_tuning()) { cuda::set_decode_tuning(t); }
+  ~TuningScope() { cuda::set_decode_tuning(before); }
+  Tuning before;
+};
+#else
+struct Tuning {
+  bool separate_combine;
+  int min_split_keys, blocks_per_sm;
+};
+struct TuningScope {
+  explicit TuningScope(const Tuning&) {}
+};
+#endif
+const Tuning kTunings[] = {{true, 64, 2}, {false, 64, 2}, {true, 256, 1}, {false, 512, 1}};
+std::string tuning_name(const Tuning& t) {
+  return str(t.separate_combine ? "separate combine" : "last-block combine", ", keys ", t.min_split_keys, ", ",
+             t.blocks_per_sm, " blocks/SM");
+}
+
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
   KILN_REQUIRE_CUDA();
+  for (const Tuning& tune : kTunings)
   for (DType dt : {DType::BF16, DType::F16}) {
+    TuningScope scope(tune);
+    SCOPED_TRACE(tuning_name(tune));
     for (int64_t lq = 1; lq <= 8; ++lq) {
       check_decode({3, 32, 4, 128, 600, {1, 100, 513}}, dt, lq);
       check_decode({2, 8, 8, 64, 130, {130, 17}}, dt, lq);
@@ -206,8 +235,10 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
 
 TEST(CudaDecodeAttention, DecodeKernelEqualsPrefillOnTheSameData) {
   KILN_REQUIRE_CUDA();
+  for (const Tuning& tune : kTunings)
   for (DType dt : {DType::BF16, DType::F16}) {
-    SCOPED_TRACE(dtype_name(dt));
+    TuningScope scope(tune);
+    SCOPED_TRACE(str(dtype_name(dt), ", ", tuning_name(tune)));
     const int64_t b = 1, hq = 32, hkv = 8, d = 128, lmax = 1000, n = 777;
     const Tensor kc = random_tensor({b, hkv, lmax, d}, dt, -2, 2, kGpu), vc = random_tensor({b, hkv, lmax, d}, dt, -2, 2, kGpu);
     const Tensor lens = from_vector<int32_t>({static_cast<int32_t>(n)}).to(kGpu);
@@ -283,8 +314,10 @@ TEST(CudaDecodeAttention, BadLengthsAndPositionsRaiseAtTheNextSync) {
 
 TEST(CudaDecodeAttention, GraphReplayFollowsGrowingDeviceLengths) {
   KILN_REQUIRE_CUDA();
+  for (const Tuning& tune : kTunings)
   for (DType dt : {DType::BF16, DType::F32}) {
-    SCOPED_TRACE(dtype_name(dt));
+    TuningScope scope(tune);
+    SCOPED_TRACE(str(dtype_name(dt), ", ", tuning_name(tune)));
     const int64_t b = 2, hkv = 8, hq = 32, lmax = 2048, d = 128;
     Tensor kc = zeros({b, hkv, lmax, d}, dt, kGpu), vc = zeros({b, hkv, lmax, d}, dt, kGpu);
     Tensor kc_cpu = zeros({b, hkv, lmax, d}, dt), vc_cpu = zeros({b, hkv, lmax, d}, dt);

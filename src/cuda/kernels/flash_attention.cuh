@@ -28,6 +28,7 @@ using kernels::pdl_allow_dependents;
 constexpr int kPad = 8;       // elements of padding per shared-memory row
 constexpr int kTileKeys = 64;  // keys per K/V tile
 constexpr int kThreads = 128;  // 4 warps
+constexpr int kMaxSplits = 128;  // splits of the decode kernel
 constexpr float kLog2e = 1.4426950408889634f;
 
 // 16-bit element types as raw bits in memory; the traits convert and pack.
@@ -341,7 +342,8 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
   uint16_t* ks = qs + 16 * ld;               // [2][64][ld]
   uint16_t* vs = ks + 2 * kTileKeys * ld;    // [2][64][ld]
   __shared__ int last_block;
-  pdl_allow_dependents();  // kernels/pdl.cuh: the output projection may start its weight loads
+  pdl_allow_dependents();  // kernels/pdl.cuh: the combine or the output projection may start early
+  kernels::pdl_wait();     // when launched as a dependent: q, the caches and the lengths come from earlier kernels
   const am::Layout& L = p.L;
   int64_t x = blockIdx.x;
   const int split = static_cast<int>(x % p.splits);
@@ -484,7 +486,7 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
       }
     }
   }
-  if (p.splits == 1) return;
+  if (p.splits == 1 || p.tickets == nullptr) return;  // no tickets: a second kernel combines the splits
 
   // The last block of the tile to finish combines the splits (threadFenceReduction pattern): partials are
   // made visible device-wide before the ticket, and read back through L2 (__ldcg) after it.

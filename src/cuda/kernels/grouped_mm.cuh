@@ -69,6 +69,7 @@ struct GmmArgs {
   const float* b_scales;
   int64_t bs_sg, bs_sn;
   int b_bn, b_bk;
+  int b_bk_shift;  // log2(b_bk) when a power of two, else -1 (divide)
   int G;
   int M;                     // product rows (RowGroups: the extent the offsets index)
   int N;                     // output columns (with act: the product has 2N)
@@ -249,48 +250,48 @@ __global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int 
     for (int m = 0; m < MT; ++m) acc[r][m] = 0.f;
 
   if constexpr (F8) {
-    // 16 weights per chunk; a chunk lies in one scale block (b_bk % 16 == 0).
+    // 16 weights per chunk; a chunk lies in one scale block (b_bk % 16 == 0). Each step issues the U8 x R
+    // weight loads and their scale loads together (one memory round trip), then computes.
+    constexpr int U8 = 4;
     const uint8_t* __restrict__ b8 = static_cast<const uint8_t*>(p.b);
-    auto chunk = [&](const uint4 (&wv)[R], int c) {
-      const int kb = (c * 16) / p.b_bk;
-      float wsc[R], wf[R][16];
+    const int chunks = p.K / 16;
+    for (int c = t; c < chunks; c += U8 * gt) {
+      uint4 wv[U8][R];
+      float wsc[U8][R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        wsc[r] = wscale[r][kb];
-        fp8_unpack16(wv[r], wf[r]);
-      }
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        if (m < rows) {
-          float xf[16];
-          fp8_load_x16<T>(a + xoff[m] + static_cast<int64_t>(c) * 16, xf);
+      for (int u = 0; u < U8; ++u) {
+        const int cu = c + u * gt;
+        if (cu < chunks) {
+          const int kb = p.b_bk_shift >= 0 ? (cu * 16) >> p.b_bk_shift : (cu * 16) / p.b_bk;
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            float d = 0.f;
-#pragma unroll
-            for (int e = 0; e < 16; ++e) d = fmaf(wf[r][e], xf[e], d);
-            acc[r][m] = fmaf(d, wsc[r], acc[r][m]);
+            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b8 + woff[r]) + cu);
+            wsc[u][r] = __ldg(wscale[r] + kb);
           }
         }
       }
-    };
-    const int chunks = p.K / 16;
-    int c = t;
-    for (; c + (U - 1) * gt < chunks; c += U * gt) {
-      uint4 wv[U][R];
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+      for (int u = 0; u < U8; ++u) {
+        const int cu = c + u * gt;
+        if (cu >= chunks) break;
+        float wf[R][16];
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b8 + woff[r]) + c + u * gt);
+        for (int r = 0; r < R; ++r) fp8_unpack16(wv[u][r], wf[r]);
 #pragma unroll
-      for (int u = 0; u < U; ++u) chunk(wv[u], c + u * gt);
-    }
-    for (; c < chunks; c += gt) {
-      uint4 wv[R];
+        for (int m = 0; m < MT; ++m) {
+          if (m < rows) {
+            float xf[16];
+            fp8_load_x16<T>(a + xoff[m] + static_cast<int64_t>(cu) * 16, xf);
 #pragma unroll
-      for (int r = 0; r < R; ++r) wv[r] = gemv_load_stream(reinterpret_cast<const uint4*>(b8 + woff[r]) + c);
-      chunk(wv, c);
+            for (int r = 0; r < R; ++r) {
+              float d = 0.f;
+#pragma unroll
+              for (int e = 0; e < 16; ++e) d = fmaf(wf[r][e], xf[e], d);
+              acc[r][m] = fmaf(d, wsc[u][r], acc[r][m]);
+            }
+          }
+        }
+      }
     }
   } else if (vec) {
     const int chunks = p.K / VEC;
