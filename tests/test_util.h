@@ -137,6 +137,18 @@ inline std::vector<uint64_t> raw_bits(const Tensor& t) {
   return out;
 }
 
+// Distance in ulps between two floats of one dtype given as raw bits (`bits` wide; sign-magnitude mapped to a
+// line, so +0 and -0 are 0 apart).
+inline int64_t ulp_distance(uint64_t a, uint64_t b, int bits) {
+  const uint64_t sign = uint64_t{1} << (bits - 1);
+  auto key = [&](uint64_t v) {
+    const int64_t mag = static_cast<int64_t>(v & (sign - 1));
+    return (v & sign) ? -mag : mag;
+  };
+  const int64_t ka = key(a), kb = key(b);
+  return ka > kb ? ka - kb : kb - ka;
+}
+
 // Skips a CUDA test with a visible reason when no GPU can be used.
 #define KILN_REQUIRE_CUDA()                                                        \
   do {                                                                             \

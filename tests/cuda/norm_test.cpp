@@ -33,17 +33,6 @@ namespace {
 const Device kGpu = cuda_device(0);
 const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
 
-// Distance in ulps between two floats of one dtype given as raw bits (sign-magnitude mapped to a line).
-int64_t ulp_distance(uint64_t a, uint64_t b, int bits) {
-  const uint64_t sign = uint64_t{1} << (bits - 1);
-  auto key = [&](uint64_t v) {
-    const int64_t mag = static_cast<int64_t>(v & (sign - 1));
-    return (v & sign) ? -mag : mag;
-  };
-  const int64_t ka = key(a), kb = key(b);
-  return ka > kb ? ka - kb : kb - ka;
-}
-
 // got (any device) vs want (CPU), one dtype and shape: every element within max_ulp ulps (NaN only where
 // NaN), at most max_rows rows of row_len elements with any difference, at most max_fraction of the elements.
 ::testing::AssertionResult near_bits(const Tensor& got_any, const Tensor& want, int64_t max_ulp, int64_t max_rows,

@@ -20,6 +20,7 @@
 
 #include "kiln/nn.h"
 #include "kiln/runtime.h"
+#include "ops/qk_norm_rope_case.h"
 #include "test_util.h"
 
 #if KILN_HAVE_CUDA
@@ -30,17 +31,6 @@ namespace kiln::test {
 namespace {
 
 const Device kGpu = cuda_device(0);
-constexpr double kEps = 1e-6;
-
-int64_t ulp_distance(uint64_t a, uint64_t b, int bits) {
-  const uint64_t sign = uint64_t{1} << (bits - 1);
-  auto key = [&](uint64_t v) {
-    const int64_t mag = static_cast<int64_t>(v & (sign - 1));
-    return (v & sign) ? -mag : mag;
-  };
-  const int64_t ka = key(a), kb = key(b);
-  return ka > kb ? ka - kb : kb - ka;
-}
 
 // got vs want (any devices), one shape and dtype, rows of the last dim: NaN only where NaN, bit for bit;
 // elements whose bits differ within max_ulp or 1e-5 (f16/bf16) or rtol = atol = 1e-5 (f32, f64). How many may differ:
@@ -97,55 +87,12 @@ int64_t ulp_distance(uint64_t a, uint64_t b, int bits) {
   return close_bits(got, want, 2, 0.01, 1);
 }
 
-struct Case {
-  DType dt;
-  int64_t t_len, hq, hk, d, rot;
-  bool q_normed, k_normed;
-  DType w_dt;
-  DType pos_dt;
-  double scaling;
-  int64_t lmax, at;
-};
-
-std::string describe(const Case& c) {
-  return std::string(dtype_name(c.dt)) + " T " + std::to_string(c.t_len) + " Hq " + std::to_string(c.hq) + " Hk " +
-         std::to_string(c.hk) + " D " + std::to_string(c.d) + " rot " + std::to_string(c.rot) + " norms " +
-         std::to_string(c.q_normed) + std::to_string(c.k_normed) + " w " + dtype_name(c.w_dt) + " pos " +
-         dtype_name(c.pos_dt) + " scaling " + std::to_string(c.scaling) + " Lmax " + std::to_string(c.lmax) + " at " +
-         std::to_string(c.at);
-}
-
-// Host inputs of one layer, drawn fresh: the fused qkv output, norms, positions (large ones included, so the
-// angle math and cosf's range reduction are exercised) and the cache slot.
-struct Inputs {
-  Tensor qkv, q_norm, k_norm, positions, inv_freq, at;
-};
-
-Inputs draw(const Case& c) {
-  Inputs in;
-  in.qkv = random_tensor({c.t_len, (c.hq + 2 * c.hk) * c.d}, c.dt, -3, 3);
-  if (c.q_normed) in.q_norm = random_tensor({c.d}, c.w_dt, 0.25, 2);
-  if (c.k_normed) in.k_norm = random_tensor({c.d}, c.w_dt, 0.25, 2);
-  std::vector<int64_t> pos = random_int_tensor({c.t_len}, DType::I64, 0, 131071).to_vector<int64_t>();
-  pos[0] = 30000 + pos[0] % 1000;
-  in.positions = from_vector<int64_t>(pos).to(c.pos_dt);
-  in.inv_freq = rope_inv_freq(c.rot, 1e6);
-  in.at = from_vector<int32_t>({static_cast<int32_t>(c.at)});
-  return in;
-}
+using namespace qk_rope;
+using Inputs = LayerInputs;
 
 Inputs to_device(const Inputs& h) {
   auto dev = [](const Tensor& t) { return t.defined() ? t.to(kGpu) : t; };
   return {dev(h.qkv), dev(h.q_norm), dev(h.k_norm), dev(h.positions), dev(h.inv_freq), dev(h.at)};
-}
-
-struct Views {
-  Tensor q, k, v;
-};
-Views split(const Tensor& qkv, const Case& c) {
-  const int64_t qs = c.hq * c.d, kvs = c.hk * c.d;
-  return {qkv.narrow(1, 0, qs).view({c.t_len, c.hq, c.d}), qkv.narrow(1, qs, kvs).view({c.t_len, c.hk, c.d}),
-          qkv.narrow(1, qs + kvs, kvs).view({c.t_len, c.hk, c.d})};
 }
 
 // Caches of `c` on `device`, every element NaN.

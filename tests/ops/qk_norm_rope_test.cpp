@@ -6,61 +6,28 @@
 #include <vector>
 
 #include "kiln/nn.h"
+#include "ops/qk_norm_rope_case.h"
 #include "test_util.h"
 
 namespace kiln::test {
 namespace {
 
-struct Case {
-  DType dt;
-  int64_t t_len, hq, hk, d, rot;
-  bool q_normed, k_normed;
-  DType w_dt;  // the norm weights' dtype
-  DType pos_dt;
-  double scaling;
-  int64_t lmax, at;
+using namespace qk_rope;
+
+// The layer's inputs with caches poisoned with NaN (so an element written by one side only shows).
+struct Inputs : LayerInputs {
+  Tensor k_cache, v_cache;
 };
 
-std::string describe(const Case& c) {
-  return std::string(dtype_name(c.dt)) + " T " + std::to_string(c.t_len) + " Hq " + std::to_string(c.hq) + " Hk " +
-         std::to_string(c.hk) + " D " + std::to_string(c.d) + " rot " + std::to_string(c.rot) + " norms " +
-         std::to_string(c.q_normed) + std::to_string(c.k_normed) + " w " + dtype_name(c.w_dt) + " pos " +
-         dtype_name(c.pos_dt) + " scaling " + std::to_string(c.scaling) + " Lmax " + std::to_string(c.lmax) + " at " +
-         std::to_string(c.at);
-}
-
-// Fresh inputs of one layer: a fused qkv projection output [T, (Hq + 2 Hk) * D], norms, positions, caches
-// poisoned with NaN (so an element written by one side only shows).
-struct Inputs {
-  Tensor qkv, q_norm, k_norm, positions, inv_freq, at, k_cache, v_cache;
-};
-
-Inputs draw(const Case& c) {
+Inputs draw_with_caches(const Case& c) {
   Inputs in;
-  in.qkv = random_tensor({c.t_len, (c.hq + 2 * c.hk) * c.d}, c.dt, -3, 3);
-  if (c.q_normed) in.q_norm = random_tensor({c.d}, c.w_dt, 0.25, 2);
-  if (c.k_normed) in.k_norm = random_tensor({c.d}, c.w_dt, 0.25, 2);
-  in.positions = random_int_tensor({c.t_len}, c.pos_dt, 0, 40000);
-  in.inv_freq = rope_inv_freq(c.rot, 1e6);
-  in.at = from_vector<int32_t>({static_cast<int32_t>(c.at)});
+  static_cast<LayerInputs&>(in) = draw(c);
   in.k_cache = empty({1, c.hk, c.lmax, c.d}, c.dt);
   in.v_cache = empty({1, c.hk, c.lmax, c.d}, c.dt);
   poison(in.k_cache);
   poison(in.v_cache);
   return in;
 }
-
-struct Views {
-  Tensor q, k, v;
-};
-// q, k, v as the engine takes them from the fused buffer.
-Views split(const Tensor& qkv, const Case& c) {
-  const int64_t qs = c.hq * c.d, kvs = c.hk * c.d;
-  return {qkv.narrow(1, 0, qs).view({c.t_len, c.hq, c.d}), qkv.narrow(1, qs, kvs).view({c.t_len, c.hk, c.d}),
-          qkv.narrow(1, qs + kvs, kvs).view({c.t_len, c.hk, c.d})};
-}
-
-constexpr double kEps = 1e-6;
 
 // The four ops as run_layers calls them; returns q (normalised and rotated) and fills the caches.
 Tensor composition(const Case& c, const Inputs& in, Tensor& k_cache, Tensor& v_cache) {
@@ -78,7 +45,7 @@ Tensor composition(const Case& c, const Inputs& in, Tensor& k_cache, Tensor& v_c
 
 void check_against_composition(const Case& c) {
   SCOPED_TRACE(describe(c));
-  const Inputs in = draw(c);
+  const Inputs in = draw_with_caches(c);
   Tensor kc_want = in.k_cache.clone(), vc_want = in.v_cache.clone();
   const Tensor q_want = composition(c, in, kc_want, vc_want);
 
@@ -144,7 +111,7 @@ std::vector<double> head_ref(const std::vector<double>& x, const std::vector<dou
 TEST(QkNormRopeAppend, MatchesDoubleReferenceInF32) {
   const Case c{DType::F32, 4, 4, 2, 64, 48, true, true, DType::F32, DType::I64, 1.0, 10, 6};
   SCOPED_TRACE(describe(c));
-  const Inputs in = draw(c);
+  const Inputs in = draw_with_caches(c);
   Tensor qkv = in.qkv.clone();
   Views x = split(qkv, c);
   Tensor k_cache = in.k_cache.clone(), v_cache = in.v_cache.clone();
@@ -238,7 +205,7 @@ TEST(QkNormRopeAppend, AtOutOfRangeThrowsBeforeAnythingIsWritten) {
   const Case c{DType::BF16, 3, 4, 2, 16, 16, true, true, DType::BF16, DType::I64, 1.0, 8, 0};
   for (int32_t at : {-1, 6, 7, 1 << 30}) {
     SCOPED_TRACE(at);
-    Inputs in = draw(c);
+    Inputs in = draw_with_caches(c);
     in.at = from_vector<int32_t>({at});
     Tensor qkv = in.qkv.clone();
     Views x = split(qkv, c);
