@@ -304,6 +304,13 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
   const Tensor weights = r.weights.contiguous();
 
   const bool decode = use_decode(P, E);
+  // B's block scales for the FP8 decode kernel (scales [E, row blocks, K blocks], contiguous).
+  auto fp8_scales = [&](GmmArgs& p, const Tensor& scales) {
+    p.b_scales = scales.data<const float>();
+    p.bs_sg = scales.stride(0), p.bs_sn = scales.stride(1);
+    p.b_bn = static_cast<int>(f8->block_n), p.b_bk = static_cast<int>(f8->block_k);
+    p.b_bk_shift = log2_exact(p.b_bk);
+  };
   // h [P, I] (x's dtype, expert order) = silu(x_tok @ gate_e^T) * (x_tok @ up_e^T).
   const Tensor h = empty({P, I}, x.dtype(), dev);
   if (I > 0) {
@@ -318,12 +325,7 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
     p.act = true;
     p.err = device_error_record(dev.index);
     if (decode) p.row_groups = row_groups;
-    if (f8) {
-      p.b_scales = f8->gate_up.data<const float>();
-      p.bs_sg = f8->gate_up.stride(0), p.bs_sn = f8->gate_up.stride(1);
-      p.b_bn = static_cast<int>(f8->block_n), p.b_bk = static_cast<int>(f8->block_k);
-      p.b_bk_shift = log2_exact(p.b_bk);
-    }
+    if (f8) fp8_scales(p, f8->gate_up);
     run_gmm(p, x.dtype(), decode, dev, op);
   }
   // y [P, H] f32, at row (token, slot) = h @ down_e^T.
@@ -340,12 +342,7 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
     p.out_f32 = true;
     p.err = device_error_record(dev.index);
     if (decode) p.row_groups = row_groups;
-    if (f8) {
-      p.b_scales = f8->down.data<const float>();
-      p.bs_sg = f8->down.stride(0), p.bs_sn = f8->down.stride(1);
-      p.b_bn = static_cast<int>(f8->block_n), p.b_bk = static_cast<int>(f8->block_k);
-      p.b_bk_shift = log2_exact(p.b_bk);
-    }
+    if (f8) fp8_scales(p, f8->down);
     if (p.K == 0) y.zero_();
     else run_gmm(p, x.dtype(), decode, dev, op);
   }

@@ -310,21 +310,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
     bool waited = false;
     for (; c + (U - 1) * group_threads < chunks; c += U * group_threads) {
       uint4 wv[U][R];
-      if (!waited) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-            wv[u][r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
-        pdl_wait();
-        waited = true;
-      } else {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
-      }
+      gemv_load_step<U, R>(wv, w, woff, c, group_threads, waited);
 #pragma unroll
       for (int u = 0; u < U; ++u) chunk(wv[u], c + u * group_threads);
     }

@@ -80,6 +80,29 @@ __device__ __forceinline__ uint4 gemv_load_stream_early(const uint4* p) {
   return v;
 }
 
+// The U x R 16-byte weight loads of one unrolled step: chunk c + u * stride of each weight row (w + woff[r],
+// W the weight's element type). A thread's first step (waited false) issues them in program order before the
+// dependent-launch wait (kernels/pdl.cuh), then waits: weights are never written by a kernel, x may be.
+template <int U, int R, class W>
+__device__ __forceinline__ void gemv_load_step(uint4 (&wv)[U][R], const W* w, const int64_t (&woff)[R], int c,
+                                               int stride, bool& waited) {
+  if (!waited) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        wv[u][r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * stride);
+    pdl_wait();
+    waited = true;
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * stride);
+  }
+}
+
 // One element to f32 (exact for every dtype here).
 template <class T>
 __device__ __forceinline__ float gemv_to_f32(T v) {
@@ -202,21 +225,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
     bool waited = false;
     for (; c + (U - 1) * group_threads < chunks; c += U * group_threads) {
       uint4 wv[U][R];
-      if (!waited) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-            wv[u][r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
-        pdl_wait();
-        waited = true;
-      } else {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
-      }
+      gemv_load_step<U, R>(wv, w, woff, c, group_threads, waited);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float wf[R][VEC];
