@@ -12,6 +12,7 @@
 #include "kiln/nn.h"
 #include "kiln/runtime.h"
 #include "ops/linear_check.h"
+#include "ops/moe_ref.h"
 #include "test_util.h"
 #if KILN_HAVE_CUDA
 #include "cpu/moe.h"
@@ -474,38 +475,8 @@ Tensor dequant_cpu(const Tensor& v, const Tensor& s, int64_t bn, int64_t bk) {
   return from_vector<float>(out).view({E, R, K});
 }
 
-// The MoE block in double on given f32 expert weights [E, 2I, H] / [E, H, I], for the routing (experts,
-// weights in x's dtype) the GPU chose, with h rounded to x's dtype before the down projection as the GPU
-// does: the GPU's computation up to f32 accumulation order and the output's one rounding.
-std::vector<double> ref_moe_h(const Tensor& x, const MoeRouting& r, const Tensor& gu, const Tensor& dn) {
-  const int64_t T = x.size(0), H = x.size(1), I = dn.size(2), k = r.experts.size(1);
-  const auto xv = x.to(kCPU, DType::F64).contiguous().to_vector<double>();
-  const auto wv = r.weights.to(kCPU, DType::F64).contiguous().to_vector<double>();
-  const auto ev = r.experts.to(kCPU).contiguous().to_vector<int32_t>();
-  const auto gv = gu.to(DType::F64).contiguous().to_vector<double>(), dv = dn.to(DType::F64).contiguous().to_vector<double>();
-  std::vector<double> out(static_cast<size_t>(T * H), 0.0), h(static_cast<size_t>(I));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = ev[t * k + j];
-      for (int64_t i = 0; i < I; ++i) {
-        double g = 0, u = 0;
-        for (int64_t c = 0; c < H; ++c) {
-          g += gv[(e * 2 * I + i) * H + c] * xv[t * H + c];
-          u += gv[(e * 2 * I + I + i) * H + c] * xv[t * H + c];
-        }
-        h[i] = g / (1 + std::exp(-g)) * u;
-      }
-      const auto hr = from_vector<double>(h).to(x.dtype()).to(DType::F64).to_vector<double>();  // h in x's dtype
-      for (int64_t c = 0; c < H; ++c) {
-        double y = 0;
-        for (int64_t i = 0; i < I; ++i) y += dv[(e * H + c) * I + i] * hr[i];
-        out[t * H + c] += wv[t * k + j] * y;
-      }
-    }
-  return out;
-}
-
-// The CUDA FP8 block against ref_moe_h on the routing the GPU chose. fp8_kernel: the case takes the FP8
+// The CUDA FP8 block against the double reference (tests/ops/moe_ref.h: h rounded to x's dtype, as the GPU
+// stores it) on the routing the GPU chose. fp8_kernel: the case takes the FP8
 // decode kernel, whose weights are value x scale in f32; otherwise the block runs on experts dequantised to
 // x's dtype, and so does the reference (in bf16, where h rounds coarsely, the two weight roundings would flip
 // many h values by an ulp).
@@ -532,7 +503,7 @@ void check_moe_fp8(int64_t T, int64_t H, int64_t I, int64_t E, int64_t k, int64_
     gw = gw.to(d).to(DType::F32);
     dw = dw.to(d).to(DType::F32);
   }
-  const auto ref = ref_moe_h(x, r, gw, dw);
+  const auto ref = test::moe_ref_routed(x, r, gw, dw, d);
   const Tensor expect = from_vector<double>(ref).view({T, H}).to(d);
   // Beyond the output rounding: f32 accumulation order, and the rare h whose f32 value sits on the other side
   // of a rounding boundary than the double (one ulp of h times a down weight).

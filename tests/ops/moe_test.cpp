@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "kiln/nn.h"
+#include "ops/moe_ref.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -179,35 +180,11 @@ TEST(MoeRoute, TiesPickTheLowerExpert) {
     }
 }
 
-// The dense computation of the selected experts, in double: the definition moe_forward implements.
-// h_dtype: what h rounds to before the down projection (x's dtype unless given).
+// The dense computation of the selected experts, in double (tests/ops/moe_ref.h) on moe_route's routing
+// (checked separately above). h_dtype: what h rounds to before the down projection (x's dtype unless given).
 std::vector<double> ref_moe(const Tensor& x, const Tensor& router, const Tensor& gate_up, const Tensor& down,
                             int64_t k, bool norm, std::optional<DType> h_dtype = std::nullopt) {
-  const int64_t T = x.size(0), H = x.size(1), I = down.size(2);
-  const MoeRouting r = moe_route(x, router, k, norm);  // routing is checked separately above
-  const auto xv = values(x), gv = values(gate_up), dv = values(down), ev = values(r.experts), wv = values(r.weights);
-  const DType d = h_dtype.value_or(x.dtype());
-  std::vector<double> out(static_cast<size_t>(T * H), 0.0);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = static_cast<int64_t>(ev[t * k + j]);
-      std::vector<double> h(static_cast<size_t>(I));
-      for (int64_t i = 0; i < I; ++i) {
-        double g = 0, u = 0;
-        for (int64_t c = 0; c < H; ++c) {
-          g += gv[(e * 2 * I + i) * H + c] * xv[t * H + c];
-          u += gv[(e * 2 * I + I + i) * H + c] * xv[t * H + c];
-        }
-        // h is stored in x's dtype before the down projection.
-        h[i] = values(scalar_tensor(g / (1 + std::exp(-g)) * u, DType::F64).to(d))[0];
-      }
-      for (int64_t c = 0; c < H; ++c) {
-        double y = 0;
-        for (int64_t i = 0; i < I; ++i) y += dv[(e * H + c) * I + i] * h[i];
-        out[t * H + c] += wv[t * k + j] * y;
-      }
-    }
-  return out;
+  return test::moe_ref_routed(x, moe_route(x, router, k, norm), gate_up, down, h_dtype.value_or(x.dtype()));
 }
 
 struct MoeCase {

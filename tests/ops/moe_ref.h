@@ -1,0 +1,42 @@
+// The MoE block in double for a given routing: the definition moe_forward implements, shared by the CPU tests
+// (tests/ops/moe_test.cpp) and the CUDA tests (tests/cuda/moe_test.cpp).
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "kiln/nn.h"
+
+namespace kiln::test {
+
+// out[t] = sum over t's slots j of weight(t, j) * down_e(h), h = silu(gate_e x_t) * (up_e x_t) rounded to
+// h_dtype before the down projection (as moe_forward stores h); x [T, H], gate_up [E, 2I, H], down [E, H, I]
+// on any device and in any float dtype, all arithmetic in double. Returns [T, H] row-major.
+inline std::vector<double> moe_ref_routed(const Tensor& x, const MoeRouting& r, const Tensor& gate_up,
+                                          const Tensor& down, DType h_dtype) {
+  auto values = [](const Tensor& t) { return t.to(kCPU, DType::F64).contiguous().to_vector<double>(); };
+  const int64_t T = x.size(0), H = x.size(1), I = down.size(2), k = r.experts.size(1);
+  const auto xv = values(x), gv = values(gate_up), dv = values(down), ev = values(r.experts), wv = values(r.weights);
+  std::vector<double> out(static_cast<size_t>(T * H), 0.0), h(static_cast<size_t>(I));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = static_cast<int64_t>(ev[t * k + j]);
+      for (int64_t i = 0; i < I; ++i) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < H; ++c) {
+          g += gv[(e * 2 * I + i) * H + c] * xv[t * H + c];
+          u += gv[(e * 2 * I + I + i) * H + c] * xv[t * H + c];
+        }
+        h[i] = g / (1 + std::exp(-g)) * u;
+      }
+      const auto hr = values(from_vector<double>(h).to(h_dtype));
+      for (int64_t c = 0; c < H; ++c) {
+        double y = 0;
+        for (int64_t i = 0; i < I; ++i) y += dv[(e * H + c) * I + i] * hr[i];
+        out[t * H + c] += wv[t * k + j] * y;
+      }
+    }
+  return out;
+}
+
+}  // namespace kiln::test
