@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/dispatch.h"
+#include "cuda/attention_sm90.h"
 #include "cuda/device_error.h"
 #include "cuda/kernels/attention_general.cuh"
 #include "cuda/kernels/flash_attention.cuh"
@@ -92,8 +93,20 @@ void set_smem(const void* kernel, size_t bytes, int device) {
         "scaled_dot_product_attention: cudaFuncSetAttribute");
 }
 
+PrefillKernel prefill_kernel_from_env() {
+  const char* v = std::getenv("KILN_PREFILL_KERNEL");
+  if (!v || !*v || std::string(v) == "auto") return PrefillKernel::Auto;
+  if (std::string(v) == "mma") return PrefillKernel::Mma;
+  throw Error(str("KILN_PREFILL_KERNEL: expected auto or mma, got \"", v, "\""));
+}
+PrefillKernel& prefill_kernel_ref() {
+  static PrefillKernel k = prefill_kernel_from_env();
+  return k;
+}
+
 void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                     const am::Layout& L, double scale, cudaStream_t stream) {
+  if (launch_prefill_sm90(out, q, k, v, L, scale, stream)) return;
   attn::FlashParams p;
   p.out = static_cast<uint16_t*>(out.data_ptr());
   p.q = static_cast<const uint16_t*>(q.data_ptr());
@@ -246,6 +259,15 @@ DecodeTuning decode_tuning() {
   std::lock_guard<std::mutex> lock(tuning_mu());
   return tuning_ref();
 }
+PrefillKernel prefill_kernel() {
+  std::lock_guard<std::mutex> lock(tuning_mu());
+  return prefill_kernel_ref();
+}
+void set_prefill_kernel(PrefillKernel k) {
+  std::lock_guard<std::mutex> lock(tuning_mu());
+  prefill_kernel_ref() = k;
+}
+
 void set_decode_tuning(const DecodeTuning& t) {
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1,
              "set_decode_tuning: min_split_keys must be a positive multiple of 64 and blocks_per_sm positive");

@@ -31,6 +31,16 @@ struct DecodeTuning {
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);
 
+// Which tensor-core kernel runs prefill without a mask: Auto takes the Hopper wgmma kernel
+// (kernels/flash_attention_sm90.cuh) when this build has sm_90a code and the device has compute capability
+// 9.0, else the mma.sync kernel (kernels/flash_attention.cuh); Mma forces the latter. Masked prefill always
+// takes the mma.sync kernel. Set for tests and benchmarks by set_prefill_kernel, or KILN_PREFILL_KERNEL=mma.
+enum class PrefillKernel { Auto, Mma };
+PrefillKernel prefill_kernel();
+void set_prefill_kernel(PrefillKernel k);
+// Whether the wgmma prefill kernel can run on this device in this build.
+bool wgmma_prefill_available(int device);
+
 // k_cache [B, H, Lmax, D] and v_cache [B, H, Lmax, Dv] (any strides) <- k_src [B, H, T, D] / v_src (in
 // the caches' dtypes) at positions[b] (i32 [B], contiguous), in one launch: a sequence whose range leaves
 // [0, Lmax] is skipped and reported through the device error record.

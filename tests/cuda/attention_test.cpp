@@ -8,6 +8,7 @@
 // bf16 atol 1e-2 (outputs are O(1) averages), f16 atol 2e-3. f32 runs in f32 (expf, f32 dot products)
 // against the CPU's f64: rtol 1e-4, atol 5e-5.
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "kiln/nn.h"
@@ -49,22 +50,44 @@ Tensor sdpa_gpu(const Tensor& q, const Tensor& k, const Tensor& v, const std::op
       .cpu();
 }
 
+// Each prefill kernel of the tensor-core path for a scope: the wgmma kernel (where this build and device
+// have it) and the mma.sync kernel.
+struct PrefillScope {
+  explicit PrefillScope(cuda::PrefillKernel k) : before(cuda::prefill_kernel()) { cuda::set_prefill_kernel(k); }
+  ~PrefillScope() { cuda::set_prefill_kernel(before); }
+  cuda::PrefillKernel before;
+};
+std::vector<cuda::PrefillKernel> prefill_kernels() {
+  std::vector<cuda::PrefillKernel> ks{cuda::PrefillKernel::Mma};
+  if (cuda::wgmma_prefill_available(0)) ks.push_back(cuda::PrefillKernel::Auto);
+  else
+    std::printf("[   NOTE   ] the wgmma prefill kernel is not available here (it needs an sm_90a build on a "
+                "device of compute capability 9.0)\n");
+  return ks;
+}
+const char* kernel_name(cuda::PrefillKernel k) { return k == cuda::PrefillKernel::Mma ? "mma.sync" : "auto (wgmma)"; }
+
 TEST(CudaAttention, FlashPrefillMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  const std::pair<int64_t, int64_t> lens[] = {{1, 1}, {17, 17}, {64, 64}, {100, 100}, {257, 257},
-                                              {33, 300}, {300, 33}, {128, 200}, {5, 0}};
-  for (int64_t d : {64, 128}) {
-    for (DType dt : {DType::BF16, DType::F16}) {
-      for (auto [lq, lkv] : lens) {
-        for (bool causal : {false, true}) {
-          for (int64_t ratio : {1, 4}) {
-            SCOPED_TRACE(str("D ", d, " ", dtype_name(dt), " Lq ", lq, " Lkv ", lkv, " causal ", causal, " gqa ", ratio));
-            const int64_t b = 2, hq = 4, hkv = hq / ratio;
-            const Tensor q = random_tensor({b, hq, lq, d}, dt), k = random_tensor({b, hkv, lkv, d}, dt);
-            const Tensor v = random_tensor({b, hkv, lkv, d}, dt);
-            const Tensor cpu = scaled_dot_product_attention(q, k, v, std::nullopt, causal, std::nullopt, true);
-            const Tensor got = sdpa_gpu(q, k, v, std::nullopt, causal, true, cpu.sizes());
-            EXPECT_TRUE(all_close(got, cpu, tol(dt)));
+  const std::pair<int64_t, int64_t> lens[] = {{1, 1},     {17, 17},  {64, 64},  {100, 100}, {257, 257}, {33, 300},
+                                              {300, 33},  {128, 200}, {5, 0},   {128, 128}, {129, 129}, {700, 700},
+                                              {200, 1000}};
+  for (cuda::PrefillKernel kern : prefill_kernels()) {
+    PrefillScope scope(kern);
+    for (int64_t d : {64, 128}) {
+      for (DType dt : {DType::BF16, DType::F16}) {
+        for (auto [lq, lkv] : lens) {
+          for (bool causal : {false, true}) {
+            for (int64_t ratio : {1, 4}) {
+              SCOPED_TRACE(str(kernel_name(kern), " D ", d, " ", dtype_name(dt), " Lq ", lq, " Lkv ", lkv, " causal ",
+                               causal, " gqa ", ratio));
+              const int64_t b = 2, hq = 4, hkv = hq / ratio;
+              const Tensor q = random_tensor({b, hq, lq, d}, dt), k = random_tensor({b, hkv, lkv, d}, dt);
+              const Tensor v = random_tensor({b, hkv, lkv, d}, dt);
+              const Tensor cpu = scaled_dot_product_attention(q, k, v, std::nullopt, causal, std::nullopt, true);
+              const Tensor got = sdpa_gpu(q, k, v, std::nullopt, causal, true, cpu.sizes());
+              EXPECT_TRUE(all_close(got, cpu, tol(dt)));
+            }
           }
         }
       }
@@ -74,40 +97,43 @@ TEST(CudaAttention, FlashPrefillMatchesCpu) {
 
 TEST(CudaAttention, FlashPrefillStridedAndBroadcastInputs) {
   KILN_REQUIRE_CUDA();
-  for (DType dt : {DType::BF16, DType::F16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    // [B, L, H, D] buffers viewed as [B, H, L, D]: rows H * D apart (still 16-byte aligned: the tile path).
-    const Tensor q = random_tensor({2, 70, 8, 128}, dt).transpose(1, 2);
-    const Tensor k = random_tensor({2, 90, 2, 128}, dt).transpose(1, 2);
-    const Tensor v = random_tensor({2, 90, 2, 128}, dt).transpose(1, 2);
-    for (bool causal : {false, true}) {
-      const Tensor cpu = scaled_dot_product_attention(q, k, v, std::nullopt, causal, std::nullopt, true);
-      EXPECT_TRUE(all_close(sdpa_gpu(q, k, v, std::nullopt, causal, true, cpu.sizes()), cpu, tol(dt)));
+  for (cuda::PrefillKernel kern : prefill_kernels()) {
+    PrefillScope scope(kern);
+    for (DType dt : {DType::BF16, DType::F16}) {
+      SCOPED_TRACE(str(kernel_name(kern), " ", dtype_name(dt)));
+      // [B, L, H, D] buffers viewed as [B, H, L, D]: rows H * D apart (still 16-byte aligned: the tile path).
+      const Tensor q = random_tensor({2, 70, 8, 128}, dt).transpose(1, 2);
+      const Tensor k = random_tensor({2, 90, 2, 128}, dt).transpose(1, 2);
+      const Tensor v = random_tensor({2, 90, 2, 128}, dt).transpose(1, 2);
+      for (bool causal : {false, true}) {
+        const Tensor cpu = scaled_dot_product_attention(q, k, v, std::nullopt, causal, std::nullopt, true);
+        EXPECT_TRUE(all_close(sdpa_gpu(q, k, v, std::nullopt, causal, true, cpu.sizes()), cpu, tol(dt)));
+      }
+      // Batch dims broadcast: q [1, 1, 64] against k [2, 1, 1, 64]; q [3, 1, 9, 64] against k [1, 4, 20, 64].
+      const Tensor q1 = random_tensor({1, 1, 64}, dt), k1 = random_tensor({2, 1, 1, 64}, dt), v1 = random_tensor({2, 1, 1, 64}, dt);
+      const Tensor c1 = scaled_dot_product_attention(q1, k1, v1);
+      EXPECT_TRUE(all_close(sdpa_gpu(q1, k1, v1, std::nullopt, false, false, c1.sizes()), c1, tol(dt)));
+      const Tensor q2 = random_tensor({3, 1, 9, 64}, dt), k2 = random_tensor({1, 4, 20, 64}, dt), v2 = random_tensor({1, 4, 20, 64}, dt);
+      const Tensor c2 = scaled_dot_product_attention(q2, k2, v2, std::nullopt, true);
+      EXPECT_TRUE(all_close(sdpa_gpu(q2, k2, v2, std::nullopt, true, false, c2.sizes()), c2, tol(dt)));
+      // More batch dims (outer [2, 3] with k broadcast over the 3) with grouped heads, on the tile path.
+      const Tensor q5 = random_tensor({2, 3, 4, 40, 64}, dt), k5 = random_tensor({2, 1, 2, 50, 64}, dt);
+      const Tensor v5 = random_tensor({2, 1, 2, 50, 64}, dt);
+      for (bool causal : {false, true}) {
+        const Tensor c5 = scaled_dot_product_attention(q5, k5, v5, std::nullopt, causal, std::nullopt, true);
+        EXPECT_TRUE(all_close(sdpa_gpu(q5, k5, v5, std::nullopt, causal, true, c5.sizes()), c5, tol(dt)));
+      }
+      // Large logits (|q.k| * scale up to ~1e3): the online softmax must not overflow.
+      const Tensor q4 = random_tensor({1, 2, 70, 64}, dt, -20, 20), k4 = random_tensor({1, 2, 90, 64}, dt, -20, 20);
+      const Tensor v4 = random_tensor({1, 2, 90, 64}, dt);
+      const Tensor c4 = scaled_dot_product_attention(q4, k4, v4, std::nullopt, true);
+      EXPECT_TRUE(all_close(sdpa_gpu(q4, k4, v4, std::nullopt, true, false, c4.sizes()), c4, tol(dt)));
+      // Unaligned rows (a slice starting at element 1 of rows of 129): the general kernel.
+      const Tensor k3 = random_tensor({1, 2, 40, 129}, dt).narrow(-1, 1, 128), v3 = random_tensor({1, 2, 40, 128}, dt);
+      const Tensor q3 = random_tensor({1, 2, 30, 128}, dt);
+      const Tensor c3 = scaled_dot_product_attention(q3, k3, v3, std::nullopt, true);
+      EXPECT_TRUE(all_close(sdpa_gpu(q3, k3, v3, std::nullopt, true, false, c3.sizes()), c3, tol(dt)));
     }
-    // Batch dims broadcast: q [1, 1, 64] against k [2, 1, 1, 64]; q [3, 1, 9, 64] against k [1, 4, 20, 64].
-    const Tensor q1 = random_tensor({1, 1, 64}, dt), k1 = random_tensor({2, 1, 1, 64}, dt), v1 = random_tensor({2, 1, 1, 64}, dt);
-    const Tensor c1 = scaled_dot_product_attention(q1, k1, v1);
-    EXPECT_TRUE(all_close(sdpa_gpu(q1, k1, v1, std::nullopt, false, false, c1.sizes()), c1, tol(dt)));
-    const Tensor q2 = random_tensor({3, 1, 9, 64}, dt), k2 = random_tensor({1, 4, 20, 64}, dt), v2 = random_tensor({1, 4, 20, 64}, dt);
-    const Tensor c2 = scaled_dot_product_attention(q2, k2, v2, std::nullopt, true);
-    EXPECT_TRUE(all_close(sdpa_gpu(q2, k2, v2, std::nullopt, true, false, c2.sizes()), c2, tol(dt)));
-    // More batch dims (outer [2, 3] with k broadcast over the 3) with grouped heads, on the tile path.
-    const Tensor q5 = random_tensor({2, 3, 4, 40, 64}, dt), k5 = random_tensor({2, 1, 2, 50, 64}, dt);
-    const Tensor v5 = random_tensor({2, 1, 2, 50, 64}, dt);
-    for (bool causal : {false, true}) {
-      const Tensor c5 = scaled_dot_product_attention(q5, k5, v5, std::nullopt, causal, std::nullopt, true);
-      EXPECT_TRUE(all_close(sdpa_gpu(q5, k5, v5, std::nullopt, causal, true, c5.sizes()), c5, tol(dt)));
-    }
-    // Large logits (|q.k| * scale up to ~1e3): the online softmax must not overflow.
-    const Tensor q4 = random_tensor({1, 2, 70, 64}, dt, -20, 20), k4 = random_tensor({1, 2, 90, 64}, dt, -20, 20);
-    const Tensor v4 = random_tensor({1, 2, 90, 64}, dt);
-    const Tensor c4 = scaled_dot_product_attention(q4, k4, v4, std::nullopt, true);
-    EXPECT_TRUE(all_close(sdpa_gpu(q4, k4, v4, std::nullopt, true, false, c4.sizes()), c4, tol(dt)));
-    // Unaligned rows (a slice starting at element 1 of rows of 129): the general kernel.
-    const Tensor k3 = random_tensor({1, 2, 40, 129}, dt).narrow(-1, 1, 128), v3 = random_tensor({1, 2, 40, 128}, dt);
-    const Tensor q3 = random_tensor({1, 2, 30, 128}, dt);
-    const Tensor c3 = scaled_dot_product_attention(q3, k3, v3, std::nullopt, true);
-    EXPECT_TRUE(all_close(sdpa_gpu(q3, k3, v3, std::nullopt, true, false, c3.sizes()), c3, tol(dt)));
   }
 }
 
