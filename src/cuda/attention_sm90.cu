@@ -3,6 +3,7 @@
 // the device must have compute capability 9.0.
 #include "cuda/attention_sm90.h"
 
+#include <cmath>
 #include <mutex>
 #include <set>
 #include <type_traits>
@@ -54,6 +55,8 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
   const int dev = out.device().index;
   if (prefill_kernel() == PrefillKernel::Mma || !wgmma_prefill_available(dev)) return false;
   if (L.mask != am::MaskKind::None || L.has_lengths) return false;
+  // The kernel takes the row max of the unscaled scores (kernels/flash_attention_sm90.cuh): scale > 0.
+  if (!(scale > 0.0) || !std::isfinite(scale)) return false;
   // q rows go to shared memory with cp.async: contiguous channels, 8-element strides, an aligned base.
   if (L.q_col != 1 || !mult8(L.q_row) || reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 != 0) return false;
   if (L.heads > 1 && !mult8(L.hq)) return false;

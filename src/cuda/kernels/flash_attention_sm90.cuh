@@ -28,8 +28,8 @@ constexpr int kBM = 128;       // query rows per block
 constexpr int kBN = 128;       // keys per K/V tile
 constexpr int kThreads = 256;  // two warpgroups
 
-// Dynamic shared memory: the q tile, two stages of K and V, and slack to align the start to 1024 bytes.
-constexpr size_t smem_bytes(int d) { return static_cast<size_t>(kBM + 4 * kBN) * d * 2 + 1024; }
+// Dynamic shared memory: the q tile, two stages of K, three of V, and slack to align the start to 1024 bytes.
+constexpr size_t smem_bytes(int d) { return static_cast<size_t>(kBM + 5 * kBN) * d * 2 + 1024; }
 
 template <class Tag, int N>
 struct Wgmma;  // ss: D (+)= A B with A, B in shared memory; rs: D += A B with A in registers, B MN-major
@@ -221,29 +221,57 @@ __device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, boo
 
 // Rows [row0, row0 + R) of one head (rows `row_stride` elements apart, D contiguous elements each, 16-byte
 // aligned) into a swizzled tile at shared address dst; rows at or beyond `limit` are zero-filled unread.
+// Thread i copies chunk i % (D / 8) of rows i / (D / 8) + k * (256 / (D / 8)): a multiple of 8 rows apart,
+// so its swizzled offset only moves by whole rows and its source pointer by a fixed step.
 template <int R, int D>
 __device__ __forceinline__ void load_tile_swz(uint32_t dst, const uint16_t* src, int64_t row_stride, int64_t row0,
                                               int64_t limit) {
-  constexpr int kChunks = D / 8;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < R * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const int64_t row = row0 + r;
-    const bool valid = row < limit;
-    cp_async16_to(dst + swz<R>(r, c), valid ? src + row * row_stride + c * 8 : src, valid);
+  constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks, kPasses = R / kRowsPerPass;
+  static_assert(kRowsPerPass % 8 == 0 && R % kRowsPerPass == 0, "tile shape");
+  const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+  const uint32_t soff = dst + (c >> 3) * (R * 128) + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4);
+  const int64_t rem64 = limit - row0 - r0;  // rows of this thread that exist: those below rem
+  const int rem = rem64 < 0 ? 0 : rem64 > R ? R : static_cast<int>(rem64);
+  const uint16_t* g = src + (row0 + r0) * row_stride + c * 8;
+  const int64_t step = kRowsPerPass * row_stride;
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const bool valid = i * kRowsPerPass < rem;
+    cp_async16_to(soff + i * kRowsPerPass * 128, valid ? g : src, valid);
+    g += step;
   }
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {  // 2^x; -inf gives +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
 }
 
 // Prefill: one block per (128 query rows, head, outer index), heaviest causal tiles first. Needs q, k and v
 // rows of 16-byte aligned contiguous channels; no mask (masked prefill takes flash_prefill_kernel).
+//
+// Software pipeline per warpgroup: iteration t issues S_t = q k_t^T and then o += P_{t-1} v_{t-1}, waits
+// for S_t only, and runs the softmax of tile t while the tensor cores still work on P_{t-1} v_{t-1}; then
+// it waits for that, rescales o and keeps P_t in registers for the next iteration. K tiles take two stages
+// (k_t is dead once S_t is done), V tiles three (v_{t-1} is still read during iteration t while v_{t+1}
+// loads).
 template <class Tag, int D, bool Causal>
 __global__ void __launch_bounds__(kThreads, 1) flash_prefill_sm90_kernel(FlashParams p) {
+  static_assert(kBM == kBN, "a causal tile is never wholly in a warpgroup's future");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char sm_raw[];
   constexpr uint32_t kQBytes = kBM * D * 2, kTileBytes = kBN * D * 2;
   const uint32_t qs = (smem_addr(sm_raw) + 1023u) & ~1023u;
-  const uint32_t ks = qs + kQBytes;             // [2][kBN][D]
-  const uint32_t vs = ks + 2 * kTileBytes;      // [2][kBN][D]
+  const uint32_t ks = qs + kQBytes;          // [2][kBN][D]
+  const uint32_t vs = ks + 2 * kTileBytes;   // [3][kBN][D]
   const am::Layout& L = p.L;
   const int64_t x = blockIdx.x;
   const int64_t qt = p.q_tiles - 1 - x % p.q_tiles;  // heaviest causal tiles first
@@ -252,13 +280,15 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_sm90_kernel(FlashPa
   const am::Offsets off = am::batch_offsets(L, o, h);
   const int64_t m0 = qt * kBM;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const uint16_t* kbase = p.k + off.k;
+  const uint16_t* vbase = p.v + off.v;
 
   const int64_t kv_end = Causal ? (m0 + kBM < L.lkv ? m0 + kBM : L.lkv) : L.lkv;
-  const int64_t tiles = (kv_end + kBN - 1) / kBN;
+  const int tiles = static_cast<int>((kv_end + kBN - 1) / kBN);
   load_tile_swz<kBM, D>(qs, p.q + off.q, L.q_row, m0, L.lq);  // rows past Lq are zero
   if (tiles > 0) {
-    load_tile_swz<kBN, D>(ks, p.k + off.k, L.k_row, 0, L.lkv);
-    load_tile_swz<kBN, D>(vs, p.v + off.v, L.v_row, 0, L.lkv);
+    load_tile_swz<kBN, D>(ks, kbase, L.k_row, 0, L.lkv);
+    load_tile_swz<kBN, D>(vs, vbase, L.v_row, 0, L.lkv);
   }
   cp_async_commit();
 
@@ -268,82 +298,104 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_sm90_kernel(FlashPa
     const int64_t row = row_lo + 8 * rr;
     e[rr] = Causal ? (row + 1 < L.lkv ? row + 1 : L.lkv) : L.lkv;
   }
-  const int64_t wg_last_row = m0 + wg * 64 + 63;
+  // Keys below e_wg are visible to every row of the warpgroup: tiles that end there need no mask.
+  const int64_t wg_row0 = m0 + wg * 64;
+  const int64_t e_wg = Causal ? (wg_row0 + 1 < L.lkv ? wg_row0 + 1 : L.lkv) : L.lkv;
+  const float scale = p.scale_log2;
+  const uint64_t dq = smem_desc(qs + wg * 64 * 128, 16, 1024);  // this warpgroup's 64 q rows
+  int v_prev = 2;  // the V stage of tile t - 1
   float acc[D / 2];   // o: acc[4n + i] holds row (i < 2 ? lo : lo + 8), column 8n + 2 (lane % 4) + i % 2
   float s[kBN / 2];   // scores of one tile, same layout with key 8j + 2 (lane % 4) + i % 2
+  uint32_t pa[kBN / 16][4];  // P of the previous tile: wgmma's A fragments, one per 16 keys
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
 #pragma unroll
   for (int i = 0; i < kBN / 2; ++i) s[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kBN / 16; ++i) pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0u;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int t4 = lane % 4;
 
-  for (int64_t t = 0; t < tiles; ++t) {
-    const uint32_t stage = static_cast<uint32_t>(t & 1);
+  for (int t = 0; t < tiles; ++t) {
     cp_async_wait<0>();
     fence_proxy_async();
-    __syncthreads();  // tile t is in `stage`; every warpgroup is done with the other stage
+    __syncthreads();  // k_t, v_t are in; every warpgroup is done with k_{t-1} and v_{t-2}
     if (t + 1 < tiles) {
-      load_tile_swz<kBN, D>(ks + (stage ^ 1) * kTileBytes, p.k + off.k, L.k_row, (t + 1) * kBN, L.lkv);
-      load_tile_swz<kBN, D>(vs + (stage ^ 1) * kTileBytes, p.v + off.v, L.v_row, (t + 1) * kBN, L.lkv);
+      load_tile_swz<kBN, D>(ks + ((t + 1) & 1) * kTileBytes, kbase, L.k_row, int64_t{t + 1} * kBN, L.lkv);
+      const int v_next = v_prev == 0 ? 2 : v_prev - 1;  // (t + 1) % 3
+      load_tile_swz<kBN, D>(vs + v_next * kTileBytes, vbase, L.v_row, int64_t{t + 1} * kBN, L.lkv);
     }
     cp_async_commit();
-    const int64_t key0 = t * kBN;
-    if (Causal && key0 > wg_last_row) continue;  // the whole tile is in this warpgroup's future
-    const uint32_t kt = ks + stage * kTileBytes, vt = vs + stage * kTileBytes;
+    const int64_t key0 = int64_t{t} * kBN;
+    const uint64_t dk = smem_desc(ks + (t & 1) * kTileBytes, 16, 1024);
 
-    // S = q k^T over D in steps of 16.
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t col = (kk % 4) * 32;  // 16 elements into the 128-byte row
-      const uint64_t da = smem_desc(qs + (kk / 4) * (kBM * 128) + wg * 64 * 128 + col, 16, 1024);
-      const uint64_t db = smem_desc(kt + (kk / 4) * (kBN * 128) + col, 16, 1024);
-      Wgmma<Tag, kBN>::ss(s, da, db, kk > 0 ? 1 : 0);
+    for (int kk = 0; kk < D / 16; ++kk) {  // S_t = q k_t^T over D in steps of 16 (32 bytes into the row)
+      const uint32_t col = (kk % 4) * 32;
+      Wgmma<Tag, kBN>::ss(s, dq + (((kk / 4) * (kBM * 128) + col) >> 4), dk + (((kk / 4) * (kBN * 128) + col) >> 4),
+                          kk > 0 ? 1 : 0);
     }
     wg_commit();
-    wg_wait_all();
+    if (t > 0) {  // o += P_{t-1} v_{t-1} over its keys in steps of 16
+      const uint64_t dv = smem_desc(vs + v_prev * kTileBytes, kBN * 128, 1024);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) Wgmma<Tag, D>::rs(acc, pa[kk], dv + ((kk * 16 * 128) >> 4));
+    }
+    wg_commit();
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_t is done
     fence_regs(s);
 
-    // Scale, mask, online softmax (the lane's quad holds a row's 128 scores).
-    const bool need_mask = key0 + kBN > (e[0] < e[1] ? e[0] : e[1]);
+    // Mask (only tiles that reach past a row's last key; the test is uniform over the warpgroup), then the
+    // online softmax (the lane's quad holds a row's 128 scores). Scores stay unscaled until the exponent:
+    // scale > 0 (checked by the host), so the row max of the raw scores gives the scaled max, and
+    // p = 2^(s * scale - max) is one fma and one ex2 per score.
+    if (key0 + kBN > e_wg) {
+      int lim[2];  // keys 8j + (i & 1) >= lim are masked for the lane's two rows
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float v = s[4 * j + i] * p.scale_log2;
-        if (need_mask && key0 + 8 * j + 2 * t4 + (i & 1) >= e[i >> 1]) v = -INFINITY;
-        s[4 * j + i] = v;
+      for (int rr = 0; rr < 2; ++rr) {
+        const int64_t d = e[rr] - key0;
+        lim[rr] = (d < 0 ? 0 : d > kBN ? kBN : static_cast<int>(d)) - 2 * t4;
       }
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (8 * j + (i & 1) >= lim[i >> 1]) s[4 * j + i] = -INFINITY;
     }
+    float corr[2];
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      float mx = m[rr];
+      float mx = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * rr], s[4 * j + 2 * rr + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[rr], mx * scale);
       // A row with every key so far masked keeps m = -inf; subtracting 0 then makes its p exactly 0.
-      const float base = mx == -INFINITY ? 0.f : mx;
-      const float corr = exp2f(m[rr] - base);
-      m[rr] = mx;
+      const float base = m_new == -INFINITY ? 0.f : m_new;
+      corr[rr] = fast_exp2(m[rr] - base);
+      m[rr] = m_new;
       float rs = 0.f;
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
-        s[4 * j + 2 * rr] = exp2f(s[4 * j + 2 * rr] - base);
-        s[4 * j + 2 * rr + 1] = exp2f(s[4 * j + 2 * rr + 1] - base);
+        s[4 * j + 2 * rr] = fast_exp2(fmaf(s[4 * j + 2 * rr], scale, -base));
+        s[4 * j + 2 * rr + 1] = fast_exp2(fmaf(s[4 * j + 2 * rr + 1], scale, -base));
         rs += s[4 * j + 2 * rr] + s[4 * j + 2 * rr + 1];
       }
-      l[rr] = l[rr] * corr + rs;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        acc[4 * n + 2 * rr] *= corr;
-        acc[4 * n + 2 * rr + 1] *= corr;
-      }
+      l[rr] = l[rr] * corr[rr] + rs;
     }
-
-    // o += P v over the tile's keys in steps of 16; P is the A operand in registers.
-    uint32_t pa[kBN / 16][4];
+    wg_wait_all();  // P_{t-1} v_{t-1} is in o
+    fence_regs(acc);
+    fence_regs(pa);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      acc[4 * n + 0] *= corr[0];
+      acc[4 * n + 1] *= corr[0];
+      acc[4 * n + 2] *= corr[1];
+      acc[4 * n + 3] *= corr[1];
+    }
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       pa[kk][0] = Mma<Tag>::pack(s[8 * kk + 0], s[8 * kk + 1]);
@@ -351,14 +403,17 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_sm90_kernel(FlashPa
       pa[kk][2] = Mma<Tag>::pack(s[8 * kk + 4], s[8 * kk + 5]);
       pa[kk][3] = Mma<Tag>::pack(s[8 * kk + 6], s[8 * kk + 7]);
     }
-    fence_regs(acc);
+    v_prev = v_prev == 2 ? 0 : v_prev + 1;  // t % 3
+  }
+  if (tiles > 0) {  // the last tile's o += P v
+    const uint64_t dv = smem_desc(vs + v_prev * kTileBytes, kBN * 128, 1024);
     wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk)
-      Wgmma<Tag, D>::rs(acc, pa[kk], smem_desc(vt + kk * 16 * 128, kBN * 128, 1024));
+    for (int kk = 0; kk < kBN / 16; ++kk) Wgmma<Tag, D>::rs(acc, pa[kk], dv + ((kk * 16 * 128) >> 4));
     wg_commit();
     wg_wait_all();
     fence_regs(acc);
+    fence_regs(pa);
   }
   cp_async_wait<0>();
 
