@@ -97,7 +97,8 @@ PrefillKernel prefill_kernel_from_env() {
   const char* v = std::getenv("KILN_PREFILL_KERNEL");
   if (!v || !*v || std::string(v) == "auto") return PrefillKernel::Auto;
   if (std::string(v) == "mma") return PrefillKernel::Mma;
-  throw Error(str("KILN_PREFILL_KERNEL: expected auto or mma, got \"", v, "\""));
+  if (std::string(v) == "cpasync") return PrefillKernel::WgmmaCpAsync;
+  throw Error(str("KILN_PREFILL_KERNEL: expected auto, mma or cpasync, got \"", v, "\""));
 }
 PrefillKernel& prefill_kernel_ref() {
   static PrefillKernel k = prefill_kernel_from_env();

@@ -33,9 +33,11 @@ void set_decode_tuning(const DecodeTuning& t);
 
 // Which tensor-core kernel runs prefill without a mask: Auto takes the Hopper wgmma kernel
 // (kernels/flash_attention_sm90.cuh) when this build has sm_90a code and the device has compute capability
-// 9.0, else the mma.sync kernel (kernels/flash_attention.cuh); Mma forces the latter. Masked prefill always
-// takes the mma.sync kernel. Set for tests and benchmarks by set_prefill_kernel, or KILN_PREFILL_KERNEL=mma.
-enum class PrefillKernel { Auto, Mma };
+// 9.0 (its TMA variant when the operands fit tensor maps), else the mma.sync kernel
+// (kernels/flash_attention.cuh); Mma forces the latter, WgmmaCpAsync the wgmma kernel that copies with
+// cp.async. Masked prefill always takes the mma.sync kernel. Set for tests and benchmarks by
+// set_prefill_kernel, or KILN_PREFILL_KERNEL=mma|cpasync.
+enum class PrefillKernel { Auto, Mma, WgmmaCpAsync };
 PrefillKernel prefill_kernel();
 void set_prefill_kernel(PrefillKernel k);
 // Whether the wgmma prefill kernel can run on this device in this build.

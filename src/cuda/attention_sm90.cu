@@ -3,7 +3,10 @@
 // the device must have compute capability 9.0.
 #include "cuda/attention_sm90.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <mutex>
 #include <set>
 #include <type_traits>
@@ -29,9 +32,72 @@ void set_smem(const void* kernel, size_t bytes, int device) {
         "scaled_dot_product_attention: cudaFuncSetAttribute");
 }
 
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled from the driver (through the runtime: no link against libcuda); null if missing.
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = []() -> EncodeTiled {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || f == nullptr) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+int64_t gcd64(int64_t a, int64_t b) {
+  while (b != 0) {
+    const int64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+// A [slots][rows][d] tensor map over one operand (16-bit elements, rows `row` apart): slot stride = the gcd
+// of the strides that move between its heads and batch entries, so every (batch, head) offset is a whole
+// number of slots. Boxes of 64 columns x 128 rows land with the 128-byte swizzle; rows past `rows` read as
+// zero. False when the layout does not fit a map (negative strides, too many slots) or encoding fails.
+bool encode_operand(CUtensorMap* map, int64_t* slot, const void* base, DType dt, const am::Layout& L, int64_t rows,
+                    int64_t row, int64_t head_stride, int64_t nheads, const int64_t* bstride) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) return false;
+  int64_t g = 0, span = 0;
+  auto add = [&](int64_t stride, int64_t count) {
+    if (count <= 1 || stride == 0) return true;
+    if (stride < 0) return false;
+    g = gcd64(g, stride);
+    span += (count - 1) * stride;
+    return true;
+  };
+  if (!add(head_stride, nheads)) return false;
+  for (int i = 0; i < L.nbatch; ++i)
+    if (!add(bstride[i], L.bsize[i])) return false;
+  if (g == 0) g = 8;  // one slot
+  const int64_t slots = span / g + 1;
+  if (g % 8 != 0 || row % 8 != 0 || slots >= (int64_t{1} << 31) || rows >= (int64_t{1} << 31)) return false;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(L.d), static_cast<cuuint64_t>(std::max<int64_t>(rows, 1)),
+                              static_cast<cuuint64_t>(slots)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row) * 2, static_cast<cuuint64_t>(g) * 2};
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(attn::sm90::kBN), 1};
+  const cuuint32_t estride[3] = {1, 1, 1};
+  const CUresult r = encode(map, dt == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                            3, const_cast<void*>(base), dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  *slot = g;
+  return r == CUDA_SUCCESS;
+}
+
 }  // namespace
 
-bool wgmma_prefill_available(int device) {
+bool wgmma_available(int device) {
 #if defined(KILN_HAVE_SM90A)
   static std::mutex mu;
   static std::set<std::pair<int, bool>> known;
@@ -50,10 +116,12 @@ bool wgmma_prefill_available(int device) {
 #endif
 }
 
+bool wgmma_prefill_available(int device) { return wgmma_available(device); }
+
 bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const am::Layout& L,
                          double scale, cudaStream_t stream) {
   const int dev = out.device().index;
-  if (prefill_kernel() == PrefillKernel::Mma || !wgmma_prefill_available(dev)) return false;
+  if (prefill_kernel() == PrefillKernel::Mma || !wgmma_available(dev)) return false;
   if (L.mask != am::MaskKind::None || L.has_lengths) return false;
   // The kernel takes the row max of the unscaled scores (kernels/flash_attention_sm90.cuh): scale > 0.
   if (!(scale > 0.0) || !std::isfinite(scale)) return false;
@@ -75,14 +143,30 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
   p.q_tiles = (L.lq + attn::sm90::kBM - 1) / attn::sm90::kBM;
   const int64_t blocks = p.q_tiles * L.heads * L.outer;
   KILN_CHECK(blocks < (int64_t{1} << 31), "scaled_dot_product_attention: too many query tiles (", blocks, ")");
+  // TMA copies with a producer warp when the operands fit tensor maps; otherwise every thread copies with
+  // cp.async.
+  attn::sm90::TmaParams tp{};
+  const bool tma =
+      prefill_kernel() != PrefillKernel::WgmmaCpAsync &&
+      encode_operand(&tp.tq, &tp.q_slot, q.data_ptr(), q.dtype(), L, L.lq, L.q_row, L.hq, L.heads, L.bq) &&
+      encode_operand(&tp.tk, &tp.k_slot, k.data_ptr(), q.dtype(), L, L.lkv, L.k_row, L.hk, L.heads / L.gk, L.bk) &&
+      encode_operand(&tp.tv, &tp.v_slot, v.data_ptr(), q.dtype(), L, L.lkv, L.v_row, L.hv, L.heads / L.gv, L.bv);
+  tp.p = p;
   auto go = [&](auto tag, auto d_const, auto causal_const) {
     using Tag = decltype(tag);
     constexpr int D = decltype(d_const)::value;
     constexpr bool C = decltype(causal_const)::value;
-    const size_t smem = attn::sm90::smem_bytes(D);
-    auto kernel = attn::sm90::flash_prefill_sm90_kernel<Tag, D, C>;
-    set_smem(reinterpret_cast<const void*>(kernel), smem, dev);
-    kernel<<<static_cast<unsigned>(blocks), attn::sm90::kThreads, smem, stream>>>(p);
+    if (tma) {
+      const size_t smem = attn::sm90::tma_smem_bytes(D);
+      auto kernel = attn::sm90::flash_prefill_tma_kernel<Tag, D, C>;
+      set_smem(reinterpret_cast<const void*>(kernel), smem, dev);
+      kernel<<<static_cast<unsigned>(blocks), attn::sm90::kThreads, smem, stream>>>(tp);
+    } else {
+      const size_t smem = attn::sm90::smem_bytes(D);
+      auto kernel = attn::sm90::flash_prefill_sm90_kernel<Tag, D, C>;
+      set_smem(reinterpret_cast<const void*>(kernel), smem, dev);
+      kernel<<<static_cast<unsigned>(blocks), attn::sm90::kThreads, smem, stream>>>(p);
+    }
   };
   auto with_d = [&](auto tag) {
     auto with_causal = [&](auto d_const) {

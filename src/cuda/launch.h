@@ -38,6 +38,10 @@ inline void check_launch(const char* op) { check(cudaGetLastError(), op); }
 // Number of multiprocessors of a device (cached).
 int multiprocessor_count(int device);
 
+// Whether the Hopper wgmma kernels can run on a device: this build has sm_90a code (KILN_HAVE_SM90A, from
+// CMAKE_CUDA_ARCHITECTURES) and the device has compute capability 9.0 (cached).
+bool wgmma_available(int device);
+
 // Blocks for a grid-stride loop over n items: enough to fill the device several times over, no more.
 inline unsigned grid_for(int64_t n, int threads, int device) {
   const int64_t want = (n + threads - 1) / threads;

@@ -5,12 +5,14 @@
 
 #include <atomic>
 #include <climits>
+#include <type_traits>
 
 #include "core/dispatch.h"
 #include "cuda/kernels/grouped_mm.cuh"
 #include "cuda/kernels/moe.cuh"
 #include "cuda/launch.h"
 #include "cuda/linear.h"
+#include "cuda/moe_sm90.h"
 #include "kiln/ops.h"
 
 namespace kiln::cuda {
@@ -33,7 +35,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 bool use_decode(int64_t m, int64_t g) {
   const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
   if (m > 65535) return false;  // grid.y holds one row slot per row
-  if (f != GroupedMmPath::Auto) return f == GroupedMmPath::Decode;
+  if (f != GroupedMmPath::Auto) return f == GroupedMmPath::Decode;  // Tiled, TiledPortable: tiles
   return m <= 16 || m <= 2 * g;
 }
 
@@ -69,6 +71,12 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
   } else {
     const bool vec = p.mode != GmmMode::KGroups && p.a_sk == 1 && p.b_sk == 1 && p.K % vec_elems == 0 &&
                      aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (vec && p.mode != GmmMode::KGroups &&
+          forced_path().load(std::memory_order_relaxed) != GroupedMmPath::TiledPortable &&
+          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, device, stream, op))
+        return;
+    }
     const int64_t ncols = kernels::gmm_tile_cols(p.act);
     const int64_t gx = (p.N + ncols - 1) / ncols;  // <= INT_MAX: N is an int
     const int64_t mt = (static_cast<int64_t>(p.M) + kernels::kBM - 1) / kernels::kBM;

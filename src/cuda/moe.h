@@ -16,9 +16,12 @@ namespace kiln::cuda {
 void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor* offs);
 
 // Which kernel grouped_mm and the MoE block take for the row-grouped form: the matrix-vector kernel while
-// groups hold few rows (M <= 16 or M <= 2 G: at most a couple of rows per group on average), else tiles.
-// Forced by set_forced_grouped_mm_path (tests, benchmarks); Auto: the heuristic.
-enum class GroupedMmPath { Auto, Decode, Tiled };
+// groups hold few rows (M <= 16 or M <= 2 G: at most a couple of rows per group on average), else tiles:
+// the Hopper wgmma tiles (kernels/grouped_mm_sm90.cuh) for 16-bit inputs with 16-byte rows in the
+// row-grouped and batched forms where wgmma_available, else the portable tiles. Forced by
+// set_forced_grouped_mm_path (tests, benchmarks): Tiled takes tiles (wgmma where it applies), TiledPortable
+// the portable tiles only; Auto: the heuristic.
+enum class GroupedMmPath { Auto, Decode, Tiled, TiledPortable };
 void set_forced_grouped_mm_path(GroupedMmPath p);
 
 // moe_route on CUDA (x [T, H], router_weight [E, H]): logits through cuda::linear, then one fused kernel

@@ -59,13 +59,21 @@ struct PrefillScope {
 };
 std::vector<cuda::PrefillKernel> prefill_kernels() {
   std::vector<cuda::PrefillKernel> ks{cuda::PrefillKernel::Mma};
-  if (cuda::wgmma_prefill_available(0)) ks.push_back(cuda::PrefillKernel::Auto);
-  else
+  if (cuda::wgmma_prefill_available(0)) {
+    ks.push_back(cuda::PrefillKernel::Auto);  // wgmma with TMA copies (where the operands fit tensor maps)
+    ks.push_back(cuda::PrefillKernel::WgmmaCpAsync);
+  } else
     std::printf("[   NOTE   ] the wgmma prefill kernel is not available here (it needs an sm_90a build on a "
                 "device of compute capability 9.0)\n");
   return ks;
 }
-const char* kernel_name(cuda::PrefillKernel k) { return k == cuda::PrefillKernel::Mma ? "mma.sync" : "auto (wgmma)"; }
+const char* kernel_name(cuda::PrefillKernel k) {
+  switch (k) {
+    case cuda::PrefillKernel::Mma: return "mma.sync";
+    case cuda::PrefillKernel::WgmmaCpAsync: return "wgmma cp.async";
+    default: return "auto (wgmma TMA)";
+  }
+}
 
 TEST(CudaAttention, FlashPrefillMatchesCpu) {
   KILN_REQUIRE_CUDA();

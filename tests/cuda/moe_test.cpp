@@ -35,7 +35,12 @@ struct ForcePath {
   ~ForcePath() { cuda::set_forced_grouped_mm_path(GroupedMmPath::Auto); }
 };
 const char* path_name(GroupedMmPath p) {
-  return p == GroupedMmPath::Decode ? "decode" : p == GroupedMmPath::Tiled ? "tiled" : "auto";
+  switch (p) {
+    case GroupedMmPath::Decode: return "decode";
+    case GroupedMmPath::Tiled: return "tiled (wgmma where it applies)";
+    case GroupedMmPath::TiledPortable: return "tiled (portable)";
+    default: return "auto";
+  }
 }
 
 // Leaves a freed block of `bytes` full of 0xFF (NaN in every float dtype) in the caching allocator, so the
@@ -113,17 +118,19 @@ struct RowCase {
   std::vector<int32_t> ends;
 };
 // Empty groups, the first group empty, offsets short of M (the last rows are zeros), G = 1, K not a multiple
-// of 8, K < 8, N = 1, 512-row groups, K = 0.
+// of 8, K < 8, N = 1, 512-row groups, K = 0, groups of several 128-row tiles with several column tiles and
+// K steps (the last one partial).
 const std::vector<RowCase> kRowCases = {
     {23, 19, 13, {0, 5, 5, 12, 21}}, {7, 64, 40, {7}},           {9, 8, 1, {2, 2, 9}},
     {5, 3, 70, {1, 2, 3, 4}},        {1100, 72, 96, {512, 512, 1030}}, {40, 256, 136, {3, 3, 3, 40}},
-    {6, 0, 5, {2, 6}},               {17, 40, 33, {0, 0, 0}},     {64, 1000, 24, {1, 2, 4, 8, 16, 32, 48, 64}}};
+    {6, 0, 5, {2, 6}},               {17, 40, 33, {0, 0, 0}},     {64, 1000, 24, {1, 2, 4, 8, 16, 32, 48, 64}},
+    {600, 264, 320, {100, 300, 300, 590}}};
 
 // 2d x 3d with b as transposed weights ([G, N, K] storage: the MoE layout, the vector path) and as plain
 // [G, K, N] storage, through both kernels, every dtype, random and integer data, f32 output too.
 TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const RowCase& c : kRowCases)
@@ -145,7 +152,7 @@ TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
 // the scalar paths.
 TEST(CudaGroupedMm, MisalignedAndStridedOperandsMatchCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (int64_t offset : {0, 1})
@@ -169,7 +176,7 @@ TEST(CudaGroupedMm, ThreeDByTwoDMatchesCpu) {
   };
   const std::vector<C> cases = {{3, 7, 11, 20, {6, 6, 17}},   {1, 5, 64, 33, {33}},
                                 {4, 70, 40, 9, {0, 2, 2, 5}}, {2, 130, 128, 600, {300, 600}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const C& c : cases)
@@ -229,7 +236,7 @@ TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
     ends[g] = static_cast<int32_t>(r);
   }
   std::iota(compact_ends.begin(), compact_ends.end(), 1);
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Tiled}) {
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const auto& nk : {std::pair<int64_t, int64_t>{2 * I, H}, std::pair<int64_t, int64_t>{H, I}}) {
@@ -258,7 +265,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
   };
   const std::vector<C> cases = {{{3, 2, 7}, {3, 3, 7}}, {{3, 5, 11}, {3, 5, 10}}, {{-1, 5, 7}, {0, 5, 7}},
                                 {{12, 1, 4}, {10, 10, 10}}, {{INT32_MIN, INT32_MAX, 0}, {0, 10, 10}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled})
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable})
     for (const C& c : cases) {
       ForcePath force(path);
       SCOPED_TRACE(str(path_name(path), " offs ", c.bad[0], ",", c.bad[1], ",", c.bad[2]));
@@ -288,7 +295,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
 
 TEST(CudaGroupedMm, GraphCaptureAndReplay) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     Tensor a = test::random_tensor({8, 256}, DType::BF16, -1, 1, kGpu);
     const Tensor w = test::random_tensor({16, 96, 256}, DType::BF16, -1, 1, kGpu);
@@ -384,7 +391,7 @@ void check_moe(const MoeCase& c, DType d, bool integer_routing) {
 
 TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled}) {
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     SCOPED_TRACE(path_name(path));
     for (int64_t T : {1, 3, 64, 512})
@@ -505,12 +512,14 @@ void check_moe_fp8(int64_t T, int64_t H, int64_t I, int64_t E, int64_t k, int64_
   }
   const auto ref = test::moe_ref_routed(x, r, gw, dw, d);
   const Tensor expect = from_vector<double>(ref).view({T, H}).to(d);
-  // Beyond the output rounding: f32 accumulation order, and the rare h whose f32 value sits on the other side
-  // of a rounding boundary than the double (one ulp of h times a down weight).
+  // Beyond the output rounding: f32 accumulation order (it differs between the kernels), and the rare h
+  // whose f32 value sits on the other side of a rounding boundary than the double: one ulp of h (|h| up to
+  // ~4 here: 4e-3 in f16, 3e-2 in bf16) times a down weight (|w| <= 0.4), for a handful of elements.
   const test::Tolerance tol = d == DType::F32 ? test::Tolerance{2e-5, 2e-5}
                               : d == DType::F16 ? test::Tolerance{2e-3, 2e-4}
                                                 : test::Tolerance{1.6e-2, 2e-3};
-  EXPECT_TRUE(test::all_close(out.to(kCPU), expect, tol));
+  const test::Tolerance flip = d == DType::F16 ? test::Tolerance{2e-3, 2e-3} : test::Tolerance{1.6e-2, 1.6e-2};
+  EXPECT_TRUE(test::all_close_but_few(out.to(kCPU), expect, tol, d == DType::F32 ? tol : flip, 1e-3));
   // The dequantised experts equal the CPU's value x scale exactly (f32).
   auto [gd, dd] = dequantize_fp8_experts(e, DType::F32);
   EXPECT_TRUE(test::equal(gd.cpu(), dequant_cpu(gu.cpu(), gus.cpu(), bn, bk)));

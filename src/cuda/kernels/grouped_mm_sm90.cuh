@@ -1,0 +1,172 @@
+// Hopper (sm_90a) tile kernel of grouped_mm and of the MoE expert products (kernels/grouped_mm.cuh describes
+// the modes and GmmArgs): the RowGroups and Batched forms with 16-bit inputs and 16-byte rows, on warpgroup
+// MMA. The launcher (cuda/moe_sm90.cu) takes it where it applies; everything else runs gmm_tile_kernel.
+//
+// Block = two warpgroups (256 threads) over a 128 x 128 product tile (with act: 64 output columns, the gate
+// columns and the matching up columns side by side in the product); warpgroup w owns rows 64w..64w+63.
+// K advances in steps of 64 (one 128-byte swizzled row, kernels/wgmma.cuh) through a four-stage cp.async
+// ring filled two steps ahead; A rows are gathered through a_rows as they load (x is never permuted). Per
+// step each warpgroup issues four m64n128k16 MMAs with both operands in shared memory and waits only for
+// the previous step's, so loads, MMAs and the next step's barrier overlap. The epilogue works on the
+// accumulators in registers: SiLU-mul pairs gate column j with up column j + 64, held by the same thread.
+// Group and tile selection on the device as in gmm_tile_kernel (the offsets scanned in shared memory).
+#pragma once
+
+#include <type_traits>
+
+#include "cuda/kernels/grouped_mm.cuh"
+#include "cuda/kernels/wgmma.cuh"
+
+namespace kiln::cuda::kernels::gmm90 {
+
+using namespace kiln::cuda::wgmma;
+
+constexpr int kThreads = 256;
+constexpr int kBM = 128, kBN = 128, kBK = 64;  // product tile and K step
+constexpr int kStages = 4, kAhead = 2;         // ring stages; steps issued ahead of the one multiplied
+constexpr uint32_t kTileBytes = kBM * kBK * 2;  // one A or B stage: 16 KB
+static_assert(kStages == kAhead + 2, "a stage is refilled once the MMAs two steps back are done");
+
+// Output columns per block.
+__host__ __device__ constexpr int tile_cols(bool act) { return act ? kBN / 2 : kBN; }
+// Dynamic shared memory: the ring (1024-byte aligned), then the scanned offsets (2 G + 1 ints).
+constexpr size_t smem_bytes(int groups) {
+  return static_cast<size_t>(kStages) * 2 * kTileBytes + 1024 + static_cast<size_t>(2 * groups + 1) * 4;
+}
+
+// RowGroups: grid = (ceil(N / tile_cols(act)), ceil(M / kBM) + G + 1). Batched: (.., ceil(M / kBM), G).
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1) gmm_wgmma_kernel(GmmArgs p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!std::is_same_v<T, float>, "16-bit inputs");
+  extern __shared__ __align__(1024) unsigned char sm_raw[];
+  __shared__ int warp_tmp[kThreads / 32];
+  const uint32_t raw = smem_addr(sm_raw);
+  const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s: A at ring + 2 s T, B at ring + (2 s + 1) T
+  int* dyn = reinterpret_cast<int*>(sm_raw + (ring - raw) + kStages * 2 * kTileBytes);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int ncols = tile_cols(p.act);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * ncols;
+  int g, m0, m1;
+  bool zero_rows = false;
+  if (p.mode == GmmMode::RowGroups) {
+    int* s = dyn;
+    int* tiles = dyn + p.G;  // G + 1 entries: m-tiles per group, then the tail pseudo-group
+    gmm_load_offsets<kThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
+    for (int q = tid; q <= p.G; q += kThreads) {
+      const int lo = q > 0 ? s[q - 1] : 0, hi = q < p.G ? s[q] : p.M;
+      tiles[q] = (hi - lo + kBM - 1) / kBM;
+    }
+    gmm_block_scan<kThreads>(tiles, p.G + 1, ScanSum{}, 0, warp_tmp);
+    const int slot = static_cast<int>(blockIdx.y);
+    g = gmm_upper_bound(tiles, p.G + 1, slot);
+    if (g > p.G) return;  // more slots than tiles
+    const int tile = slot - (g > 0 ? tiles[g - 1] : 0);
+    const int lo = g > 0 ? s[g - 1] : 0, hi = g < p.G ? s[g] : p.M;
+    m0 = lo + tile * kBM;
+    m1 = m0 + kBM < hi ? m0 + kBM : hi;
+    zero_rows = g == p.G;
+  } else {  // Batched
+    g = static_cast<int>(blockIdx.z);
+    m0 = static_cast<int>(blockIdx.y) * kBM;
+    m1 = m0 + kBM < p.M ? m0 + kBM : p.M;
+  }
+  const int64_t cg = p.mode == GmmMode::RowGroups ? 0 : g;
+  if (zero_rows) {
+    for (int i = tid; i < kBM * ncols; i += kThreads) {
+      const int m = m0 + i / ncols;
+      const int64_t n = n0 + i % ncols;
+      if (m < m1 && n < p.N) gmm_store<T>(p, cg, m, n, 0.f);
+    }
+    return;
+  }
+
+  // Loads: thread tid copies 16-byte chunk c = tid % 8 of the step's 64 K elements for tile rows
+  // r0 + 32 i (i < 4); rows 32 apart keep the same swizzle phase.
+  const T* a = static_cast<const T*>(p.a) + static_cast<int64_t>(g) * p.a_sg;
+  const T* b = static_cast<const T*>(p.b) + static_cast<int64_t>(g) * p.b_sg;
+  const int c = tid % 8, r0 = tid / 8;
+  const T* arow[4];
+  const T* brow[4];
+  bool aok[4], bok[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int m = m0 + r0 + 32 * i;
+    aok[i] = m < m1;
+    arow[i] = a + (aok[i] ? gmm_a_row(p, m) * p.a_sm : 0);
+    const int jc = r0 + 32 * i;  // product column (act: gate columns, then the matching up columns)
+    const int half = kBN / 2;
+    int64_t n = p.act ? n0 + (jc < half ? jc : jc - half) : n0 + jc;
+    bok[i] = n < p.N;
+    if (!bok[i]) n = 0;
+    if (p.act && jc >= half) n += p.N;
+    brow[i] = b + n * p.b_sn;
+  }
+  const uint32_t soff = r0 * 128 + ((c ^ (r0 & 7)) << 4);
+  const int steps = (p.K + kBK - 1) / kBK;
+  auto issue = [&](int step) {
+    const uint32_t as = ring + (step % kStages) * 2 * kTileBytes, bs = as + kTileBytes;
+    const int k = step * kBK + c * 8;
+    const bool kok = k < p.K;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      cp_async16_to(as + soff + i * 32 * 128, aok[i] && kok ? arow[i] + k : a, aok[i] && kok);
+      cp_async16_to(bs + soff + i * 32 * 128, bok[i] && kok ? brow[i] + k : b, bok[i] && kok);
+    }
+  };
+
+  const int wg = tid / 128;
+  float acc[kBN / 2];
+#pragma unroll
+  for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.f;
+#pragma unroll
+  for (int st = 0; st < kAhead; ++st) {
+    if (st < steps) issue(st);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  for (int step = 0; step < steps; ++step) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1) : "memory");  // this thread's step is in
+    fence_proxy_async();
+    __syncthreads();  // every thread's step is in; every warpgroup is done with step - 2's stage
+    if (step + kAhead < steps) issue(step + kAhead);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    const uint32_t as = ring + (step % kStages) * 2 * kTileBytes, bs = as + kTileBytes;
+    const uint64_t da = smem_desc(as + wg * 64 * 128, 16, 1024), db = smem_desc(bs, 16, 1024);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk)
+      Wgmma<std::is_same_v<T, BFloat16>, kBN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
+    wg_commit();
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // step - 1 is done
+    fence_regs(acc);
+  }
+  wg_wait_all();
+  fence_regs(acc);
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+
+  // Epilogue from registers: acc[4j + i] is row 16 warp + lane/4 + 8 (i / 2), column 8j + 2 (lane % 4) + i % 2.
+  const int warp = (tid / 32) % 4, lane = tid % 32;
+  const int row_base = m0 + wg * 64 + warp * 16 + lane / 4;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int col = 8 * j + 2 * (lane % 4) + (i & 1);
+      const int m = row_base + 8 * (i >> 1);
+      if (p.act) {
+        if (j >= kBN / 16) continue;  // up columns: consumed with their gate column
+        const int64_t n = n0 + col;
+        if (m < m1 && n < p.N) gmm_store<T>(p, cg, m, n, moe_math::silu_mul(acc[4 * j + i], acc[4 * (j + kBN / 16) + i]));
+      } else {
+        const int64_t n = n0 + col;
+        if (m < m1 && n < p.N) gmm_store<T>(p, cg, m, n, acc[4 * j + i]);
+      }
+    }
+  }
+#else
+  __trap();  // not an sm_90a build: the host does not launch this kernel
+#endif
+}
+
+}  // namespace kiln::cuda::kernels::gmm90

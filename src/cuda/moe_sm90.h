@@ -1,0 +1,15 @@
+// The Hopper (sm_90a) tile launcher of grouped_mm and the MoE expert products, in its own translation unit:
+// kernels/grouped_mm_sm90.cuh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/kernels/grouped_mm.cuh"
+
+namespace kiln::cuda {
+
+// Launches the wgmma tile kernel for p (RowGroups or Batched, 16-bit inputs, unit K strides, 16-byte rows:
+// the caller's "vec" conditions) when wgmma_available(device); returns false, launching nothing, otherwise.
+bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op);
+
+}  // namespace kiln::cuda
