@@ -50,27 +50,37 @@ Tensor sdpa_gpu(const Tensor& q, const Tensor& k, const Tensor& v, const std::op
       .cpu();
 }
 
-// Each prefill kernel of the tensor-core path for a scope: the wgmma kernel (where this build and device
-// have it) and the mma.sync kernel.
+// Each prefill kernel of the tensor-core path for a scope: the wgmma kernels (TMA and cp.async copies, where
+// this build and device have them) and the mma.sync kernel.
+#if KILN_HAVE_CUDA
+using PrefillKernel = cuda::PrefillKernel;
 struct PrefillScope {
-  explicit PrefillScope(cuda::PrefillKernel k) : before(cuda::prefill_kernel()) { cuda::set_prefill_kernel(k); }
+  explicit PrefillScope(PrefillKernel k) : before(cuda::prefill_kernel()) { cuda::set_prefill_kernel(k); }
   ~PrefillScope() { cuda::set_prefill_kernel(before); }
-  cuda::PrefillKernel before;
+  PrefillKernel before;
 };
-std::vector<cuda::PrefillKernel> prefill_kernels() {
-  std::vector<cuda::PrefillKernel> ks{cuda::PrefillKernel::Mma};
+std::vector<PrefillKernel> prefill_kernels() {
+  std::vector<PrefillKernel> ks{PrefillKernel::Mma};
   if (cuda::wgmma_prefill_available(0)) {
-    ks.push_back(cuda::PrefillKernel::Auto);  // wgmma with TMA copies (where the operands fit tensor maps)
-    ks.push_back(cuda::PrefillKernel::WgmmaCpAsync);
-  } else
-    std::printf("[   NOTE   ] the wgmma prefill kernel is not available here (it needs an sm_90a build on a "
+    ks.push_back(PrefillKernel::Auto);  // wgmma with TMA copies (where the operands fit tensor maps)
+    ks.push_back(PrefillKernel::WgmmaCpAsync);
+  } else {
+    std::printf("[   NOTE   ] the wgmma prefill kernels are not available here (they need an sm_90a build on a "
                 "device of compute capability 9.0)\n");
+  }
   return ks;
 }
-const char* kernel_name(cuda::PrefillKernel k) {
+#else
+enum class PrefillKernel { Auto, Mma, WgmmaCpAsync };
+struct PrefillScope {
+  explicit PrefillScope(PrefillKernel) {}
+};
+std::vector<PrefillKernel> prefill_kernels() { return {PrefillKernel::Mma}; }
+#endif
+const char* kernel_name(PrefillKernel k) {
   switch (k) {
-    case cuda::PrefillKernel::Mma: return "mma.sync";
-    case cuda::PrefillKernel::WgmmaCpAsync: return "wgmma cp.async";
+    case PrefillKernel::Mma: return "mma.sync";
+    case PrefillKernel::WgmmaCpAsync: return "wgmma cp.async";
     default: return "auto (wgmma TMA)";
   }
 }
@@ -80,7 +90,7 @@ TEST(CudaAttention, FlashPrefillMatchesCpu) {
   const std::pair<int64_t, int64_t> lens[] = {{1, 1},     {17, 17},  {64, 64},  {100, 100}, {257, 257}, {33, 300},
                                               {300, 33},  {128, 200}, {5, 0},   {128, 128}, {129, 129}, {700, 700},
                                               {200, 1000}};
-  for (cuda::PrefillKernel kern : prefill_kernels()) {
+  for (PrefillKernel kern : prefill_kernels()) {
     PrefillScope scope(kern);
     for (int64_t d : {64, 128}) {
       for (DType dt : {DType::BF16, DType::F16}) {
@@ -105,7 +115,7 @@ TEST(CudaAttention, FlashPrefillMatchesCpu) {
 
 TEST(CudaAttention, FlashPrefillStridedAndBroadcastInputs) {
   KILN_REQUIRE_CUDA();
-  for (cuda::PrefillKernel kern : prefill_kernels()) {
+  for (PrefillKernel kern : prefill_kernels()) {
     PrefillScope scope(kern);
     for (DType dt : {DType::BF16, DType::F16}) {
       SCOPED_TRACE(str(kernel_name(kern), " ", dtype_name(dt)));

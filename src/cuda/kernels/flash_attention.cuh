@@ -232,7 +232,11 @@ struct FlashParams {
   const void* mask;  // bool or f32 per L.mask (non-causal only), indexed by L's mask strides
   am::Layout L;
   float scale_log2;
-  int64_t q_tiles;  // ceil(Lq / 64)
+  int64_t q_tiles;  // ceil(Lq / rows per block)
+  // Block order: false: by (batch, head), each one's query tiles heaviest first (its K/V stay in L2 while
+  // its tiles run); true: every head's heaviest tiles first (causal work balanced across the waves; for
+  // K/V small enough to stay in L2 together).
+  bool tiles_major = false;
 };
 
 // Prefill: one block per (64 query rows, head, outer index); warp w owns rows 16w..16w+15 of the block.

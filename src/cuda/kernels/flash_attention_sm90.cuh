@@ -82,8 +82,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_sm90_kernel(FlashPa
   const uint32_t vs = ks + 2 * kTileBytes;   // [3][kBN][D]
   const am::Layout& L = p.L;
   const int64_t x = blockIdx.x;
-  const int64_t qt = p.q_tiles - 1 - x % p.q_tiles;  // heaviest causal tiles first
-  const int64_t task = x / p.q_tiles;
+  const int64_t tasks = L.heads * L.outer;  // heaviest causal tiles first (see FlashParams::tiles_major)
+  const int64_t qt = p.q_tiles - 1 - (p.tiles_major ? x / tasks : x % p.q_tiles);
+  const int64_t task = p.tiles_major ? x % tasks : x / p.q_tiles;
   const int64_t h = task % L.heads, o = task / L.heads;
   const am::Offsets off = am::batch_offsets(L, o, h);
   const int64_t m0 = qt * kBM;
@@ -290,8 +291,9 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_tma_kernel(const __
   const FlashParams& p = tp.p;
   const am::Layout& L = p.L;
   const int64_t x = blockIdx.x;
-  const int64_t qt = p.q_tiles - 1 - x % p.q_tiles;  // heaviest causal tiles first
-  const int64_t task = x / p.q_tiles;
+  const int64_t tasks = L.heads * L.outer;  // heaviest causal tiles first (see FlashParams::tiles_major)
+  const int64_t qt = p.q_tiles - 1 - (p.tiles_major ? x / tasks : x % p.q_tiles);
+  const int64_t task = p.tiles_major ? x % tasks : x / p.q_tiles;
   const int64_t h = task % L.heads, o = task / L.heads;
   const am::Offsets off = am::batch_offsets(L, o, h);
   const int64_t m0 = qt * kBM;

@@ -4,8 +4,8 @@
 //
 // Block = two warpgroups (256 threads) over a 128 x 128 product tile (with act: 64 output columns, the gate
 // columns and the matching up columns side by side in the product); warpgroup w owns rows 64w..64w+63.
-// K advances in steps of 64 (one 128-byte swizzled row, kernels/wgmma.cuh) through a four-stage cp.async
-// ring filled two steps ahead; A rows are gathered through a_rows as they load (x is never permuted). Per
+// K advances in steps of 64 (one 128-byte swizzled row, kernels/wgmma.cuh) through a three-stage cp.async
+// ring filled one step ahead (two blocks per SM); A rows are gathered through a_rows as they load (x is never permuted). Per
 // step each warpgroup issues four m64n128k16 MMAs with both operands in shared memory and waits only for
 // the previous step's, so loads, MMAs and the next step's barrier overlap. The epilogue works on the
 // accumulators in registers: SiLU-mul pairs gate column j with up column j + 64, held by the same thread.
@@ -23,7 +23,14 @@ using namespace kiln::cuda::wgmma;
 
 constexpr int kThreads = 256;
 constexpr int kBM = 128, kBN = 128, kBK = 64;  // product tile and K step
-constexpr int kStages = 4, kAhead = 2;         // ring stages; steps issued ahead of the one multiplied
+#ifndef KILN_GMM90_STAGES
+#define KILN_GMM90_STAGES 3
+#endif
+// Ring stages and steps issued ahead of the one multiplied. Three stages (96 KB) fit two blocks per SM,
+// four (128 KB) one; on the H200 three were faster at every benchmark shape (grouped_mm geomean 0.63x
+// PyTorch against 0.53x, docs/benchmarks.md).
+constexpr int kStages = KILN_GMM90_STAGES, kAhead = kStages - 2;
+constexpr int kBlocksPerSm = kStages <= 3 ? 2 : 1;
 constexpr uint32_t kTileBytes = kBM * kBK * 2;  // one A or B stage: 16 KB
 static_assert(kStages == kAhead + 2, "a stage is refilled once the MMAs two steps back are done");
 
@@ -36,7 +43,7 @@ constexpr size_t smem_bytes(int groups) {
 
 // RowGroups: grid = (ceil(N / tile_cols(act)), ceil(M / kBM) + G + 1). Batched: (.., ceil(M / kBM), G).
 template <class T>
-__global__ void __launch_bounds__(kThreads, 1) gmm_wgmma_kernel(GmmArgs p) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!std::is_same_v<T, float>, "16-bit inputs");
   extern __shared__ __align__(1024) unsigned char sm_raw[];
