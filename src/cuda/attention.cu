@@ -38,14 +38,15 @@ DecodeTuning tuning_from_env() {
     KILN_CHECK(eq != std::string::npos, "KILN_DECODE_TUNING: expected key=value items, got \"", item, "\"");
     const std::string key = item.substr(0, eq);
     const int val = std::atoi(item.c_str() + eq + 1);
-    if (key == "sep") t.separate_combine = val != 0;
+    if (key == "cluster") t.cluster_keys = val;
     else if (key == "keys") t.min_split_keys = val;
     else if (key == "bps") t.blocks_per_sm = val;
-    else throw Error(str("KILN_DECODE_TUNING: unknown key \"", key, "\" (sep, keys, bps)"));
+    else throw Error(str("KILN_DECODE_TUNING: unknown key \"", key, "\" (cluster, keys, bps)"));
     pos = end + 1;
   }
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1, "KILN_DECODE_TUNING: keys ",
-             "must be a positive multiple of 64 and bps positive, got \"", spec, "\"");
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.cluster_keys >= 0,
+             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive and cluster >= 0, got \"",
+             spec, "\"");
   return t;
 }
 
@@ -83,22 +84,12 @@ void with_tag(DType t, F&& f) {
   else f(attn::F16Tag{});
 }
 
-// Opts a kernel into more than 48 KiB of dynamic shared memory, once per (kernel, device).
-void set_smem(const void* kernel, size_t bytes, int device) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!done.insert({kernel, device}).second) return;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-        "scaled_dot_product_attention: cudaFuncSetAttribute");
-}
 
 PrefillKernel prefill_kernel_from_env() {
   const char* v = std::getenv("KILN_PREFILL_KERNEL");
   if (!v || !*v || std::string(v) == "auto") return PrefillKernel::Auto;
   if (std::string(v) == "mma") return PrefillKernel::Mma;
-  if (std::string(v) == "cpasync") return PrefillKernel::WgmmaCpAsync;
-  throw Error(str("KILN_PREFILL_KERNEL: expected auto, mma or cpasync, got \"", v, "\""));
+  throw Error(str("KILN_PREFILL_KERNEL: expected auto or mma, got \"", v, "\""));
 }
 PrefillKernel& prefill_kernel_ref() {
   static PrefillKernel k = prefill_kernel_from_env();
@@ -127,7 +118,8 @@ void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const T
       constexpr int M = decltype(mask_const)::value;
       const size_t smem = static_cast<size_t>(5 * attn::kTileKeys) * (D + attn::kPad) * sizeof(uint16_t);
       auto kernel = attn::flash_prefill_kernel<Tag, D, C, M>;
-      set_smem(reinterpret_cast<const void*>(kernel), smem, out.device().index);
+      set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, out.device().index,
+                           "scaled_dot_product_attention");
       kernel<<<static_cast<unsigned>(blocks), attn::kThreads, smem, stream>>>(p);
     };
     using D64 = std::integral_constant<int, 64>;
@@ -173,32 +165,27 @@ void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
             (L.outer == 1 || mult8(L.bq[0]));
   // Splits: about tuning.blocks_per_sm blocks per multiprocessor over all (sequence, KV head, row tile), at
   // most one per tuning.min_split_keys keys of the cache. Sized by Lmax, not the current lengths (which live
-  // on the device).
+  // on the device). Short caches: at most kMaxClusterSplits splits, combined inside their cluster.
   const DecodeTuning tune = decode_tuning();
   const int64_t base = b * hkv * p.row_tiles;
   const int64_t sms = multiprocessor_count(dev.index);
   const int64_t max_splits = std::max<int64_t>(1, (L.lkv + tune.min_split_keys - 1) / tune.min_split_keys);
   p.splits = static_cast<int>(std::clamp<int64_t>((tune.blocks_per_sm * sms + base - 1) / base, 1,
                                                   std::min<int64_t>(max_splits, attn::kMaxSplits)));
+  const bool short_cache =
+      tune.cluster_keys > 0 && L.lkv <= int64_t{attn::kMaxClusterSplits} * tune.cluster_keys && wgmma_available(dev.index);
+  if (short_cache) p.splits = std::min(p.splits, attn::kMaxClusterSplits);
+  p.cluster = short_cache && p.splits > 1;
   const int64_t out_rows = b * hq * L.lq;
-  // Partials, and for the last-block combine the per-tile tickets (one scratch allocation; tickets zeroed on
-  // the stream, so the launch is graph-capturable and replays start from zero).
-  Tensor scratch;
-  if (p.splits > 1) {
+  Tensor scratch;  // the partials of the split combine through global memory
+  if (p.splits > 1 && !p.cluster) {
     const int64_t n_o = out_rows * p.splits * L.dv, n_ml = out_rows * p.splits;
-    scratch = empty({n_o + 2 * n_ml + (tune.separate_combine ? 0 : base)}, DType::F32, dev);
+    scratch = empty({n_o + 2 * n_ml}, DType::F32, dev);
     p.part_o = scratch.data<float>();
     p.part_m = p.part_o + n_o;
     p.part_l = p.part_m + n_ml;
-    p.tickets = nullptr;
-    if (!tune.separate_combine) {
-      p.tickets = reinterpret_cast<int*>(p.part_l + n_ml);
-      check(cudaMemsetAsync(p.tickets, 0, static_cast<size_t>(base) * sizeof(int), stream),
-            "decode_attention: cudaMemsetAsync");
-    }
   } else {
     p.part_o = p.part_m = p.part_l = nullptr;
-    p.tickets = nullptr;
   }
   const int64_t blocks = base * p.splits;
   KILN_CHECK(blocks < (int64_t{1} << 31), "decode_attention: too many blocks (", blocks, ")");
@@ -208,17 +195,16 @@ void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
       constexpr int D = decltype(d_const)::value;
       const size_t smem = static_cast<size_t>(16 + 4 * attn::kTileKeys) * (D + attn::kPad) * sizeof(uint16_t);
       auto kernel = attn::flash_decode_kernel<Tag, D>;
-      set_smem(reinterpret_cast<const void*>(kernel), smem, out.device().index);
-      // A dependent launch unless the tickets' memset precedes it.
-      if (p.tickets) kernel<<<static_cast<unsigned>(blocks), attn::kThreads, smem, stream>>>(p);
-      else launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(attn::kThreads), smem, stream, dev.index,
-                            "decode_attention", p);
+      set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, out.device().index, "decode_attention");
+      // The splits of a tile are consecutive blocks: with p.cluster they form one cluster.
+      launch_dependent_cluster(kernel, dim3(static_cast<unsigned>(blocks)), dim3(attn::kThreads), smem, stream,
+                               dev.index, "decode_attention", p.cluster ? static_cast<unsigned>(p.splits) : 1u, p);
     };
     if (L.d == 64) go(std::integral_constant<int, 64>{});
     else go(std::integral_constant<int, 128>{});
   });
   check_launch("decode_attention");
-  if (p.splits > 1 && p.tickets == nullptr) {
+  if (p.splits > 1 && !p.cluster) {
     // The splits folded by one block per output row, launched as a dependent of the decode kernel.
     visit_dtypes<dset(DType::F16, DType::BF16)>(out.dtype(), "decode_attention", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -270,8 +256,9 @@ void set_prefill_kernel(PrefillKernel k) {
 }
 
 void set_decode_tuning(const DecodeTuning& t) {
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1,
-             "set_decode_tuning: min_split_keys must be a positive multiple of 64 and blocks_per_sm positive");
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.cluster_keys >= 0,
+             "set_decode_tuning: min_split_keys must be a positive multiple of 64, blocks_per_sm positive and "
+             "cluster_keys >= 0");
   std::lock_guard<std::mutex> lock(tuning_mu());
   tuning_ref() = t;
 }

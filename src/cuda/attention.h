@@ -18,13 +18,15 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 
 // How the decode kernel splits the keys and combines the splits (measured on the H200 with
 // `kiln bench ops --filter decode_attention`; docs/benchmarks.md):
-//   separate_combine  the splits' partials are folded by a second kernel (launched as a dependent) rather than
-//                     by the last block of each tile (tickets, one memset);
+//   cluster_keys      caches of at most 8 x cluster_keys keys (Lmax) take at most 8 splits that form one
+//                     thread-block cluster and combine through its shared memory: one kernel (compute
+//                     capability 9.0 and an sm_90a build); 0 turns it off. Longer caches: the splits'
+//                     partials go through global memory to a combine kernel launched as a dependent;
 //   min_split_keys    at least this many keys per split (a multiple of 64);
 //   blocks_per_sm     the grid aims at this many blocks per multiprocessor.
-// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="sep=1,keys=256,bps=1".
+// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="cluster=256,keys=64,bps=2".
 struct DecodeTuning {
-  bool separate_combine = true;
+  int cluster_keys = 256;
   int min_split_keys = 64;
   int blocks_per_sm = 2;
 };
@@ -32,12 +34,11 @@ DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);
 
 // Which tensor-core kernel runs prefill without a mask: Auto takes the Hopper wgmma kernel
-// (kernels/flash_attention_sm90.cuh) when this build has sm_90a code and the device has compute capability
-// 9.0 (its TMA variant when the operands fit tensor maps), else the mma.sync kernel
-// (kernels/flash_attention.cuh); Mma forces the latter, WgmmaCpAsync the wgmma kernel that copies with
-// cp.async. Masked prefill always takes the mma.sync kernel. Set for tests and benchmarks by
-// set_prefill_kernel, or KILN_PREFILL_KERNEL=mma|cpasync.
-enum class PrefillKernel { Auto, Mma, WgmmaCpAsync };
+// (kernels/flash_attention_sm90.cuh) when this build has sm_90a code, the device has compute capability
+// 9.0 and the operands fit TMA tensor maps, else the mma.sync kernel (kernels/flash_attention.cuh); Mma
+// forces the latter. Masked prefill always takes the mma.sync kernel. Set for tests and benchmarks by
+// set_prefill_kernel, or KILN_PREFILL_KERNEL=mma.
+enum class PrefillKernel { Auto, Mma };
 PrefillKernel prefill_kernel();
 void set_prefill_kernel(PrefillKernel k);
 // Whether the wgmma prefill kernel can run on this device in this build.

@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <mutex>
 #include <set>
 #include <type_traits>
@@ -23,14 +21,6 @@ namespace am = attention_math;
 
 bool mult8(int64_t s) { return s % 8 == 0; }
 
-void set_smem(const void* kernel, size_t bytes, int device) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!done.insert({kernel, device}).second) return;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-        "scaled_dot_product_attention: cudaFuncSetAttribute");
-}
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -97,25 +87,6 @@ bool encode_operand(CUtensorMap* map, int64_t* slot, const void* base, DType dt,
 
 }  // namespace
 
-bool wgmma_available(int device) {
-#if defined(KILN_HAVE_SM90A)
-  static std::mutex mu;
-  static std::set<std::pair<int, bool>> known;
-  std::lock_guard<std::mutex> lock(mu);
-  for (const auto& [d, ok] : known)
-    if (d == device) return ok;
-  int major = 0, minor = 0;
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-  const bool ok = major == 9 && minor == 0;
-  known.insert({device, ok});
-  return ok;
-#else
-  (void)device;
-  return false;
-#endif
-}
-
 bool wgmma_prefill_available(int device) { return wgmma_available(device); }
 
 bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const am::Layout& L,
@@ -125,7 +96,7 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
   if (L.mask != am::MaskKind::None || L.has_lengths) return false;
   // The kernel takes the row max of the unscaled scores (kernels/flash_attention_sm90.cuh): scale > 0.
   if (!(scale > 0.0) || !std::isfinite(scale)) return false;
-  // q rows go to shared memory with cp.async: contiguous channels, 8-element strides, an aligned base.
+  // q rows go to shared memory by TMA: contiguous channels, 8-element strides, an aligned base.
   if (L.q_col != 1 || !mult8(L.q_row) || reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 != 0) return false;
   if (L.heads > 1 && !mult8(L.hq)) return false;
   for (int i = 0; i < L.nbatch; ++i)
@@ -148,30 +119,21 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
   const int64_t kv_bytes = 2 * L.lkv * L.d * 2 * (L.heads / L.gk) * L.outer;
   p.tiles_major = L.causal && kv_bytes <= (int64_t{32} << 20);
   KILN_CHECK(blocks < (int64_t{1} << 31), "scaled_dot_product_attention: too many query tiles (", blocks, ")");
-  // TMA copies with a producer warp when the operands fit tensor maps; otherwise every thread copies with
-  // cp.async.
+  // The operands must fit tensor maps (otherwise the mma.sync kernel runs).
   attn::sm90::TmaParams tp{};
-  const bool tma =
-      prefill_kernel() != PrefillKernel::WgmmaCpAsync &&
-      encode_operand(&tp.tq, &tp.q_slot, q.data_ptr(), q.dtype(), L, L.lq, L.q_row, L.hq, L.heads, L.bq) &&
-      encode_operand(&tp.tk, &tp.k_slot, k.data_ptr(), q.dtype(), L, L.lkv, L.k_row, L.hk, L.heads / L.gk, L.bk) &&
-      encode_operand(&tp.tv, &tp.v_slot, v.data_ptr(), q.dtype(), L, L.lkv, L.v_row, L.hv, L.heads / L.gv, L.bv);
+  if (!encode_operand(&tp.tq, &tp.q_slot, q.data_ptr(), q.dtype(), L, L.lq, L.q_row, L.hq, L.heads, L.bq) ||
+      !encode_operand(&tp.tk, &tp.k_slot, k.data_ptr(), q.dtype(), L, L.lkv, L.k_row, L.hk, L.heads / L.gk, L.bk) ||
+      !encode_operand(&tp.tv, &tp.v_slot, v.data_ptr(), q.dtype(), L, L.lkv, L.v_row, L.hv, L.heads / L.gv, L.bv))
+    return false;
   tp.p = p;
   auto go = [&](auto tag, auto d_const, auto causal_const) {
     using Tag = decltype(tag);
     constexpr int D = decltype(d_const)::value;
     constexpr bool C = decltype(causal_const)::value;
-    if (tma) {
-      const size_t smem = attn::sm90::tma_smem_bytes(D);
-      auto kernel = attn::sm90::flash_prefill_tma_kernel<Tag, D, C>;
-      set_smem(reinterpret_cast<const void*>(kernel), smem, dev);
-      kernel<<<static_cast<unsigned>(blocks), attn::sm90::kThreads, smem, stream>>>(tp);
-    } else {
-      const size_t smem = attn::sm90::smem_bytes(D);
-      auto kernel = attn::sm90::flash_prefill_sm90_kernel<Tag, D, C>;
-      set_smem(reinterpret_cast<const void*>(kernel), smem, dev);
-      kernel<<<static_cast<unsigned>(blocks), attn::sm90::kThreads, smem, stream>>>(p);
-    }
+    const size_t smem = attn::sm90::tma_smem_bytes(D);
+    auto kernel = attn::sm90::flash_prefill_tma_kernel<Tag, D, C>;
+    set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev, "scaled_dot_product_attention");
+    kernel<<<static_cast<unsigned>(blocks), attn::sm90::kThreads, smem, stream>>>(tp);
   };
   auto with_d = [&](auto tag) {
     auto with_causal = [&](auto d_const) {

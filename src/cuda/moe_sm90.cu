@@ -1,26 +1,10 @@
 // Launcher of the Hopper grouped tile kernel (kernels/grouped_mm_sm90.cuh).
 #include "cuda/moe_sm90.h"
 
-#include <mutex>
-#include <set>
-#include <utility>
-
 #include "cuda/kernels/grouped_mm_sm90.cuh"
 #include "cuda/launch.h"
 
 namespace kiln::cuda {
-namespace {
-
-void set_smem(const void* kernel, size_t bytes, int device) {
-  static std::mutex mu;
-  static std::set<std::pair<const void*, int>> done;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!done.insert({kernel, device}).second) return;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-        "grouped_mm: cudaFuncSetAttribute");
-}
-
-}  // namespace
 
 bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op) {
   namespace k90 = kernels::gmm90;
@@ -42,7 +26,7 @@ bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, int device, cudaStrea
   }
   auto go = [&](auto kernel) {
     // The largest smem this kernel is ever launched with (G <= kGmmMaxGroups) is opted into once.
-    set_smem(reinterpret_cast<const void*>(kernel), k90::smem_bytes(kernels::kGmmMaxGroups), device);
+    set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), k90::smem_bytes(kernels::kGmmMaxGroups), device, op);
     kernel<<<grid, k90::kThreads, smem, stream>>>(p);
   };
   if (bf16) go(k90::gmm_wgmma_kernel<BFloat16>);

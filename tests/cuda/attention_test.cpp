@@ -50,8 +50,8 @@ Tensor sdpa_gpu(const Tensor& q, const Tensor& k, const Tensor& v, const std::op
       .cpu();
 }
 
-// Each prefill kernel of the tensor-core path for a scope: the wgmma kernels (TMA and cp.async copies, where
-// this build and device have them) and the mma.sync kernel.
+// Each prefill kernel of the tensor-core path for a scope: the wgmma kernel (where this build and device have
+// it) and the mma.sync kernel.
 #if KILN_HAVE_CUDA
 using PrefillKernel = cuda::PrefillKernel;
 struct PrefillScope {
@@ -63,27 +63,20 @@ std::vector<PrefillKernel> prefill_kernels() {
   std::vector<PrefillKernel> ks{PrefillKernel::Mma};
   if (cuda::wgmma_prefill_available(0)) {
     ks.push_back(PrefillKernel::Auto);  // wgmma with TMA copies (where the operands fit tensor maps)
-    ks.push_back(PrefillKernel::WgmmaCpAsync);
   } else {
-    std::printf("[   NOTE   ] the wgmma prefill kernels are not available here (they need an sm_90a build on a "
+    std::printf("[   NOTE   ] the wgmma prefill kernel is not available here (it needs an sm_90a build on a "
                 "device of compute capability 9.0)\n");
   }
   return ks;
 }
 #else
-enum class PrefillKernel { Auto, Mma, WgmmaCpAsync };
+enum class PrefillKernel { Auto, Mma };
 struct PrefillScope {
   explicit PrefillScope(PrefillKernel) {}
 };
 std::vector<PrefillKernel> prefill_kernels() { return {PrefillKernel::Mma}; }
 #endif
-const char* kernel_name(PrefillKernel k) {
-  switch (k) {
-    case PrefillKernel::Mma: return "mma.sync";
-    case PrefillKernel::WgmmaCpAsync: return "wgmma cp.async";
-    default: return "auto (wgmma TMA)";
-  }
-}
+const char* kernel_name(PrefillKernel k) { return k == PrefillKernel::Mma ? "mma.sync" : "auto (wgmma)"; }
 
 TEST(CudaAttention, FlashPrefillMatchesCpu) {
   KILN_REQUIRE_CUDA();
@@ -238,17 +231,17 @@ struct TuningScope {
 };
 #else
 struct Tuning {
-  bool separate_combine;
-  int min_split_keys, blocks_per_sm;
+  int cluster_keys, min_split_keys, blocks_per_sm;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
-const Tuning kTunings[] = {{true, 64, 2}, {false, 64, 2}, {true, 256, 1}, {false, 512, 1}};
+// The default (short caches combine inside a cluster), the combine kernel only, longer splits, and the
+// cluster only for caches of at most 512 keys.
+const Tuning kTunings[] = {{256, 64, 2}, {0, 64, 2}, {0, 256, 1}, {64, 64, 1}};
 std::string tuning_name(const Tuning& t) {
-  return str(t.separate_combine ? "separate combine" : "last-block combine", ", keys ", t.min_split_keys, ", ",
-             t.blocks_per_sm, " blocks/SM");
+  return str("cluster keys ", t.cluster_keys, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM");
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {

@@ -11,6 +11,7 @@
 // groups.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,6 +30,7 @@ constexpr int kPad = 8;       // elements of padding per shared-memory row
 constexpr int kTileKeys = 64;  // keys per K/V tile
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kMaxSplits = 128;  // splits of the decode kernel
+constexpr int kMaxClusterSplits = 8;  // splits combined inside a cluster (the portable cluster size)
 constexpr float kLog2e = 1.4426950408889634f;
 
 // 16-bit element types as raw bits in memory; the traits convert and pack.
@@ -318,7 +320,6 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(FlashParams p) 
 struct DecodeParams {
   uint16_t* out;                    // contiguous [B, Hq, Lq, D]
   float *part_o, *part_m, *part_l;  // [B * Hq * Lq, splits, D], [B * Hq * Lq, splits] (splits > 1)
-  int* tickets;                     // [B * Hkv * row_tiles], zero before the launch (splits > 1)
   const uint16_t *q, *k, *v;
   const int32_t* lengths;
   am::Layout L;  // decode layout: outer = B (strides bq/bk/bv[0]), heads = Hq, gk = gv = Hq / Hkv
@@ -326,6 +327,7 @@ struct DecodeParams {
   int splits, row_tiles;
   int lq, rows;  // queries per sequence; rows of a KV group (Hq / Hkv * Lq), both < 2^31 (checked)
   bool q_vec;    // q rows can be read in 16-byte pieces (contiguous channels, 8-element strides, aligned)
+  bool cluster;  // the splits of a tile form one thread-block cluster and combine through its shared memory
   int64_t hkv;
   DeviceErrorRecord* err;
 };
@@ -335,9 +337,12 @@ struct DecodeParams {
 // of them. The block's keys [split * chunk, ...) with chunk from the sequence's current length (read here:
 // the grid is sized by Lmax, so a captured graph stays valid as lengths grow) go in 64-key tiles; warp w
 // takes keys 16w..16w+15 of each tile with its own softmax state, and the four warps merge at the end.
-// Query t of the sequence sees keys <= n - Lq + t. With several splits each block writes its f32 partial
-// (o, running max, sum) and takes a ticket; the last block of a (sequence, KV head, row tile) combines
-// all splits and writes the output, so decode attention is one kernel whatever the split.
+// Query t of the sequence sees keys <= n - Lq + t. With several splits each block's f32 partial (o,
+// running max, sum) is combined either by attention_combine_kernel (written to global memory), or, when
+// the splits of a (sequence, KV head, row tile) form one cluster (p.cluster, at most kMaxClusterSplits), by
+// the cluster itself: each block keeps its partial in shared memory, and after a cluster barrier block r
+// folds its share of the outputs from every block's shared memory (distributed shared memory), so decode
+// attention is one kernel.
 template <class Tag, int D>
 __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) {
   constexpr int ld = D + kPad;
@@ -345,7 +350,6 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
   uint16_t* qs = sm;                         // [16][ld]
   uint16_t* ks = qs + 16 * ld;               // [2][64][ld]
   uint16_t* vs = ks + 2 * kTileKeys * ld;    // [2][64][ld]
-  __shared__ int last_block;
   pdl_allow_dependents();  // kernels/pdl.cuh: the combine or the output projection may start early
   kernels::pdl_wait();     // when launched as a dependent: q, the caches and the lengths come from earlier kernels
   const am::Layout& L = p.L;
@@ -355,7 +359,6 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
   const int rt = static_cast<int>(x % p.row_tiles);
   x /= p.row_tiles;
   const int64_t hk = x % p.hkv, b = x / p.hkv;
-  const int64_t tile_id = x * p.row_tiles + rt;  // (sequence, KV head, row tile)
   const int group = static_cast<int>(L.gk);
   const int row0 = rt * 16;
   const int nrows = p.rows - row0 < 16 ? p.rows - row0 : 16;  // real rows of this tile
@@ -474,6 +477,7 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
     row_l[rr] = lsum;
   }
   __syncthreads();
+  float* cpart = reinterpret_cast<float*>(vs);  // cluster: this block's partial o [16][D], in the V stages
   for (int i = threadIdx.x; i < nrows * D; i += kThreads) {
     const int rr = i / D, c = i % D;
     const float acc = red_o[rr * D + c] * red_f[rr] + red_o[(16 + rr) * D + c] * red_f[16 + rr] +
@@ -482,6 +486,8 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
     const int64_t out_row = (b * L.heads + hk * group + g) * p.lq + t;
     if (p.splits == 1) {
       p.out[out_row * D + c] = Mma<Tag>::from_float(acc);
+    } else if (p.cluster) {
+      cpart[i] = acc;
     } else {
       p.part_o[(out_row * p.splits + split) * D + c] = acc;
       if (c == 0) {
@@ -490,51 +496,45 @@ __global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) 
       }
     }
   }
-  if (p.splits == 1 || p.tickets == nullptr) return;  // no tickets: a second kernel combines the splits
-
-  // The last block of the tile to finish combines the splits (threadFenceReduction pattern): partials are
-  // made visible device-wide before the ticket, and read back through L2 (__ldcg) after it.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last_block = atomicAdd(p.tickets + tile_id, 1) == p.splits - 1;
-  __syncthreads();
-  if (!last_block) return;
-  __threadfence();
-  float* fac = reinterpret_cast<float*>(ks);  // [16][splits] (splits <= 128: 8 KiB)
-  for (int rr = warp; rr < nrows; rr += kThreads / 32) {
-    const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
-    const int64_t out_row = (b * L.heads + hk * group + g) * p.lq + t;
-    const float* pm = p.part_m + out_row * p.splits;
-    const float* pl = p.part_l + out_row * p.splits;
+  if (p.splits == 1 || !p.cluster) return;  // without a cluster, attention_combine_kernel folds the splits
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Cluster combine: block r (= its split) folds outputs [r * chunk, (r + 1) * chunk) of the tile from
+  // every block's partial; the second barrier keeps each block's shared memory alive until all have read it.
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int C = p.splits;
+  float* fac = red_o;  // [16][C]: each split's factor in a row's output (the merge buffers are free now)
+  if (threadIdx.x < nrows) {
+    const int rr = threadIdx.x;
     float mx = -INFINITY;
-    for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, __ldcg(pm + s));
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+    for (int s = 0; s < C; ++s) mx = fmaxf(mx, *cluster.map_shared_rank(row_m + rr, s));
     float total = 0.f;
-    for (int s = lane; s < p.splits; s += 32) {
-      const float ms = __ldcg(pm + s);
+    for (int s = 0; s < C; ++s) {
+      const float ms = *cluster.map_shared_rank(row_m + rr, s);
       const float f = ms == -INFINITY ? 0.f : exp2f(ms - mx);
-      fac[rr * p.splits + s] = f;
-      total += __ldcg(pl + s) * f;
+      fac[rr * C + s] = f;
+      total += *cluster.map_shared_rank(row_l + rr, s) * f;
     }
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) total += __shfl_xor_sync(0xffffffffu, total, d);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    for (int s = lane; s < p.splits; s += 32) fac[rr * p.splits + s] *= inv;
+    const float inv = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
+    for (int s = 0; s < C; ++s) fac[rr * C + s] *= inv;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < nrows * D; i += kThreads) {
+  const int n_out = nrows * D, share = (n_out + C - 1) / C;
+  const int lo = split * share, hi = lo + share < n_out ? lo + share : n_out;
+  for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
     const int rr = i / D, c = i % D;
+    float acc = 0.f;
+    for (int s = 0; s < C; ++s) {
+      const float f = fac[rr * C + s];
+      if (f != 0.f) acc += *cluster.map_shared_rank(cpart + i, s) * f;
+    }
     const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
     const int64_t out_row = (b * L.heads + hk * group + g) * p.lq + t;
-    const float* po = p.part_o + out_row * p.splits * D + c;
-    float acc = 0.f;
-    for (int s = 0; s < p.splits; ++s) {
-      const float f = fac[rr * p.splits + s];
-      if (f != 0.f) acc += __ldcg(po + s * D) * f;
-    }
     p.out[out_row * D + c] = Mma<Tag>::from_float(acc);
   }
+  cluster.sync();
+#endif
 }
 
 }  // namespace kiln::cuda::attn

@@ -1,19 +1,35 @@
-// Hopper (sm_90a) flash prefill on warpgroup MMA (wgmma): the same math as flash_prefill_kernel
-// (kernels/flash_attention.cuh) with four times the rows per block and tensor-core instructions that read
-// their operands straight from shared memory.
+// Hopper (sm_90a) flash prefill on warpgroup MMA (wgmma) and TMA copies: the same math as
+// flash_prefill_kernel (kernels/flash_attention.cuh) with twice the rows per block and tensor-core
+// instructions that read their operands straight from shared memory.
 //
 // Block = two warpgroups (256 threads) = 128 query rows of one (batch, head); warpgroup w owns rows
 // 64w..64w+63, and inside it warp i rows 16i..16i+15 with the lane layout of mma.sync (lane l: rows l/4 and
-// l/4 + 8). K/V stream in 128-key tiles through shared memory with cp.async, double buffered. Per tile and
-// warpgroup: S = q k^T by wgmma m64n128k16 with both operands in shared memory (q and k "K-major"), the
-// online softmax in registers (log2 domain, f32), P rounded to 16 bits and kept in registers as wgmma's A
-// operand, o += P v by wgmma m64nDk16 with v read "MN-major" (transposed by the instruction, no copy).
+// l/4 + 8). K/V stream in 128-key tiles. Per tile and warpgroup: S = q k^T by wgmma m64n128k16 with both
+// operands in shared memory (q and k K-major), the online softmax in registers (log2 domain, f32), P
+// rounded to 16 bits and kept in registers as wgmma's A operand, o += P v by wgmma m64nDk16 with v read
+// MN-major (transposed by the instruction, no copy). Shared tiles use the 128-byte swizzle and descriptors
+// of kernels/wgmma.cuh.
 //
-// Shared tiles use the 128-byte swizzle and descriptors of kernels/wgmma.cuh: q and k are K-major
-// operands, v is read MN-major.
+// Software pipeline per warpgroup: iteration t issues S_t = q k_t^T and then o += P_{t-1} v_{t-1}, waits
+// for S_t only, and runs the softmax of tile t while the tensor cores still work on P_{t-1} v_{t-1}; then
+// it waits for that, rescales o and keeps P_t in registers for the next iteration.
 //
-// Compiled only for sm_90a (the wgmma instructions do not exist elsewhere); other targets get a body that
-// traps, and the host never launches it there (see cuda/attention_sm90.cu).
+// Copies: thread 0 issues tensor-memory-accelerator (TMA) copies of the q tile and of each K/V tile, each
+// a 3-d box (64 columns x 128 rows x 1 slot) that lands already swizzled; rows past the tensor's end arrive
+// as zeros. Stages are handed over with mbarriers: a stage's "full" barrier is armed with the byte count
+// its copies deliver and the math warps wait on it; after their last read of the stage (S done for K, P v
+// done for V) all 256 threads arrive on its "empty" barrier, which thread 0 waits on before refilling it.
+// K and V take three stages each: thread 0 refills K two tiles and V one tile ahead, at the end of its own
+// iteration, when the other warpgroup (at most half an iteration behind) is done with what those stages
+// held. The warpgroups never wait for each other otherwise; with ping-pong they take turns issuing their
+// MMAs through two named barriers, so that one warpgroup's softmax overlaps the other's MMAs.
+//
+// A slot is one (batch, head) matrix of the operand: element (c, row) of slot s is at
+// base + s * slot_stride + row * row_stride + c, so that every head's offset is a whole number of slots
+// (the host takes the gcd of the head and batch strides as slot_stride).
+//
+// Compiled only for sm_90a (the wgmma and TMA instructions do not exist elsewhere); other targets get a
+// body that traps, and the host never launches it there (see cuda/attention_sm90.cu).
 #pragma once
 
 #include <type_traits>
@@ -32,236 +48,11 @@ constexpr int kBM = 128;       // query rows per block
 constexpr int kBN = 128;       // keys per K/V tile
 constexpr int kThreads = 256;  // two warpgroups
 
-// Dynamic shared memory: the q tile, two stages of K, three of V, and slack to align the start to 1024 bytes.
-constexpr size_t smem_bytes(int d) { return static_cast<size_t>(kBM + 5 * kBN) * d * 2 + 1024; }
-
-// Rows [row0, row0 + R) of one head (rows `row_stride` elements apart, D contiguous elements each, 16-byte
-// aligned) into a swizzled tile at shared address dst; rows at or beyond `limit` are zero-filled unread.
-// Thread i copies chunk i % (D / 8) of rows i / (D / 8) + k * (256 / (D / 8)): a multiple of 8 rows apart,
-// so its swizzled offset only moves by whole rows and its source pointer by a fixed step.
-template <int R, int D>
-__device__ __forceinline__ void load_tile_swz(uint32_t dst, const uint16_t* src, int64_t row_stride, int64_t row0,
-                                              int64_t limit) {
-  constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks, kPasses = R / kRowsPerPass;
-  static_assert(kRowsPerPass % 8 == 0 && R % kRowsPerPass == 0, "tile shape");
-  const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
-  const uint32_t soff = dst + (c >> 3) * (R * 128) + r0 * 128 + (((c & 7) ^ (r0 & 7)) << 4);
-  const int64_t rem64 = limit - row0 - r0;  // rows of this thread that exist: those below rem
-  const int rem = rem64 < 0 ? 0 : rem64 > R ? R : static_cast<int>(rem64);
-  const uint16_t* g = src + (row0 + r0) * row_stride + c * 8;
-  const int64_t step = kRowsPerPass * row_stride;
-#pragma unroll
-  for (int i = 0; i < kPasses; ++i) {
-    const bool valid = i * kRowsPerPass < rem;
-    cp_async16_to(soff + i * kRowsPerPass * 128, valid ? g : src, valid);
-    g += step;
-  }
-}
-
 __device__ __forceinline__ float fast_exp2(float x) {  // 2^x; -inf gives +0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-// Prefill: one block per (128 query rows, head, outer index), heaviest causal tiles first. Needs q, k and v
-// rows of 16-byte aligned contiguous channels; no mask (masked prefill takes flash_prefill_kernel).
-//
-// Software pipeline per warpgroup: iteration t issues S_t = q k_t^T and then o += P_{t-1} v_{t-1}, waits
-// for S_t only, and runs the softmax of tile t while the tensor cores still work on P_{t-1} v_{t-1}; then
-// it waits for that, rescales o and keeps P_t in registers for the next iteration. K tiles take two stages
-// (k_t is dead once S_t is done), V tiles three (v_{t-1} is still read during iteration t while v_{t+1}
-// loads).
-template <class Tag, int D, bool Causal>
-__global__ void __launch_bounds__(kThreads, 1) flash_prefill_sm90_kernel(FlashParams p) {
-  static_assert(kBM == kBN, "a causal tile is never wholly in a warpgroup's future");
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  extern __shared__ __align__(1024) unsigned char sm_raw[];
-  constexpr uint32_t kQBytes = kBM * D * 2, kTileBytes = kBN * D * 2;
-  const uint32_t qs = (smem_addr(sm_raw) + 1023u) & ~1023u;
-  const uint32_t ks = qs + kQBytes;          // [2][kBN][D]
-  const uint32_t vs = ks + 2 * kTileBytes;   // [3][kBN][D]
-  const am::Layout& L = p.L;
-  const int64_t x = blockIdx.x;
-  const int64_t tasks = L.heads * L.outer;  // heaviest causal tiles first (see FlashParams::tiles_major)
-  const int64_t qt = p.q_tiles - 1 - (p.tiles_major ? x / tasks : x % p.q_tiles);
-  const int64_t task = p.tiles_major ? x % tasks : x / p.q_tiles;
-  const int64_t h = task % L.heads, o = task / L.heads;
-  const am::Offsets off = am::batch_offsets(L, o, h);
-  const int64_t m0 = qt * kBM;
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const uint16_t* kbase = p.k + off.k;
-  const uint16_t* vbase = p.v + off.v;
-
-  const int64_t kv_end = Causal ? (m0 + kBM < L.lkv ? m0 + kBM : L.lkv) : L.lkv;
-  const int tiles = static_cast<int>((kv_end + kBN - 1) / kBN);
-  load_tile_swz<kBM, D>(qs, p.q + off.q, L.q_row, m0, L.lq);  // rows past Lq are zero
-  if (tiles > 0) {
-    load_tile_swz<kBN, D>(ks, kbase, L.k_row, 0, L.lkv);
-    load_tile_swz<kBN, D>(vs, vbase, L.v_row, 0, L.lkv);
-  }
-  cp_async_commit();
-
-  const int64_t row_lo = m0 + wg * 64 + warp * 16 + lane / 4;
-  int64_t e[2];  // keys [0, e) are visible to the lane's rows row_lo and row_lo + 8
-  for (int rr = 0; rr < 2; ++rr) {
-    const int64_t row = row_lo + 8 * rr;
-    e[rr] = Causal ? (row + 1 < L.lkv ? row + 1 : L.lkv) : L.lkv;
-  }
-  // Keys below e_wg are visible to every row of the warpgroup: tiles that end there need no mask.
-  const int64_t wg_row0 = m0 + wg * 64;
-  const int64_t e_wg = Causal ? (wg_row0 + 1 < L.lkv ? wg_row0 + 1 : L.lkv) : L.lkv;
-  const float scale = p.scale_log2;
-  const uint64_t dq = smem_desc(qs + wg * 64 * 128, 16, 1024);  // this warpgroup's 64 q rows
-  int v_prev = 2;  // the V stage of tile t - 1
-  float acc[D / 2];   // o: acc[4n + i] holds row (i < 2 ? lo : lo + 8), column 8n + 2 (lane % 4) + i % 2
-  float s[kBN / 2];   // scores of one tile, same layout with key 8j + 2 (lane % 4) + i % 2
-  uint32_t pa[kBN / 16][4];  // P of the previous tile: wgmma's A fragments, one per 16 keys
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) acc[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < kBN / 2; ++i) s[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < kBN / 16; ++i) pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0u;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int t4 = lane % 4;
-
-  for (int t = 0; t < tiles; ++t) {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();  // k_t, v_t are in; every warpgroup is done with k_{t-1} and v_{t-2}
-    if (t + 1 < tiles) {
-      load_tile_swz<kBN, D>(ks + ((t + 1) & 1) * kTileBytes, kbase, L.k_row, int64_t{t + 1} * kBN, L.lkv);
-      const int v_next = v_prev == 0 ? 2 : v_prev - 1;  // (t + 1) % 3
-      load_tile_swz<kBN, D>(vs + v_next * kTileBytes, vbase, L.v_row, int64_t{t + 1} * kBN, L.lkv);
-    }
-    cp_async_commit();
-    const int64_t key0 = int64_t{t} * kBN;
-    const uint64_t dk = smem_desc(ks + (t & 1) * kTileBytes, 16, 1024);
-
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {  // S_t = q k_t^T over D in steps of 16 (32 bytes into the row)
-      const uint32_t col = (kk % 4) * 32;
-      Wg<Tag, kBN>::ss(s, dq + (((kk / 4) * (kBM * 128) + col) >> 4), dk + (((kk / 4) * (kBN * 128) + col) >> 4),
-                          kk > 0 ? 1 : 0);
-    }
-    wg_commit();
-    if (t > 0) {  // o += P_{t-1} v_{t-1} over its keys in steps of 16
-      const uint64_t dv = smem_desc(vs + v_prev * kTileBytes, kBN * 128, 1024);
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) Wg<Tag, D>::rs(acc, pa[kk], dv + ((kk * 16 * 128) >> 4));
-    }
-    wg_commit();
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_t is done
-    fence_regs(s);
-
-    // Mask (only tiles that reach past a row's last key; the test is uniform over the warpgroup), then the
-    // online softmax (the lane's quad holds a row's 128 scores). Scores stay unscaled until the exponent:
-    // scale > 0 (checked by the host), so the row max of the raw scores gives the scaled max, and
-    // p = 2^(s * scale - max) is one fma and one ex2 per score.
-    if (key0 + kBN > e_wg) {
-      int lim[2];  // keys 8j + (i & 1) >= lim are masked for the lane's two rows
-#pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int64_t d = e[rr] - key0;
-        lim[rr] = (d < 0 ? 0 : d > kBN ? kBN : static_cast<int>(d)) - 2 * t4;
-      }
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (8 * j + (i & 1) >= lim[i >> 1]) s[4 * j + i] = -INFINITY;
-    }
-    float corr[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * rr], s[4 * j + 2 * rr + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[rr], mx * scale);
-      // A row with every key so far masked keeps m = -inf; subtracting 0 then makes its p exactly 0.
-      const float base = m_new == -INFINITY ? 0.f : m_new;
-      corr[rr] = fast_exp2(m[rr] - base);
-      m[rr] = m_new;
-      float rs = 0.f;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        s[4 * j + 2 * rr] = fast_exp2(fmaf(s[4 * j + 2 * rr], scale, -base));
-        s[4 * j + 2 * rr + 1] = fast_exp2(fmaf(s[4 * j + 2 * rr + 1], scale, -base));
-        rs += s[4 * j + 2 * rr] + s[4 * j + 2 * rr + 1];
-      }
-      l[rr] = l[rr] * corr[rr] + rs;
-    }
-    wg_wait_all();  // P_{t-1} v_{t-1} is in o
-    fence_regs(acc);
-    fence_regs(pa);
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      acc[4 * n + 0] *= corr[0];
-      acc[4 * n + 1] *= corr[0];
-      acc[4 * n + 2] *= corr[1];
-      acc[4 * n + 3] *= corr[1];
-    }
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      pa[kk][0] = Mma<Tag>::pack(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = Mma<Tag>::pack(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = Mma<Tag>::pack(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = Mma<Tag>::pack(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-    v_prev = v_prev == 2 ? 0 : v_prev + 1;  // t % 3
-  }
-  if (tiles > 0) {  // the last tile's o += P v
-    const uint64_t dv = smem_desc(vs + v_prev * kTileBytes, kBN * 128, 1024);
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) Wg<Tag, D>::rs(acc, pa[kk], dv + ((kk * 16 * 128) >> 4));
-    wg_commit();
-    wg_wait_all();
-    fence_regs(acc);
-    fence_regs(pa);
-  }
-  cp_async_wait<0>();
-
-  // The quad's row sums, then o / l (no visible key: 0) in 16 bits.
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
-    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
-  }
-  for (int rr = 0; rr < 2; ++rr) {
-    const int64_t row = row_lo + 8 * rr;
-    if (row >= L.lq) continue;
-    const float inv = l[rr] > 0.f ? 1.f / l[rr] : 0.f;
-    uint32_t* orow = reinterpret_cast<uint32_t*>(p.out + (task * L.lq + row) * D);
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      orow[(8 * n + 2 * t4) / 2] = Mma<Tag>::pack(acc[4 * n + 2 * rr] * inv, acc[4 * n + 2 * rr + 1] * inv);
-  }
-#else
-  __trap();  // not an sm_90a build: the host does not launch this kernel
-#endif
-}
-
-// ---- TMA variant ---------------------------------------------------------------------------------------
-//
-// The same warpgroup math with the copies taken off the math threads: thread 0 issues tensor-memory-
-// accelerator (TMA) copies of the q tile and of each K/V tile, each a 3-d box (64 columns x 128 rows x 1
-// slot) that lands already swizzled; rows past the tensor's end arrive as zeros. Stages are handed over
-// with mbarriers: a stage's "full" barrier is armed with the byte count its copies deliver and the math
-// warps wait on it; after their last read of the stage (S done for K, P v done for V) all 256 threads arrive
-// on its "empty" barrier, which thread 0 waits on before refilling it. K and V take three stages each:
-// thread 0 refills K two tiles and V one tile ahead, at the end of its own iteration, when the other
-// warpgroup (at most half an iteration behind) is done with what those stages held. The warpgroups never
-// wait for each other otherwise; with ping-pong they take turns issuing their MMAs through two named
-// barriers, so that one warpgroup's softmax overlaps the other's MMAs.
-//
-// A slot is one (batch, head) matrix of the operand: element (c, row) of slot s is at
-// base + s * slot_stride + row * row_stride + c, so that every head's offset is a whole number of slots
-// (the host takes the gcd of the head and batch strides as slot_stride).
 
 struct TmaParams {
   CUtensorMap tq, tk, tv;  // 64-byte aligned opaque maps: [slots][rows][D] of q, k, v
@@ -301,22 +92,17 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_tma_kernel(const __
   const int64_t kv_end = Causal ? (m0 + kBM < L.lkv ? m0 + kBM : L.lkv) : L.lkv;
   const int tiles = static_cast<int>((kv_end + kBN - 1) / kBN);
   const int kslot = static_cast<int>(off.k / tp.k_slot), vslot = static_cast<int>(off.v / tp.v_slot);
-  auto load_k = [&](int t) {  // thread 0: K tile t into stage t % 3 once its previous contents are released
+  // Thread 0: tile t of K (or V) into stage t % 3 once its previous contents are released.
+  auto load = [&](uint32_t stages, uint32_t full, uint32_t empty, const CUtensorMap* map, int slot, int t) {
     const int st = t % 3;
-    mbar_wait(empty_k + 8 * st, ((t / 3) & 1) ^ 1);
-    mbar_expect_tx(full_k + 8 * st, kTileBytes);
+    mbar_wait(empty + 8 * st, ((t / 3) & 1) ^ 1);
+    mbar_expect_tx(full + 8 * st, kTileBytes);
 #pragma unroll
     for (int cb = 0; cb < D / 64; ++cb)
-      tma_load_3d(ks + st * kTileBytes + cb * (kBN * 128), &tp.tk, cb * 64, t * kBN, kslot, full_k + 8 * st);
+      tma_load_3d(stages + st * kTileBytes + cb * (kBN * 128), map, cb * 64, t * kBN, slot, full + 8 * st);
   };
-  auto load_v = [&](int t) {
-    const int st = t % 3;
-    mbar_wait(empty_v + 8 * st, ((t / 3) & 1) ^ 1);
-    mbar_expect_tx(full_v + 8 * st, kTileBytes);
-#pragma unroll
-    for (int cb = 0; cb < D / 64; ++cb)
-      tma_load_3d(vs + st * kTileBytes + cb * (kBN * 128), &tp.tv, cb * 64, t * kBN, vslot, full_v + 8 * st);
-  };
+  auto load_k = [&](int t) { load(ks, full_k, empty_k, &tp.tk, kslot, t); };
+  auto load_v = [&](int t) { load(vs, full_v, empty_v, &tp.tv, vslot, t); };
 
   if (threadIdx.x == 0) {
     mbar_init(full_q, 1);

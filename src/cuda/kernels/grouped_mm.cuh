@@ -148,6 +148,30 @@ __device__ __forceinline__ int gmm_upper_bound(const int* s, int n, int r) {
   return lo;
 }
 
+// RowGroups: the group g and rows [m0, m1) of this block's m-tile slot (blockIdx.y) for tiles of BM rows.
+// The offsets are sanitised and scanned in dyn (2 G + 1 ints of shared memory: s, then the m-tiles per
+// group and the tail pseudo-group); g == G is the rows past the last offset, written as 0. False when the
+// slot has no tile (the grid bounds the slots, ceil(M / BM) + G + 1).
+template <int THREADS, int BM>
+__device__ bool gmm_row_tile(const GmmArgs& p, int* dyn, int* warp_tmp, int& g, int& m0, int& m1) {
+  int* s = dyn;
+  int* tiles = dyn + p.G;
+  gmm_load_offsets<THREADS>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
+  for (int q = static_cast<int>(threadIdx.x); q <= p.G; q += THREADS) {
+    const int lo = q > 0 ? s[q - 1] : 0, hi = q < p.G ? s[q] : p.M;
+    tiles[q] = (hi - lo + BM - 1) / BM;
+  }
+  gmm_block_scan<THREADS>(tiles, p.G + 1, ScanSum{}, 0, warp_tmp);
+  const int slot = static_cast<int>(blockIdx.y);
+  g = gmm_upper_bound(tiles, p.G + 1, slot);
+  if (g > p.G) return false;
+  const int tile = slot - (g > 0 ? tiles[g - 1] : 0);
+  const int lo = g > 0 ? s[g - 1] : 0, hi = g < p.G ? s[g] : p.M;
+  m0 = lo + tile * BM;
+  m1 = m0 + BM < hi ? m0 + BM : hi;
+  return true;
+}
+
 // ---- shared epilogue pieces ------------------------------------------------------------------------------
 
 template <class T>
@@ -156,6 +180,16 @@ __device__ __forceinline__ void gmm_store(const GmmArgs& p, int64_t g, int m, in
   const int64_t off = g * p.c_sg + row * p.c_sm + n * p.c_sn;
   if (p.out_f32) static_cast<float*>(p.c)[off] = v;
   else static_cast<T*>(p.c)[off] = gemv_from_f32<T>(v);
+}
+
+// Zeros into C rows [m0, m1) x columns [n0, n0 + ncols) (the rows past the last offset).
+template <class T, int THREADS>
+__device__ void gmm_store_zeros(const GmmArgs& p, int64_t cg, int m0, int m1, int64_t n0, int ncols) {
+  for (int i = static_cast<int>(threadIdx.x); i < (m1 - m0) * ncols; i += THREADS) {
+    const int m = m0 + i / ncols;
+    const int64_t n = n0 + i % ncols;
+    if (n < p.N) gmm_store<T>(p, cg, m, n, 0.f);
+  }
 }
 
 __device__ __forceinline__ int64_t gmm_a_row(const GmmArgs& p, int m) { return p.a_rows ? p.a_rows[m] : m; }
@@ -454,21 +488,7 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
   int g, m0, m1, k0, k1;
   bool zero_rows = false;
   if (p.mode == GmmMode::RowGroups) {
-    int* s = gmm_dyn;
-    int* tiles = gmm_dyn + p.G;  // G + 1 entries: m-tiles per group, then the tail pseudo-group
-    gmm_load_offsets<kTileThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
-    for (int q = tid; q <= p.G; q += kTileThreads) {
-      const int lo = q > 0 ? s[q - 1] : 0, hi = q < p.G ? s[q] : p.M;
-      tiles[q] = (hi - lo + kBM - 1) / kBM;
-    }
-    gmm_block_scan<kTileThreads>(tiles, p.G + 1, ScanSum{}, 0, warp_tmp);
-    const int slot = static_cast<int>(blockIdx.y);
-    g = gmm_upper_bound(tiles, p.G + 1, slot);
-    if (g > p.G) return;  // more slots than tiles
-    const int tile = slot - (g > 0 ? tiles[g - 1] : 0);
-    const int lo = g > 0 ? s[g - 1] : 0, hi = g < p.G ? s[g] : p.M;
-    m0 = lo + tile * kBM;
-    m1 = m0 + kBM < hi ? m0 + kBM : hi;
+    if (!gmm_row_tile<kTileThreads, kBM>(p, gmm_dyn, warp_tmp, g, m0, m1)) return;  // more slots than tiles
     k0 = 0;
     k1 = p.K;
     zero_rows = g == p.G;
@@ -489,11 +509,7 @@ __global__ void __launch_bounds__(kTileThreads) gmm_tile_kernel(GmmArgs p, bool 
   // Only RowGroups has per-group C offsets through c_sg = 0; KGroups / Batched index C by g.
   const int64_t cg = p.mode == GmmMode::RowGroups ? 0 : g;
   if (zero_rows) {
-    for (int i = tid; i < kBM * ncols; i += kTileThreads) {
-      const int m = m0 + i / ncols;
-      const int64_t n = n0 + i % ncols;
-      if (m < m1 && n < p.N) gmm_store<T>(p, cg, m, n, 0.f);
-    }
+    gmm_store_zeros<T, kTileThreads>(p, cg, m0, m1, n0, ncols);
     return;
   }
 

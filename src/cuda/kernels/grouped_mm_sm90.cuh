@@ -58,21 +58,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
   int g, m0, m1;
   bool zero_rows = false;
   if (p.mode == GmmMode::RowGroups) {
-    int* s = dyn;
-    int* tiles = dyn + p.G;  // G + 1 entries: m-tiles per group, then the tail pseudo-group
-    gmm_load_offsets<kThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
-    for (int q = tid; q <= p.G; q += kThreads) {
-      const int lo = q > 0 ? s[q - 1] : 0, hi = q < p.G ? s[q] : p.M;
-      tiles[q] = (hi - lo + kBM - 1) / kBM;
-    }
-    gmm_block_scan<kThreads>(tiles, p.G + 1, ScanSum{}, 0, warp_tmp);
-    const int slot = static_cast<int>(blockIdx.y);
-    g = gmm_upper_bound(tiles, p.G + 1, slot);
-    if (g > p.G) return;  // more slots than tiles
-    const int tile = slot - (g > 0 ? tiles[g - 1] : 0);
-    const int lo = g > 0 ? s[g - 1] : 0, hi = g < p.G ? s[g] : p.M;
-    m0 = lo + tile * kBM;
-    m1 = m0 + kBM < hi ? m0 + kBM : hi;
+    if (!gmm_row_tile<kThreads, kBM>(p, dyn, warp_tmp, g, m0, m1)) return;  // more slots than tiles
     zero_rows = g == p.G;
   } else {  // Batched
     g = static_cast<int>(blockIdx.z);
@@ -81,11 +67,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
   }
   const int64_t cg = p.mode == GmmMode::RowGroups ? 0 : g;
   if (zero_rows) {
-    for (int i = tid; i < kBM * ncols; i += kThreads) {
-      const int m = m0 + i / ncols;
-      const int64_t n = n0 + i % ncols;
-      if (m < m1 && n < p.N) gmm_store<T>(p, cg, m, n, 0.f);
-    }
+    gmm_store_zeros<T, kThreads>(p, cg, m0, m1, n0, ncols);
     return;
   }
 
