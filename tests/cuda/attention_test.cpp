@@ -237,9 +237,9 @@ struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
-// The default (short caches combine inside a cluster), the combine kernel only, longer splits, and the
-// cluster only for caches of at most 512 keys.
-const Tuning kTunings[] = {{256, 64, 2}, {0, 64, 2}, {0, 256, 1}, {64, 64, 1}};
+// The default (the combine kernel), short caches combining inside a cluster, longer splits, and the cluster
+// only for caches of at most 512 keys.
+const Tuning kTunings[] = {{0, 64, 2}, {256, 64, 2}, {0, 256, 1}, {64, 64, 1}};
 std::string tuning_name(const Tuning& t) {
   return str("cluster keys ", t.cluster_keys, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM");
 }
