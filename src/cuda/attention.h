@@ -43,8 +43,6 @@ void set_decode_tuning(const DecodeTuning& t);
 enum class PrefillKernel { Auto, Mma };
 PrefillKernel prefill_kernel();
 void set_prefill_kernel(PrefillKernel k);
-// Whether the wgmma prefill kernel can run on this device in this build.
-bool wgmma_prefill_available(int device);
 
 // k_cache [B, H, Lmax, D] and v_cache [B, H, Lmax, Dv] (any strides) <- k_src [B, H, T, D] / v_src (in
 // the caches' dtypes) at positions[b] (i32 [B], contiguous), in one launch: a sequence whose range leaves

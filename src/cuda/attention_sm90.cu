@@ -5,10 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
-#include <set>
+#include <numeric>
 #include <type_traits>
-#include <utility>
 
 #include "cuda/attention.h"
 #include "cuda/kernels/flash_attention_sm90.cuh"
@@ -20,7 +18,6 @@ namespace {
 namespace am = attention_math;
 
 bool mult8(int64_t s) { return s % 8 == 0; }
-
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -41,15 +38,6 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-int64_t gcd64(int64_t a, int64_t b) {
-  while (b != 0) {
-    const int64_t r = a % b;
-    a = b;
-    b = r;
-  }
-  return a;
-}
-
 // A [slots][rows][d] tensor map over one operand (16-bit elements, rows `row` apart): slot stride = the gcd
 // of the strides that move between its heads and batch entries, so every (batch, head) offset is a whole
 // number of slots. Boxes of 64 columns x 128 rows land with the 128-byte swizzle; rows past `rows` read as
@@ -62,7 +50,7 @@ bool encode_operand(CUtensorMap* map, int64_t* slot, const void* base, DType dt,
   auto add = [&](int64_t stride, int64_t count) {
     if (count <= 1 || stride == 0) return true;
     if (stride < 0) return false;
-    g = gcd64(g, stride);
+    g = std::gcd(g, stride);
     span += (count - 1) * stride;
     return true;
   };
@@ -86,8 +74,6 @@ bool encode_operand(CUtensorMap* map, int64_t* slot, const void* base, DType dt,
 }
 
 }  // namespace
-
-bool wgmma_prefill_available(int device) { return wgmma_available(device); }
 
 bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const am::Layout& L,
                          double scale, cudaStream_t stream) {

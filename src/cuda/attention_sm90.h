@@ -8,7 +8,7 @@
 
 namespace kiln::cuda {
 
-// Launches the wgmma prefill kernel when wgmma_prefill_available(device), L has no mask and q's rows are
+// Launches the wgmma prefill kernel when wgmma_available(device) (cuda/launch.h), L has no mask and q's rows are
 // 16-byte aligned contiguous channels (k and v are checked by the caller); returns false, launching
 // nothing, otherwise.
 bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -16,6 +16,7 @@
 #include "test_util.h"
 #if KILN_HAVE_CUDA
 #include "cuda/attention.h"
+#include "cuda/launch.h"
 #endif
 
 namespace kiln {
@@ -61,7 +62,7 @@ struct PrefillScope {
 };
 std::vector<PrefillKernel> prefill_kernels() {
   std::vector<PrefillKernel> ks{PrefillKernel::Mma};
-  if (cuda::wgmma_prefill_available(0)) {
+  if (cuda::wgmma_available(0)) {
     ks.push_back(PrefillKernel::Auto);  // wgmma with TMA copies (where the operands fit tensor maps)
   } else {
     std::printf("[   NOTE   ] the wgmma prefill kernel is not available here (it needs an sm_90a build on a "

@@ -40,7 +40,6 @@
 namespace kiln::cuda::attn::sm90 {
 
 using namespace kiln::cuda::wgmma;
-using attn::smem_addr;
 template <class Tag, int N>
 using Wg = Wgmma<std::is_same_v<Tag, Bf16Tag>, N>;
 

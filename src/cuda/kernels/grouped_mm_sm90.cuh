@@ -100,8 +100,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
     const bool kok = k < p.K;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      cp_async16_to(as + soff + i * 32 * 128, aok[i] && kok ? arow[i] + k : a, aok[i] && kok);
-      cp_async16_to(bs + soff + i * 32 * 128, bok[i] && kok ? brow[i] + k : b, bok[i] && kok);
+      cp_async16(as + soff + i * 32 * 128, aok[i] && kok ? arow[i] + k : a, aok[i] && kok);
+      cp_async16(bs + soff + i * 32 * 128, bok[i] && kok ? brow[i] + k : b, bok[i] && kok);
     }
   };
 

@@ -1,6 +1,6 @@
 // Hopper (sm_90a) building blocks shared by the wgmma kernels (flash_attention_sm90.cuh, grouped_mm_sm90.cuh):
-// warpgroup MMA (wgmma) wrappers, shared-memory matrix descriptors for the 128-byte swizzle, cp.async into
-// swizzled tiles, mbarriers and TMA tensor copies.
+// warpgroup MMA (wgmma) wrappers, shared-memory matrix descriptors for the 128-byte swizzle, mbarriers and
+// TMA tensor copies (16-byte cp.async: kernels/cp_async.cuh).
 //
 // Swizzled tiles: a tile of R rows x C 16-bit columns is C/64 column blocks of R rows x 128 bytes; the
 // 16-byte chunk c of row r sits at chunk position c ^ (r % 8), and every tile starts on a 1024-byte
@@ -18,6 +18,8 @@
 #include <cuda.h>  // CUtensorMap (the type only; maps are encoded by the host)
 
 #include <cstdint>
+
+#include "cuda/kernels/cp_async.cuh"
 
 namespace kiln::cuda::wgmma {
 
@@ -90,21 +92,6 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
          (static_cast<uint64_t>(sbo >> 4) << 32) | (uint64_t{1} << 62);
-}
-
-// Byte offset of 16-byte chunk c of row r in a swizzled tile of R rows.
-template <int R>
-__device__ __forceinline__ uint32_t swz(int r, int c) {
-  return static_cast<uint32_t>((c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared at a shared address; valid = false writes zeros and reads nothing (src must
-// still be a valid address).
-__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
 template <int N>
