@@ -1,6 +1,6 @@
 // CUDA launchers of attention: path choice (decode split-KV / flash prefill / general), grid sizes, shared
 // memory, scratch for the split-KV combine, and the KV-cache append. Device code in
-// kernels/flash_attention.cuh and kernels/attention_general.cuh.
+// kernels/flash_attention.cuh, kernels/decode_attention.cuh and kernels/attention_general.cuh.
 #include "cuda/attention.h"
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "cuda/attention_sm90.h"
 #include "cuda/device_error.h"
 #include "cuda/kernels/attention_general.cuh"
+#include "cuda/kernels/decode_attention.cuh"
 #include "cuda/kernels/flash_attention.cuh"
 #include "cuda/launch.h"
 #include "kiln/ops.h"
@@ -23,7 +24,6 @@ namespace kiln::cuda {
 namespace {
 
 namespace am = attention_math;
-static_assert(attn::kMaxSplits <= attn::kCombineMaxSplits, "the combine kernel holds every split's factor");
 
 DecodeTuning tuning_from_env() {
   DecodeTuning t;
@@ -38,14 +38,13 @@ DecodeTuning tuning_from_env() {
     KILN_CHECK(eq != std::string::npos, "KILN_DECODE_TUNING: expected key=value items, got \"", item, "\"");
     const std::string key = item.substr(0, eq);
     const int val = std::atoi(item.c_str() + eq + 1);
-    if (key == "cluster") t.cluster_keys = val;
-    else if (key == "keys") t.min_split_keys = val;
+    if (key == "keys") t.min_split_keys = val;
     else if (key == "bps") t.blocks_per_sm = val;
-    else throw Error(str("KILN_DECODE_TUNING: unknown key \"", key, "\" (cluster, keys, bps)"));
+    else throw Error(str("KILN_DECODE_TUNING: unknown key \"", key, "\" (keys, bps)"));
     pos = end + 1;
   }
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.cluster_keys >= 0,
-             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive and cluster >= 0, got \"",
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1,
+             "KILN_DECODE_TUNING: keys must be a positive multiple of 64 and bps positive, got \"",
              spec, "\"");
   return t;
 }
@@ -141,10 +140,13 @@ void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const T
   check_launch("scaled_dot_product_attention (flash prefill)");
 }
 
-void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lengths,
+// False when the grid does not fit the decode kernel's (split, KV head x row tile, sequence) layout.
+bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lengths,
                    const am::Layout& L, double scale, cudaStream_t stream, DeviceErrorRecord* err) {
   const Device dev = out.device();
   const int64_t b = L.outer, hq = L.heads, hkv = hq / L.gk, rows = L.gk * L.lq;
+  const int64_t row_tiles = (rows + 15) / 16;
+  if (hkv * row_tiles > 65535 || b > 65535 || L.lkv >= (int64_t{1} << 30)) return false;
   attn::DecodeParams p;
   p.out = static_cast<uint16_t*>(out.data_ptr());
   p.q = static_cast<const uint16_t*>(q.data_ptr());
@@ -153,68 +155,54 @@ void launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   p.lengths = lengths.data<const int32_t>();
   p.L = L;
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
-  KILN_CHECK(rows <= (int64_t{1} << 30), "decode_attention: ", L.gk, " query heads per KV head times ", L.lq,
-             " queries is too many rows for the CUDA kernel");
   p.rows = static_cast<int>(rows);
   p.lq = static_cast<int>(L.lq);
-  p.row_tiles = static_cast<int>((rows + 15) / 16);
-  p.hkv = hkv;
+  p.row_tiles = static_cast<int>(row_tiles);
   p.err = err;
   // 16-byte q loads: contiguous channels, every row start a multiple of 8 elements, an aligned base.
   p.q_vec = L.q_col == 1 && aligned16(q.data_ptr()) && mult8(L.q_row) && (L.heads == 1 || mult8(L.hq)) &&
             (L.outer == 1 || mult8(L.bq[0]));
   // Splits: about tuning.blocks_per_sm blocks per multiprocessor over all (sequence, KV head, row tile), at
-  // most one per tuning.min_split_keys keys of the cache. Sized by Lmax, not the current lengths (which live
-  // on the device). Short caches: at most kMaxClusterSplits splits, combined inside their cluster.
+  // most one per tuning.min_split_keys keys of the cache. Sized by Lmax; the kernel divides the current
+  // length (on the device) among them, so a short context leaves the later splits empty.
   const DecodeTuning tune = decode_tuning();
-  const int64_t base = b * hkv * p.row_tiles;
+  const int64_t base = b * hkv * row_tiles;
   const int64_t sms = multiprocessor_count(dev.index);
   const int64_t max_splits = std::max<int64_t>(1, (L.lkv + tune.min_split_keys - 1) / tune.min_split_keys);
   p.splits = static_cast<int>(std::clamp<int64_t>((tune.blocks_per_sm * sms + base - 1) / base, 1,
                                                   std::min<int64_t>(max_splits, attn::kMaxSplits)));
-  const bool short_cache =
-      tune.cluster_keys > 0 && L.lkv <= int64_t{attn::kMaxClusterSplits} * tune.cluster_keys && wgmma_available(dev.index);
-  if (short_cache) p.splits = std::min(p.splits, attn::kMaxClusterSplits);
-  p.cluster = short_cache && p.splits > 1;
   const int64_t out_rows = b * hq * L.lq;
   Tensor scratch;  // the partials of the split combine through global memory
-  if (p.splits > 1 && !p.cluster) {
+  if (p.splits > 1) {
     const int64_t n_o = out_rows * p.splits * L.dv, n_ml = out_rows * p.splits;
     scratch = empty({n_o + 2 * n_ml}, DType::F32, dev);
     p.part_o = scratch.data<float>();
-    p.part_m = p.part_o + n_o;
-    p.part_l = p.part_m + n_ml;
+    p.part_ml = reinterpret_cast<float2*>(p.part_o + n_o);  // n_o is a multiple of 64: 8-byte aligned
   } else {
-    p.part_o = p.part_m = p.part_l = nullptr;
+    p.part_o = nullptr;
+    p.part_ml = nullptr;
   }
-  const int64_t blocks = base * p.splits;
-  KILN_CHECK(blocks < (int64_t{1} << 31), "decode_attention: too many blocks (", blocks, ")");
+  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(hkv * row_tiles), static_cast<unsigned>(b));
   with_tag(q.dtype(), [&](auto tag) {
     using Tag = decltype(tag);
     auto go = [&](auto d_const) {
       constexpr int D = decltype(d_const)::value;
-      const size_t smem = static_cast<size_t>(16 + 4 * attn::kTileKeys) * (D + attn::kPad) * sizeof(uint16_t);
-      auto kernel = attn::flash_decode_kernel<Tag, D>;
-      set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, out.device().index, "decode_attention");
-      // The splits of a tile are consecutive blocks: with p.cluster they form one cluster.
-      launch_dependent_cluster(kernel, dim3(static_cast<unsigned>(blocks)), dim3(attn::kThreads), smem, stream,
-                               dev.index, "decode_attention", p.cluster ? static_cast<unsigned>(p.splits) : 1u, p);
+      const size_t smem = static_cast<size_t>(attn::decode_smem_elems<D>()) * sizeof(uint16_t);
+      auto kernel = attn::decode_attention_kernel<Tag, D>;
+      set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev.index, "decode_attention");
+      launch_dependent(kernel, grid, dim3(attn::kThreads), smem, stream, dev.index, "decode_attention", p);
+      check_launch("decode_attention");
+      if (p.splits == 1) return;
+      // The splits folded by one block per output row, launched as a dependent of the decode kernel.
+      launch_dependent(attn::decode_combine_kernel<Tag, D>, dim3(static_cast<unsigned>(out_rows)),
+                       dim3(attn::kCombineThreads), 0, stream, dev.index, "decode_attention (combine)", p.out,
+                       static_cast<const float*>(p.part_o), static_cast<const float2*>(p.part_ml), p.splits);
+      check_launch("decode_attention (combine)");
     };
     if (L.d == 64) go(std::integral_constant<int, 64>{});
     else go(std::integral_constant<int, 128>{});
   });
-  check_launch("decode_attention");
-  if (p.splits > 1 && !p.cluster) {
-    // The splits folded by one block per output row, launched as a dependent of the decode kernel.
-    visit_dtypes<dset(DType::F16, DType::BF16)>(out.dtype(), "decode_attention", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      launch_dependent(attn::attention_combine_kernel<T>, dim3(static_cast<unsigned>(out_rows)),
-                       dim3(static_cast<unsigned>(L.dv)), 0, stream, dev.index, "decode_attention (combine)",
-                       out.data<T>(), static_cast<const float*>(p.part_o), static_cast<const float*>(p.part_m),
-                       static_cast<const float*>(p.part_l), p.splits, static_cast<int>(L.dv));
-    });
-    check_launch("decode_attention (combine)");
-  }
+  return true;
 }
 
 void launch_general(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -256,9 +244,8 @@ void set_prefill_kernel(PrefillKernel k) {
 }
 
 void set_decode_tuning(const DecodeTuning& t) {
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.cluster_keys >= 0,
-             "set_decode_tuning: min_split_keys must be a positive multiple of 64, blocks_per_sm positive and "
-             "cluster_keys >= 0");
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1,
+             "set_decode_tuning: min_split_keys must be a positive multiple of 64 and blocks_per_sm positive");
   std::lock_guard<std::mutex> lock(tuning_mu());
   tuning_ref() = t;
 }
@@ -274,9 +261,11 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
   DeviceErrorRecord* err = device_error_record(dev.index);
   if (out.numel() == 0) return;
   if (tiles_fit(q, k, v, L)) {
-    if (L.has_lengths) launch_decode(out, q, k, v, lengths, L, scale, stream, err);
-    else launch_prefill(out, q, k, v, mask, L, scale, stream);
-    return;
+    if (!L.has_lengths) {
+      launch_prefill(out, q, k, v, mask, L, scale, stream);
+      return;
+    }
+    if (launch_decode(out, q, k, v, lengths, L, scale, stream, err)) return;
   }
   launch_general(out, q, k, v, mask, lengths, L, scale, stream, err);
 }

@@ -16,19 +16,13 @@ namespace kiln::cuda {
 void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                const Tensor& lengths, const attention_math::Layout& L, double scale);
 
-// How the decode kernel splits the keys and combines the splits (measured on the H200 with
-// `kiln bench ops --filter decode_attention`; docs/benchmarks.md):
-//   cluster_keys      caches of at most 8 x cluster_keys keys (Lmax) take at most 8 splits that form one
-//                     thread-block cluster and combine through its shared memory: one kernel (compute
-//                     capability 9.0 and an sm_90a build). 0 (the default) turns it off: it has not run
-//                     on a GPU yet (kiln_cuda_attention_tests covers it; measure with cluster=256). Other
-//                     caches: the splits' partials go through global memory to a combine kernel launched
-//                     as a dependent;
+// How the decode kernel splits the keys (measured on the H200 with `kiln bench ops --filter
+// decode_attention`; docs/benchmarks.md). The splits' partials go through global memory to a combine kernel
+// launched as a dependent.
 //   min_split_keys    at least this many keys per split (a multiple of 64);
-//   blocks_per_sm     the grid aims at this many blocks per multiprocessor.
-// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="cluster=256,keys=64,bps=2".
+//   blocks_per_sm     the grid aims at this many blocks per multiprocessor (two fit, by shared memory).
+// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="keys=64,bps=2".
 struct DecodeTuning {
-  int cluster_keys = 0;
   int min_split_keys = 64;
   int blocks_per_sm = 2;
 };

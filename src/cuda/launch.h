@@ -61,41 +61,24 @@ void check_same_device(const char* op, Device device, const Tensor& t);
 bool dependent_launch_enabled(int device);
 void set_dependent_launch(bool enabled);
 
-// Launches `kernel` with the programmatic-serialization attribute where enabled (a plain launch otherwise),
-// in thread-block clusters of cluster_x blocks along x when cluster_x > 1 (compute capability 9.0+; the
-// grid's x must be a multiple). The kernel must call pdl_wait() before touching memory an earlier kernel
-// writes or reads.
+// Launches `kernel` with the programmatic-serialization attribute where enabled (a plain launch otherwise).
+// The kernel must call pdl_wait() before touching memory an earlier kernel writes or reads.
 template <class... Params, class... Args>
-void launch_dependent_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                              int device, const char* op, unsigned cluster_x, Args&&... args) {
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      int device, const char* op, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2] = {};
-  unsigned n = 0;
+  cudaLaunchAttribute attr[1] = {};
   if (dependent_launch_enabled(device)) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
   }
-  if (cluster_x > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster_x;
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  cfg.attrs = n > 0 ? attr : nullptr;
-  cfg.numAttrs = n;
   check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op);
-}
-
-template <class... Params, class... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      int device, const char* op, Args&&... args) {
-  launch_dependent_cluster(kernel, grid, block, smem, stream, device, op, 1u, std::forward<Args>(args)...);
 }
 
 }  // namespace kiln::cuda

@@ -232,17 +232,16 @@ struct TuningScope {
 };
 #else
 struct Tuning {
-  int cluster_keys, min_split_keys, blocks_per_sm;
+  int min_split_keys, blocks_per_sm;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
-// The default (the combine kernel), short caches combining inside a cluster, longer splits, and the cluster
-// only for caches of at most 512 keys.
-const Tuning kTunings[] = {{0, 64, 2}, {256, 64, 2}, {0, 256, 1}, {64, 64, 1}};
+// The default, longer splits, and fewer blocks (so fewer splits).
+const Tuning kTunings[] = {{64, 2}, {256, 1}, {64, 1}};
 std::string tuning_name(const Tuning& t) {
-  return str("cluster keys ", t.cluster_keys, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM");
+  return str("keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM");
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
@@ -258,6 +257,8 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
     check_decode({2, 32, 8, 128, 4097, {4097, 2000}}, dt, 1);
     check_decode({1, 64, 8, 128, 4097, {4096}}, dt, 2);
     check_decode({2, 8, 2, 128, 32768, {32768, 30001}}, dt, 1);
+    check_decode({1, 4, 1, 128, 16384, {16384}}, dt, 1);  // one KV head: the most splits (128)
+    check_decode({1, 4, 1, 64, 16384, {9001}}, dt, 2);
     check_decode({4, 4, 4, 64, 64, {0, 1, 63, 64}}, dt, 1);  // a length of 0 gives 0
     check_decode({2, 32, 8, 128, 700, {700, 65}}, dt, 1, false, true);
     check_decode({1, 16, 2, 64, 100, {37}}, dt, 3, false, true);

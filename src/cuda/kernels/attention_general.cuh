@@ -94,56 +94,6 @@ __global__ void attention_general_kernel(T* __restrict__ out, const T* __restric
   }
 }
 
-inline constexpr int kCombineMaxSplits = 128;
-
-// Split-KV combine of the decode kernel (when it does not combine in its last block): output row r
-// (contiguous [rows, Dv]) from `splits` partials, each an unnormalised accumulator o (f32 [rows, splits, Dv])
-// with its running max m (log2 domain) and sum l (f32 [rows, splits]); a split that saw no key has m = -inf,
-// l = 0 and adds nothing. One block per row, a thread per channel; the first warp turns (m, l) into each
-// split's factor once. Launched as a dependent of the decode kernel (kernels/pdl.cuh).
-template <class T>
-__global__ void __launch_bounds__(128)
-    attention_combine_kernel(T* __restrict__ out, const float* __restrict__ part_o, const float* __restrict__ part_m,
-                             const float* __restrict__ part_l, int splits, int dv) {
-  __shared__ float fac[kCombineMaxSplits];
-  kernels::pdl_allow_dependents();
-  kernels::pdl_wait();
-  const int64_t r = blockIdx.x;
-  if (threadIdx.x < 32) {
-    const int lane = static_cast<int>(threadIdx.x);
-    const float* pm = part_m + r * splits;
-    const float* pl = part_l + r * splits;
-    float mx = -INFINITY;
-    for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, pm[s]);
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-    float total = 0.f;
-    for (int s = lane; s < splits; s += 32) {
-      const float f = pm[s] == -INFINITY ? 0.f : exp2f(pm[s] - mx);
-      fac[s] = f;
-      total += pl[s] * f;
-    }
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) total += __shfl_xor_sync(0xffffffffu, total, d);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    for (int s = lane; s < splits; s += 32) fac[s] *= inv;
-  }
-  __syncthreads();
-  for (int c = static_cast<int>(threadIdx.x); c < dv; c += static_cast<int>(blockDim.x)) {
-    const float* po = part_o + r * splits * dv + c;
-    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-    int s = 0;
-    for (; s + 4 <= splits; s += 4) {  // four independent loads in flight
-      a0 = fmaf(po[static_cast<int64_t>(s) * dv], fac[s], a0);
-      a1 = fmaf(po[static_cast<int64_t>(s + 1) * dv], fac[s + 1], a1);
-      a2 = fmaf(po[static_cast<int64_t>(s + 2) * dv], fac[s + 2], a2);
-      a3 = fmaf(po[static_cast<int64_t>(s + 3) * dv], fac[s + 3], a3);
-    }
-    for (; s < splits; ++s) a0 = fmaf(po[static_cast<int64_t>(s) * dv], fac[s], a0);
-    out[r * dv + c] = convert<T>((a0 + a1) + (a2 + a3));
-  }
-}
-
 // cache[b, h, p_b + t, c] = src[b, h, t, c] with p_b = positions[b], copied as raw elements of width U, for
 // the key cache and (in the same launch) the value cache. A sequence with p_b outside [0, lmax - T] is
 // skipped and reported (by the key pass only: both read the same positions).

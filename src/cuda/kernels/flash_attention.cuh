@@ -1,5 +1,6 @@
 // Tensor-core attention tiles (sm_80+ mma.sync m16n8k16, f16/bf16 in, f32 accumulate) for head dims 64 and
-// 128: the flash prefill kernel and the split-KV decode kernel share one warp-level step.
+// 128: the flash prefill kernel here and the split-KV decode kernel (decode_attention.cuh) share one warp-level
+// step.
 //
 // A warp owns 16 query rows (lane l holds rows l/4 and l/4 + 8 of every fragment) and keeps their q
 // fragments, output accumulator o[16 x D], running max m and running sum l in registers. For each tile of
@@ -11,7 +12,6 @@
 // groups.
 #pragma once
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -30,8 +30,6 @@ using kernels::pdl_allow_dependents;
 constexpr int kPad = 8;       // elements of padding per shared-memory row
 constexpr int kTileKeys = 64;  // keys per K/V tile
 constexpr int kThreads = 128;  // 4 warps
-constexpr int kMaxSplits = 128;  // splits of the decode kernel
-constexpr int kMaxClusterSplits = 8;  // splits combined inside a cluster (the portable cluster size)
 constexpr float kLog2e = 1.4426950408889634f;
 
 // 16-bit element types as raw bits in memory; the traits convert and pack.
@@ -91,10 +89,15 @@ struct WarpState {
 
 // q fragments of 16 rows from a shared tile (row stride ld elements).
 template <int D>
-__device__ __forceinline__ void load_q(WarpState<D>& st, const uint16_t* qs, int ld) {
+__device__ __forceinline__ void load_q_frags(WarpState<D>& st, const uint16_t* qs, int ld) {
   const int lane = threadIdx.x % 32, mi = lane / 8, r = lane % 8;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(st.q[kk], qs + ((mi & 1) * 8 + r) * ld + kk * 16 + (mi >> 1) * 8);
+}
+// The q fragments and an empty softmax state.
+template <int D>
+__device__ __forceinline__ void load_q(WarpState<D>& st, const uint16_t* qs, int ld) {
+  load_q_frags<D>(st, qs, ld);
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) st.o[n][0] = st.o[n][1] = st.o[n][2] = st.o[n][3] = 0.f;
   st.m[0] = st.m[1] = -INFINITY;
@@ -302,226 +305,6 @@ __global__ void __launch_bounds__(kThreads) flash_prefill_kernel(FlashParams p) 
     for (int n = 0; n < D / 8; ++n)
       orow[(8 * n + 2 * t4) / 2] = Mma<Tag>::pack(st.o[n][2 * rr] * inv, st.o[n][2 * rr + 1] * inv);
   }
-}
-
-struct DecodeParams {
-  uint16_t* out;                    // contiguous [B, Hq, Lq, D]
-  float *part_o, *part_m, *part_l;  // [B * Hq * Lq, splits, D], [B * Hq * Lq, splits] (splits > 1)
-  const uint16_t *q, *k, *v;
-  const int32_t* lengths;
-  am::Layout L;  // decode layout: outer = B (strides bq/bk/bv[0]), heads = Hq, gk = gv = Hq / Hkv
-  float scale_log2;
-  int splits, row_tiles;
-  int lq, rows;  // queries per sequence; rows of a KV group (Hq / Hkv * Lq), both < 2^31 (checked)
-  bool q_vec;    // q rows can be read in 16-byte pieces (contiguous channels, 8-element strides, aligned)
-  bool cluster;  // the splits of a tile form one thread-block cluster and combine through its shared memory
-  int64_t hkv;
-  DeviceErrorRecord* err;
-};
-
-// Decode: one launch per (split of the keys, 16 rows of one KV group, KV head, sequence). The rows are the
-// group's G = Hq / Hkv query heads times Lq queries (row = g * Lq + t), so K and V are read once for all
-// of them. The block's keys [split * chunk, ...) with chunk from the sequence's current length (read here:
-// the grid is sized by Lmax, so a captured graph stays valid as lengths grow) go in 64-key tiles; warp w
-// takes keys 16w..16w+15 of each tile with its own softmax state, and the four warps merge at the end.
-// Query t of the sequence sees keys <= n - Lq + t. With several splits each block's f32 partial (o,
-// running max, sum) is combined either by attention_combine_kernel (written to global memory), or, when
-// the splits of a (sequence, KV head, row tile) form one cluster (p.cluster, at most kMaxClusterSplits), by
-// the cluster itself: each block keeps its partial in shared memory, and after a cluster barrier block r
-// folds its share of the outputs from every block's shared memory (distributed shared memory), so decode
-// attention is one kernel.
-template <class Tag, int D>
-__global__ void __launch_bounds__(kThreads) flash_decode_kernel(DecodeParams p) {
-  constexpr int ld = D + kPad;
-  extern __shared__ __align__(16) uint16_t sm[];
-  uint16_t* qs = sm;                         // [16][ld]
-  uint16_t* ks = qs + 16 * ld;               // [2][64][ld]
-  uint16_t* vs = ks + 2 * kTileKeys * ld;    // [2][64][ld]
-  pdl_allow_dependents();  // kernels/pdl.cuh: the combine or the output projection may start early
-  kernels::pdl_wait();     // when launched as a dependent: q, the caches and the lengths come from earlier kernels
-  const am::Layout& L = p.L;
-  int64_t x = blockIdx.x;
-  const int split = static_cast<int>(x % p.splits);
-  x /= p.splits;
-  const int rt = static_cast<int>(x % p.row_tiles);
-  x /= p.row_tiles;
-  const int64_t hk = x % p.hkv, b = x / p.hkv;
-  const int group = static_cast<int>(L.gk);
-  const int row0 = rt * 16;
-  const int nrows = p.rows - row0 < 16 ? p.rows - row0 : 16;  // real rows of this tile
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-
-  // The q tile first (it does not depend on the length): rows past the group's are zero. 32-bit index math.
-  const uint16_t* qb = p.q + b * L.bq[0] + hk * group * L.hq;
-  if (p.q_vec) {
-    constexpr int kChunks = D / 8;
-    for (int i = threadIdx.x; i < 16 * kChunks; i += kThreads) {
-      const int rr = i / kChunks, c = i % kChunks;
-      uint4 val = make_uint4(0, 0, 0, 0);
-      if (rr < nrows) {
-        const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
-        val = *reinterpret_cast<const uint4*>(qb + g * L.hq + t * L.q_row + c * 8);
-      }
-      *reinterpret_cast<uint4*>(qs + rr * ld + c * 8) = val;
-    }
-  } else {
-    for (int i = threadIdx.x; i < 16 * D; i += kThreads) {
-      const int rr = i / D, c = i % D;
-      uint16_t val = 0;
-      if (rr < nrows) {
-        const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
-        val = qb[g * L.hq + t * L.q_row + c * L.q_col];
-      }
-      qs[rr * ld + c] = val;
-    }
-  }
-
-  int64_t n = p.lengths[b];
-  if (n < 0 || n > L.lkv) {
-    if (split == 0 && rt == 0 && hk == 0 && threadIdx.x == 0)
-      report_device_error(p.err, DeviceErrorCode::IndexOutOfRange, OpId::DecodeAttention, n, L.lkv + 1);
-    n = 0;
-  }
-  const int64_t per = (n + p.splits - 1) / p.splits;
-  const int64_t chunk = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
-  const int64_t kb = split * chunk;
-  const int64_t ke = kb + chunk < n ? kb + chunk : n;
-  const int64_t tiles = ke > kb ? (ke - kb + kTileKeys - 1) / kTileKeys : 0;
-  const uint16_t* kbase = p.k + b * L.bk[0] + hk * L.hk;
-  const uint16_t* vbase = p.v + b * L.bv[0] + hk * L.hv;
-  if (tiles > 0) {
-    load_tile<D>(ks, kbase, L.k_row, kb, ke);
-    load_tile<D>(vs, vbase, L.v_row, kb, ke);
-  }
-  cp_async_commit();
-  __syncthreads();
-  WarpState<D> st;
-  load_q<D>(st, qs, ld);
-  int64_t e[2];
-  for (int rr = 0; rr < 2; ++rr) {
-    const int row = row0 + lane / 4 + 8 * rr;
-    const int t = row % p.lq;
-    const int64_t lim = am::key_end(t, p.lq, n, true, true);
-    e[rr] = lim < ke ? lim : ke;
-  }
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int stage = static_cast<int>(t & 1);
-    if (t + 1 < tiles) {
-      const int nxt = stage ^ 1;
-      load_tile<D>(ks + nxt * kTileKeys * ld, kbase, L.k_row, kb + (t + 1) * kTileKeys, ke);
-      load_tile<D>(vs + nxt * kTileKeys * ld, vbase, L.v_row, kb + (t + 1) * kTileKeys, ke);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const int64_t key0 = kb + t * kTileKeys + warp * 16;
-    warp_step<Tag, D, 16>(st, ks + (stage * kTileKeys + warp * 16) * ld, vs + (stage * kTileKeys + warp * 16) * ld,
-                          ld, key0, e, p.scale_log2);
-    __syncthreads();
-  }
-  finish_l<D>(st);
-
-  // Merge the four warps through shared memory (the K/V stages are free now: the loop ended on a barrier,
-  // or never loaded a tile). Only the tile's real rows.
-  float* red_o = reinterpret_cast<float*>(ks);  // [4][16][D]: 32 KiB for D = 128, within the K stages
-  float* red_m = red_o + 4 * 16 * D;            // [4][16]
-  float* red_l = red_m + 4 * 16;                // [4][16]
-  float* red_f = red_l + 4 * 16;                // [4][16]: each warp's factor in the row's total
-  float* row_m = red_f + 4 * 16;                // [16]: the row's max and sum over the warps
-  float* row_l = row_m + 16;
-  const int t4 = lane % 4;
-  for (int rr = 0; rr < 2; ++rr) {
-    const int row = lane / 4 + 8 * rr;
-    if (row >= nrows) continue;
-    if (t4 == 0) {
-      red_m[warp * 16 + row] = st.m[rr];
-      red_l[warp * 16 + row] = st.l[rr];
-    }
-#pragma unroll
-    for (int nn = 0; nn < D / 8; ++nn)
-      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + 8 * nn + 2 * t4) =
-          make_float2(st.o[nn][2 * rr], st.o[nn][2 * rr + 1]);
-  }
-  __syncthreads();
-  if (threadIdx.x < nrows) {
-    const int rr = threadIdx.x;
-    float mx = -INFINITY;
-    for (int w = 0; w < 4; ++w) mx = fmaxf(mx, red_m[w * 16 + rr]);
-    float lsum = 0.f;
-    float f[4];
-    for (int w = 0; w < 4; ++w) {
-      const float mw = red_m[w * 16 + rr];
-      f[w] = mw == -INFINITY ? 0.f : exp2f(mw - mx);
-      lsum += red_l[w * 16 + rr] * f[w];
-    }
-    // One split: the factors include 1 / sum (a row with no visible key gives 0). Several: raw factors; the
-    // partial keeps (max, sum) for the combine.
-    const float scale = p.splits == 1 ? (lsum > 0.f ? 1.f / lsum : 0.f) : 1.f;
-    for (int w = 0; w < 4; ++w) red_f[w * 16 + rr] = f[w] * scale;
-    row_m[rr] = mx;
-    row_l[rr] = lsum;
-  }
-  __syncthreads();
-  float* cpart = reinterpret_cast<float*>(vs);  // cluster: this block's partial o [16][D], in the V stages
-  for (int i = threadIdx.x; i < nrows * D; i += kThreads) {
-    const int rr = i / D, c = i % D;
-    const float acc = red_o[rr * D + c] * red_f[rr] + red_o[(16 + rr) * D + c] * red_f[16 + rr] +
-                      red_o[(32 + rr) * D + c] * red_f[32 + rr] + red_o[(48 + rr) * D + c] * red_f[48 + rr];
-    const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
-    const int64_t out_row = (b * L.heads + hk * group + g) * p.lq + t;
-    if (p.splits == 1) {
-      p.out[out_row * D + c] = Mma<Tag>::from_float(acc);
-    } else if (p.cluster) {
-      cpart[i] = acc;
-    } else {
-      p.part_o[(out_row * p.splits + split) * D + c] = acc;
-      if (c == 0) {
-        p.part_m[out_row * p.splits + split] = row_m[rr];
-        p.part_l[out_row * p.splits + split] = row_l[rr];
-      }
-    }
-  }
-  if (p.splits == 1 || !p.cluster) return;  // without a cluster, attention_combine_kernel folds the splits
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Cluster combine: block r (= its split) folds outputs [r * chunk, (r + 1) * chunk) of the tile from
-  // every block's partial; the second barrier keeps each block's shared memory alive until all have read it.
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const int C = p.splits;
-  float* fac = red_o;  // [16][C]: each split's factor in a row's output (the merge buffers are free now)
-  if (threadIdx.x < nrows) {
-    const int rr = threadIdx.x;
-    float mx = -INFINITY;
-    for (int s = 0; s < C; ++s) mx = fmaxf(mx, *cluster.map_shared_rank(row_m + rr, s));
-    float total = 0.f;
-    for (int s = 0; s < C; ++s) {
-      const float ms = *cluster.map_shared_rank(row_m + rr, s);
-      const float f = ms == -INFINITY ? 0.f : exp2f(ms - mx);
-      fac[rr * C + s] = f;
-      total += *cluster.map_shared_rank(row_l + rr, s) * f;
-    }
-    const float inv = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
-    for (int s = 0; s < C; ++s) fac[rr * C + s] *= inv;
-  }
-  __syncthreads();
-  const int n_out = nrows * D, share = (n_out + C - 1) / C;
-  const int lo = split * share, hi = lo + share < n_out ? lo + share : n_out;
-  for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
-    const int rr = i / D, c = i % D;
-    float acc = 0.f;
-    for (int s = 0; s < C; ++s) {
-      const float f = fac[rr * C + s];
-      if (f != 0.f) acc += *cluster.map_shared_rank(cpart + i, s) * f;
-    }
-    const int row = row0 + rr, g = row / p.lq, t = row - g * p.lq;
-    const int64_t out_row = (b * L.heads + hk * group + g) * p.lq + t;
-    p.out[out_row * D + c] = Mma<Tag>::from_float(acc);
-  }
-  cluster.sync();
-#endif
 }
 
 }  // namespace kiln::cuda::attn

@@ -1,0 +1,299 @@
+// Split-KV decode attention (Lq <= 8 new queries per sequence over a KV cache [B, Hkv, Lmax, D] whose
+// current lengths live on the device) and the combine of its splits. The tensor-core step is the prefill
+// kernel's (warp_step in flash_attention.cuh).
+//
+// Decode is latency-bound for short caches and bandwidth-bound for long ones, so the kernel keeps its
+// serial chain short (32-bit block indices, the length and q loads in flight together, the first K/V tiles
+// requested before q reaches shared memory, one barrier per tile, a one-barrier merge of the four warps)
+// and keeps bytes in flight for long caches (kDecodeStages-deep cp.async ring, two blocks per SM).
+#pragma once
+
+#include "cuda/kernels/flash_attention.cuh"
+
+namespace kiln::cuda::attn {
+
+constexpr int kMaxSplits = 128;       // splits of the decode kernel
+// K/V tiles in the cp.async ring. Measured on the H200 against 2 stages with 3 blocks per SM and 4 stages
+// with 1: 3 stages and 2 blocks per SM (what shared memory allows) are best or within 4% at every shape.
+constexpr int kDecodeStages = 3;
+constexpr int kDecodeBlocksPerSm = 2;
+constexpr int kCombineThreads = 512;  // the global combine: 16 warps, a share of the splits each
+constexpr int kCombinePerWarp = kMaxSplits / (kCombineThreads / 32);
+
+struct DecodeParams {
+  uint16_t* out;        // contiguous [B, Hq, Lq, D]
+  float* part_o;        // splits > 1: [B * Hq * Lq, splits, D] unnormalised outputs
+  float2* part_ml;      // and their (running max in the log2 domain, sum) [B * Hq * Lq, splits]
+  const uint16_t *q, *k, *v;
+  const int32_t* lengths;
+  am::Layout L;  // decode layout: outer = B (strides bq/bk/bv[0]), heads = Hq, gk = gv = Hq / Hkv
+  float scale_log2;
+  int splits, row_tiles;
+  int lq, rows;  // queries per sequence; rows of a KV group (Hq / Hkv * Lq), both < 2^31 (checked)
+  bool q_vec;    // q rows can be read in 16-byte pieces (contiguous channels, 8-element strides, aligned)
+  DeviceErrorRecord* err;
+};
+
+// Shared memory of the decode kernel, in 16-bit elements: the q tile and the K/V ring.
+template <int D>
+constexpr int decode_smem_elems() {
+  return (16 + 2 * kDecodeStages * kTileKeys) * (D + kPad);
+}
+
+// Decode: grid (split, KV head x row tile, sequence). A block serves 16 rows of one KV group, rows being the
+// group's G = Hq / Hkv query heads times Lq queries (row = g * Lq + t), so K and V are read once for all of
+// them. Its keys are [split * chunk, ...), chunk from the sequence's current length (read here: the grid is
+// sized by Lmax, so a captured graph stays valid as lengths grow), in 64-key tiles; warp w takes keys
+// 16w..16w+15 of each tile with its own softmax state, and the four warps merge at the end. Query t sees
+// keys <= n - Lq + t. With one split the block writes the output; with several, its f32 partial (o, max,
+// sum) goes to global memory for decode_combine_kernel. (Combining the splits of short caches inside a
+// thread-block cluster, through distributed shared memory, was measured 5-17% slower than this pair of
+// kernels on the H200 and was removed.)
+template <class Tag, int D>
+__global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention_kernel(DecodeParams p) {
+  constexpr int ld = D + kPad;
+  constexpr int kChunks = D / 8;                    // 16-byte pieces per row
+  constexpr int kRowsPerPass = kThreads / kChunks;  // rows one pass of the block copies
+  constexpr int kTileElems = kTileKeys * ld;
+  constexpr int S = kDecodeStages;
+  static_assert((4 * 16 * D + 4 * 16 * 2) * sizeof(float) <= 2 * S * kTileElems * sizeof(uint16_t),
+                "the merge buffers fit in the K/V ring");
+  extern __shared__ __align__(16) uint16_t sm[];
+  uint16_t* qs = sm;                // [16][ld]
+  uint16_t* ks = qs + 16 * ld;      // [S][64][ld]
+  uint16_t* vs = ks + S * kTileElems;  // [S][64][ld]
+  pdl_allow_dependents();  // kernels/pdl.cuh: the combine or the output projection may start early
+  const am::Layout& L = p.L;
+  const int split = static_cast<int>(blockIdx.x);
+  const int rt = p.row_tiles == 1 ? 0 : static_cast<int>(blockIdx.y % p.row_tiles);
+  const int hk = p.row_tiles == 1 ? static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y / p.row_tiles);
+  const int b = static_cast<int>(blockIdx.z);
+  const int group = static_cast<int>(L.gk);
+  const int row0 = rt * 16;
+  const int nrows = p.rows - row0 < 16 ? p.rows - row0 : 16;  // real rows of this tile
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const uint16_t* qb = p.q + b * L.bq[0] + static_cast<int64_t>(hk) * group * L.hq;
+  const uint16_t* kbase = p.k + b * L.bk[0] + hk * L.hk;
+  const uint16_t* vbase = p.v + b * L.bv[0] + hk * L.hv;
+  const int cc = tid % kChunks, r0 = tid / kChunks;  // this thread's 16-byte piece of every copied row
+  // Element offset of row rr of the tile in q (query head g, query t).
+  auto q_off = [&](int rr) {
+    const int row = row0 + rr;
+    const int g = p.lq == 1 ? row : row / p.lq, t = row - g * p.lq;
+    return static_cast<int64_t>(g) * L.hq + static_cast<int64_t>(t) * L.q_row;
+  };
+
+  kernels::pdl_wait();  // when launched as a dependent: q, the caches and the lengths come from earlier kernels
+  int n = p.lengths[b];
+  constexpr int kQv = 16 * kChunks / kThreads;  // 16-byte q pieces per thread (q_vec)
+  uint4 qv[kQv];
+  if (p.q_vec) {
+#pragma unroll
+    for (int j = 0; j < kQv; ++j) {
+      const int i = tid + j * kThreads, rr = i / kChunks;
+      qv[j] = rr < nrows ? *reinterpret_cast<const uint4*>(qb + q_off(rr) + (i % kChunks) * 8) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  if (n < 0 || n > L.lkv) {
+    if (split == 0 && rt == 0 && hk == 0 && tid == 0)
+      report_device_error(p.err, DeviceErrorCode::IndexOutOfRange, OpId::DecodeAttention, n, L.lkv + 1);
+    n = 0;
+  }
+  const int per = (n + p.splits - 1) / p.splits;
+  const int chunk = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
+  const int kb = split * chunk;
+  const int ke = kb + chunk < n ? kb + chunk : n;
+  const int tiles = ke > kb ? (ke - kb + kTileKeys - 1) / kTileKeys : 0;
+  // Tile t of the block's keys into ring stage `stage`: keys at or past ke are zero-filled, not read.
+  auto issue = [&](int t, int stage) {
+    const int key = kb + t * kTileKeys + r0;
+    const uint16_t* kp = kbase + static_cast<int64_t>(key) * L.k_row + cc * 8;
+    const uint16_t* vp = vbase + static_cast<int64_t>(key) * L.v_row + cc * 8;
+    uint16_t* kd = ks + stage * kTileElems + r0 * ld + cc * 8;
+    uint16_t* vd = vs + stage * kTileElems + r0 * ld + cc * 8;
+#pragma unroll
+    for (int j = 0; j < kTileKeys / kRowsPerPass; ++j) {
+      const bool valid = key + j * kRowsPerPass < ke;
+      const int64_t step = static_cast<int64_t>(j) * kRowsPerPass;
+      cp_async16(kd + j * kRowsPerPass * ld, valid ? kp + step * L.k_row : kbase, valid);
+      cp_async16(vd + j * kRowsPerPass * ld, valid ? vp + step * L.v_row : vbase, valid);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < tiles) issue(s, s);
+    cp_async_commit();
+  }
+  if (p.q_vec) {
+#pragma unroll
+    for (int j = 0; j < kQv; ++j) {
+      const int i = tid + j * kThreads;
+      *reinterpret_cast<uint4*>(qs + (i / kChunks) * ld + (i % kChunks) * 8) = qv[j];
+    }
+  } else {
+    for (int i = tid; i < 16 * D; i += kThreads) {
+      const int rr = i / D, c = i % D;
+      qs[rr * ld + c] = rr < nrows ? qb[q_off(rr) + c * L.q_col] : uint16_t(0);
+    }
+  }
+  WarpState<D> st;
+#pragma unroll
+  for (int nn = 0; nn < D / 8; ++nn) st.o[nn][0] = st.o[nn][1] = st.o[nn][2] = st.o[nn][3] = 0.f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.f;
+  int64_t e[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int row = row0 + lane / 4 + 8 * rr;
+    const int t = p.lq == 1 ? 0 : row % p.lq;
+    const int lim = n - p.lq + t + 1;  // bottom-right causal: query t sees keys < n - Lq + t + 1
+    e[rr] = lim < ke ? (lim < 0 ? 0 : lim) : ke;
+  }
+  int stage = 0;
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait<S - 2>();  // this thread's copies of tile t have landed
+    __syncthreads();         // everyone's have; and every warp is done with the stage refilled below
+    if (t == 0) load_q_frags<D>(st, qs, ld);
+    const int refill = t + S - 1;
+    if (refill < tiles) issue(refill, stage == 0 ? S - 1 : stage - 1);
+    cp_async_commit();
+    const int64_t key0 = kb + t * kTileKeys + warp * 16;
+    warp_step<Tag, D, 16>(st, ks + stage * kTileElems + warp * 16 * ld, vs + stage * kTileElems + warp * 16 * ld, ld,
+                          key0, e, p.scale_log2);
+    stage = stage == S - 1 ? 0 : stage + 1;
+  }
+  cp_async_wait<0>();  // no copy may land in the merge buffers (copies past the last tile are empty groups)
+  finish_l<D>(st);
+
+  // Merge the four warps through shared memory (within the ring, after every warp has left it): each warp
+  // writes its max, sum and accumulator for the real rows; then every thread folds 4 channels of a row.
+  __syncthreads();
+  float* red_o = reinterpret_cast<float*>(ks);  // [4][16][D]
+  float* red_m = red_o + 4 * 16 * D;            // [4][16]
+  float* red_l = red_m + 4 * 16;                // [4][16]
+  const int t4 = lane % 4;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int row = lane / 4 + 8 * rr;
+    if (row >= nrows) continue;
+    if (t4 == 0) {
+      red_m[warp * 16 + row] = st.m[rr];
+      red_l[warp * 16 + row] = st.l[rr];
+    }
+#pragma unroll
+    for (int nn = 0; nn < D / 8; ++nn)
+      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + 8 * nn + 2 * t4) =
+          make_float2(st.o[nn][2 * rr], st.o[nn][2 * rr + 1]);
+  }
+  __syncthreads();
+  constexpr int kQuads = D / 4;  // float4 pieces per row
+  for (int i = tid; i < nrows * kQuads; i += kThreads) {
+    const int rr = i / kQuads, c = (i % kQuads) * 4;
+    float mw[4], mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      mw[w] = red_m[w * 16 + rr];
+      mx = fmaxf(mx, mw[w]);
+    }
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float lsum = 0.f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float f = mw[w] == -INFINITY ? 0.f : exp2f(mw[w] - mx);
+      const float4 o = *reinterpret_cast<const float4*>(red_o + (w * 16 + rr) * D + c);
+      acc.x += o.x * f;
+      acc.y += o.y * f;
+      acc.z += o.z * f;
+      acc.w += o.w * f;
+      lsum += red_l[w * 16 + rr] * f;
+    }
+    const int row = row0 + rr, g = p.lq == 1 ? row : row / p.lq, t = row - g * p.lq;
+    const int64_t out_row = (static_cast<int64_t>(b) * L.heads + static_cast<int64_t>(hk) * group + g) * p.lq + t;
+    if (p.splits == 1) {
+      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // no visible key: 0
+      uint2 packed;
+      packed.x = Mma<Tag>::pack(acc.x * inv, acc.y * inv);
+      packed.y = Mma<Tag>::pack(acc.z * inv, acc.w * inv);
+      *reinterpret_cast<uint2*>(p.out + out_row * D + c) = packed;
+    } else {
+      *reinterpret_cast<float4*>(p.part_o + (out_row * p.splits + split) * D + c) = acc;
+      if (c == 0) p.part_ml[out_row * p.splits + split] = make_float2(mx, lsum);
+    }
+  }
+}
+
+// The splits of decode_attention_kernel folded: one block per output row (contiguous [rows, D]), warp w
+// takes splits w, w + 16, ... (all its loads in flight at once) and lane l channels 4l..4l+3; the warps'
+// partial results merge through shared memory. A split that saw no key has max -inf and sum 0 and adds
+// nothing. Launched as a dependent of the decode kernel (kernels/pdl.cuh).
+template <class Tag, int D>
+__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(uint16_t* __restrict__ out,
+                                                                         const float* __restrict__ part_o,
+                                                                         const float2* __restrict__ part_ml,
+                                                                         int splits) {
+  constexpr int kWarps = kCombineThreads / 32;
+  __shared__ float4 w_o[kWarps][D / 4];
+  __shared__ float2 w_ml[kWarps];
+  pdl_allow_dependents();
+  kernels::pdl_wait();
+  const int64_t r = blockIdx.x;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const bool has_c = lane < D / 4;
+  float2 ml[kCombinePerWarp];
+  float4 o[kCombinePerWarp];
+#pragma unroll
+  for (int j = 0; j < kCombinePerWarp; ++j) {
+    const int s = warp + j * kWarps;
+    if (s < splits) {
+      ml[j] = part_ml[r * splits + s];
+      if (has_c) o[j] = reinterpret_cast<const float4*>(part_o + (r * splits + s) * D)[lane];
+    }
+  }
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kCombinePerWarp; ++j)
+    if (warp + j * kWarps < splits) mx = fmaxf(mx, ml[j].x);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float total = 0.f;
+#pragma unroll
+  for (int j = 0; j < kCombinePerWarp; ++j) {
+    if (warp + j * kWarps < splits && ml[j].x != -INFINITY) {
+      const float f = exp2f(ml[j].x - mx);
+      total += ml[j].y * f;
+      if (has_c) {
+        acc.x += o[j].x * f;
+        acc.y += o[j].y * f;
+        acc.z += o[j].z * f;
+        acc.w += o[j].w * f;
+      }
+    }
+  }
+  if (has_c) w_o[warp][lane] = acc;
+  if (lane == 0) w_ml[warp] = make_float2(mx, total);
+  __syncthreads();
+  if (warp != 0 || !has_c) return;
+  float gmx = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) gmx = fmaxf(gmx, w_ml[w].x);
+  float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  float gtotal = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const float2 wm = w_ml[w];
+    if (wm.x == -INFINITY) continue;
+    const float f = exp2f(wm.x - gmx);
+    const float4 a = w_o[w][lane];
+    gtotal += wm.y * f;
+    sum.x += a.x * f;
+    sum.y += a.y * f;
+    sum.z += a.z * f;
+    sum.w += a.w * f;
+  }
+  const float inv = gtotal > 0.f ? 1.f / gtotal : 0.f;  // no visible key: 0
+  uint2 packed;
+  packed.x = Mma<Tag>::pack(sum.x * inv, sum.y * inv);
+  packed.y = Mma<Tag>::pack(sum.z * inv, sum.w * inv);
+  reinterpret_cast<uint2*>(out + r * D)[lane] = packed;
+}
+
+}  // namespace kiln::cuda::attn
