@@ -51,6 +51,12 @@ int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool 
   return split;
 }
 
+// The decode kernel with one A row per block: when each row has its own block anyway (row_groups: the MoE
+// routing's one row per block), or when there are so few rows (at most 16) that reading an expert once per
+// row instead of once per kDecRows rows costs at most those 16 expert reads, as 16 distinct experts would.
+// Measured on the H200: 8-23% faster for one-token MoE layers (bf16 and FP8 experts) than four rows per block.
+bool decode_one_row(const GmmArgs& p) { return p.row_groups != nullptr || p.M <= 16; }
+
 // Launches one grouped product (p fully described except the pointers' alignment checks). T: input type.
 template <class T>
 void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, const char* op) {
@@ -66,8 +72,13 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
     KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
     const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
-    launch_dependent(kernels::gmm_decode_kernel<T>, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p,
-                     split, vec);
+    if (decode_one_row(p)) {
+      launch_dependent(kernels::gmm_decode_kernel<T, false, 1>, grid, dim3(kernels::kDecThreads), smem, stream, device,
+                       op, p, split, vec);
+    } else {
+      launch_dependent(kernels::gmm_decode_kernel<T>, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p,
+                       split, vec);
+    }
   } else {
     const bool vec = p.mode != GmmMode::KGroups && p.a_sk == 1 && p.b_sk == 1 && p.K % vec_elems == 0 &&
                      aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
@@ -107,8 +118,13 @@ void launch_gmm_fp8(const GmmArgs& p, int device, cudaStream_t stream, const cha
   KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
   const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
-  launch_dependent(kernels::gmm_decode_kernel<T, true>, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p,
-                   split, true);
+  if (decode_one_row(p)) {
+    launch_dependent(kernels::gmm_decode_kernel<T, true, 1>, grid, dim3(kernels::kDecThreads), smem, stream, device,
+                     op, p, split, true);
+  } else {
+    launch_dependent(kernels::gmm_decode_kernel<T, true>, grid, dim3(kernels::kDecThreads), smem, stream, device, op,
+                     p, split, true);
+  }
   check_launch(op);
 }
 

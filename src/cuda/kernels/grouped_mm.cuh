@@ -201,9 +201,9 @@ inline constexpr int kDecWarps = kDecThreads / 32;
 inline constexpr int kDecRows = 4;  // A rows of one group per block (runtime count <= this)
 inline constexpr int kDecR = 2;     // weight rows per warp group: one column pair (gate, up) with act
 inline constexpr int kDecU = 2;     // 16-byte chunks per weight row per unrolled step: kDecU * kDecR loads in flight
-// TUNE (H200, `kiln bench ops --filter grouped_mm/bf16/T1`): at 64 registers four 256-thread blocks fit an SM,
-// 64 KB of loads in flight per SM; 128 experts top-8 2048 -> 1536 launches 768 blocks (1.45 waves of 528).
-// kDecR = 4 (one wave, same loads in flight) is the first alternative to measure.
+// TUNE (H200, `kiln bench ops --filter 'grouped_mm/bf16/T1/|moe/bf16/T1/|moe/e4m3'`, 2026-12-03): with one A
+// row per block (MT = 1) this is the best of R = 2, 4, 8 weight rows per warp group and U = 1, 2, 4
+// (bench/results/h200-2026-12-03-s6-grouped-decode-variants.md).
 
 // Output columns per block for a given split (warps per weight-row group).
 __host__ __device__ constexpr int gmm_decode_cols_per_block(int split, bool act) {
@@ -215,9 +215,11 @@ __host__ __device__ constexpr int gmm_decode_cols_per_block(int split, bool act)
 // strides. Otherwise every element is loaded on its own through the strides.
 // F8: B is FP8 with block scales (see GmmArgs; the launcher takes this path only with vec): each 16-byte
 // load holds 16 weights, dequantised in registers (value x its block's scale, f32) against 16 activations.
-template <class T, bool F8 = false>
+// MT: A rows of one group per block, kDecRows, or 1 where every group is known to hold at most a few rows
+// (decode: fewer accumulators, more blocks resident).
+template <class T, bool F8 = false, int MT = kDecRows>
 __global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int split, bool vec) {
-  constexpr int R = kDecR, U = kDecU, MT = kDecRows;
+  constexpr int R = kDecR, U = kDecU;
   constexpr int VEC = gemv_vec_elems<T>();
   extern __shared__ int gmm_dyn[];
   __shared__ int warp_tmp[kDecWarps];
@@ -355,19 +357,30 @@ __global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int 
         }
       }
     }
-    for (; c < chunks; c += gt) {
-      float wf[R][VEC];
+    // The rest (fewer than U chunks for this thread): every load issued before any is used, one round trip.
+    if (c < chunks) {
+      uint4 wv[U][R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) gemv_unpack<T>(gemv_load_stream(reinterpret_cast<const uint4*>(b + woff[r]) + c), wf[r]);
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        if (m < rows) {
-          float xf[VEC];
-          gemv_unpack<T>(__ldg(reinterpret_cast<const uint4*>(a + xoff[m]) + c), xf);
+        for (int r = 0; r < R; ++r)
+          if (c + u * gt < chunks) wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b + woff[r]) + c + u * gt);
 #pragma unroll
-          for (int r = 0; r < R; ++r)
+      for (int u = 0; u < U; ++u) {
+        if (c + u * gt >= chunks) break;
+        float wf[R][VEC];
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[r][m] = fmaf(wf[r][e], xf[e], acc[r][m]);
+        for (int r = 0; r < R; ++r) gemv_unpack<T>(wv[u][r], wf[r]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m < rows) {
+            float xf[VEC];
+            gemv_unpack<T>(__ldg(reinterpret_cast<const uint4*>(a + xoff[m]) + c + u * gt), xf);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) acc[r][m] = fmaf(wf[r][e], xf[e], acc[r][m]);
+          }
         }
       }
     }

@@ -135,21 +135,48 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
   // Epilogue from registers: acc[4j + i] is row 16 warp + lane/4 + 8 (i / 2), column 8j + 2 (lane % 4) + i % 2.
+  // A thread's two rows are looked up once (c_rows); its column pairs go out as one 4-byte (8-byte for f32)
+  // store where C's columns are contiguous and aligned.
   const int warp = (tid / 32) % 4, lane = tid % 32;
   const int row_base = m0 + wg * 64 + warp * 16 + lane / 4;
+  int64_t roff[2];
 #pragma unroll
-  for (int j = 0; j < kBN / 8; ++j) {
+  for (int h = 0; h < 2; ++h) {
+    const int m = row_base + 8 * h;
+    roff[h] = m < m1 ? cg * p.c_sg + (p.c_rows ? static_cast<int64_t>(p.c_rows[m]) : m) * p.c_sm : -1;
+  }
+  const int esz = p.out_f32 ? 4 : 2;
+  const bool pairs = p.c_sn == 1 && ((p.c_sm | p.c_sg) & 1) == 0 &&
+                     reinterpret_cast<uintptr_t>(p.c) % static_cast<uintptr_t>(2 * esz) == 0;
+  auto store1 = [&](int64_t off, float v) {
+    if (p.out_f32) static_cast<float*>(p.c)[off] = v;
+    else static_cast<T*>(p.c)[off] = gemv_from_f32<T>(v);
+  };
+  constexpr int kOutJ = kBN / 8;  // column groups of 8 in the product
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int col = 8 * j + 2 * (lane % 4) + (i & 1);
-      const int m = row_base + 8 * (i >> 1);
+  for (int j = 0; j < kOutJ; ++j) {
+    if (p.act && j >= kOutJ / 2) break;  // up columns: consumed with their gate column
+    const int64_t n = n0 + 8 * j + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (roff[h] < 0 || n >= p.N) continue;
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
       if (p.act) {
-        if (j >= kBN / 16) continue;  // up columns: consumed with their gate column
-        const int64_t n = n0 + col;
-        if (m < m1 && n < p.N) gmm_store<T>(p, cg, m, n, moe_math::silu_mul(acc[4 * j + i], acc[4 * (j + kBN / 16) + i]));
+        v0 = moe_math::silu_mul(v0, acc[4 * (j + kOutJ / 2) + 2 * h]);
+        v1 = moe_math::silu_mul(v1, acc[4 * (j + kOutJ / 2) + 2 * h + 1]);
+      }
+      const int64_t off = roff[h] + n * p.c_sn;
+      if (pairs && n + 1 < p.N) {
+        if (p.out_f32) {
+          *reinterpret_cast<float2*>(static_cast<float*>(p.c) + off) = make_float2(v0, v1);
+        } else {
+          const T lo = gemv_from_f32<T>(v0), hi = gemv_from_f32<T>(v1);
+          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.c) + off) =
+              static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+        }
       } else {
-        const int64_t n = n0 + col;
-        if (m < m1 && n < p.N) gmm_store<T>(p, cg, m, n, acc[4 * j + i]);
+        store1(off, v0);
+        if (n + 1 < p.N) store1(off + p.c_sn, v1);
       }
     }
   }
