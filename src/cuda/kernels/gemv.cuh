@@ -104,6 +104,20 @@ __device__ __forceinline__ void gemv_load_step(uint4 (&wv)[U][R], const W* w, co
 }
 
 // One element to f32 (exact for every dtype here).
+// The last step of a thread's chunks (fewer than U left): the loads of chunks c + u * stride < chunks, all
+// issued before any is used (one memory round trip). Issued in program order (the early loads), so a
+// caller may place them before its dependent-launch wait.
+template <int U, int R, class W>
+__device__ __forceinline__ void gemv_load_tail(uint4 (&wv)[U][R], const W* w, const int64_t (&woff)[R], int c,
+                                               int stride, int chunks) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (c + u * stride < chunks)
+        wv[u][r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * stride);
+}
+
 template <class T>
 __device__ __forceinline__ float gemv_to_f32(T v) {
   if constexpr (std::is_same_v<T, float>) return v;
@@ -249,12 +263,7 @@ __global__ void __launch_bounds__(kGemvThreads, 2)
     // (112 chunks, no full step) ran at 0.70x of cuBLAS with one load in flight per iteration.
     if (c < chunks) {
       uint4 wv[U][R];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-          if (c + u * group_threads < chunks)
-            wv[u][r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c + u * group_threads);
+      gemv_load_tail<U, R>(wv, w, woff, c, group_threads, chunks);
       if (!waited) pdl_wait();
       waited = true;
 #pragma unroll

@@ -360,11 +360,7 @@ __global__ void __launch_bounds__(kDecThreads) gmm_decode_kernel(GmmArgs p, int 
     // The rest (fewer than U chunks for this thread): every load issued before any is used, one round trip.
     if (c < chunks) {
       uint4 wv[U][R];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-          if (c + u * gt < chunks) wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b + woff[r]) + c + u * gt);
+      gemv_load_tail<U, R>(wv, b, woff, c, gt, chunks);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u * gt >= chunks) break;
