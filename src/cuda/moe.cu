@@ -57,6 +57,19 @@ int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool 
 // Measured on the H200: 8-23% faster for one-token MoE layers (bf16 and FP8 experts) than four rows per block.
 bool decode_one_row(const GmmArgs& p) { return p.row_groups != nullptr || p.M <= 16; }
 
+// The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
+template <class T, bool F8>
+void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
+  const int split = decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
+  const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
+  const int64_t gx = (p.N + cols - 1) / cols;
+  KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
+  const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
+  auto kernel = decode_one_row(p) ? kernels::gmm_decode_kernel<T, F8, 1> : kernels::gmm_decode_kernel<T, F8>;
+  launch_dependent(kernel, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p, split, vec);
+}
+
 // Launches one grouped product (p fully described except the pointers' alignment checks). T: input type.
 template <class T>
 void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, const char* op) {
@@ -66,19 +79,7 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
   if (decode) {
     const bool vec = p.a_sk == 1 && p.b_sk == 1 && p.K % vec_elems == 0 && aligned16(p.a) && aligned16(p.b) &&
                      al(p.a_sm) && al(p.b_sn) && al(p.b_sg);
-    const int split = decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
-    const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
-    const int64_t gx = (p.N + cols - 1) / cols;
-    KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
-    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
-    const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
-    if (decode_one_row(p)) {
-      launch_dependent(kernels::gmm_decode_kernel<T, false, 1>, grid, dim3(kernels::kDecThreads), smem, stream, device,
-                       op, p, split, vec);
-    } else {
-      launch_dependent(kernels::gmm_decode_kernel<T>, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p,
-                       split, vec);
-    }
+    launch_gmm_decode<T, false>(p, vec, vec_elems, device, stream, op);
   } else {
     const bool vec = p.mode != GmmMode::KGroups && p.a_sk == 1 && p.b_sk == 1 && p.K % vec_elems == 0 &&
                      aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
@@ -112,19 +113,7 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
 // checked that every row takes 16-byte loads.
 template <class T>
 void launch_gmm_fp8(const GmmArgs& p, int device, cudaStream_t stream, const char* op) {
-  const int split = decode_split(p.M, p.N, p.K, 16, true, p.act, device);
-  const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
-  const int64_t gx = (p.N + cols - 1) / cols;
-  KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
-  const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
-  if (decode_one_row(p)) {
-    launch_dependent(kernels::gmm_decode_kernel<T, true, 1>, grid, dim3(kernels::kDecThreads), smem, stream, device,
-                     op, p, split, true);
-  } else {
-    launch_dependent(kernels::gmm_decode_kernel<T, true>, grid, dim3(kernels::kDecThreads), smem, stream, device, op,
-                     p, split, true);
-  }
+  launch_gmm_decode<T, true>(p, true, 16, device, stream, op);
   check_launch(op);
 }
 

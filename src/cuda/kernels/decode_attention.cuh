@@ -137,17 +137,13 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
     }
   }
   WarpState<D> st;
-#pragma unroll
-  for (int nn = 0; nn < D / 8; ++nn) st.o[nn][0] = st.o[nn][1] = st.o[nn][2] = st.o[nn][3] = 0.f;
-  st.m[0] = st.m[1] = -INFINITY;
-  st.l[0] = st.l[1] = 0.f;
-  int64_t e[2];
+  clear_state<D>(st);
+  int64_t e[2];  // one past the last key of the lane's rows within this split (bottom-right causal)
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int row = row0 + lane / 4 + 8 * rr;
-    const int t = p.lq == 1 ? 0 : row % p.lq;
-    const int lim = n - p.lq + t + 1;  // bottom-right causal: query t sees keys < n - Lq + t + 1
-    e[rr] = lim < ke ? (lim < 0 ? 0 : lim) : ke;
+    const int64_t lim = am::key_end(p.lq == 1 ? 0 : row % p.lq, p.lq, n, true, true);
+    e[rr] = lim < ke ? lim : ke;
   }
   int stage = 0;
   for (int t = 0; t < tiles; ++t) {

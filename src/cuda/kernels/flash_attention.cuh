@@ -94,14 +94,19 @@ __device__ __forceinline__ void load_q_frags(WarpState<D>& st, const uint16_t* q
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(st.q[kk], qs + ((mi & 1) * 8 + r) * ld + kk * 16 + (mi >> 1) * 8);
 }
-// The q fragments and an empty softmax state.
+// An empty softmax state: o = 0, m = -inf, l = 0.
 template <int D>
-__device__ __forceinline__ void load_q(WarpState<D>& st, const uint16_t* qs, int ld) {
-  load_q_frags<D>(st, qs, ld);
+__device__ __forceinline__ void clear_state(WarpState<D>& st) {
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) st.o[n][0] = st.o[n][1] = st.o[n][2] = st.o[n][3] = 0.f;
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = 0.f;
+}
+// The q fragments and an empty softmax state.
+template <int D>
+__device__ __forceinline__ void load_q(WarpState<D>& st, const uint16_t* qs, int ld) {
+  load_q_frags<D>(st, qs, ld);
+  clear_state<D>(st);
 }
 
 // An attention mask read by the tiles: none, bool (true = attend) or f32 added to the scaled scores. `row`

@@ -174,12 +174,17 @@ __device__ bool gmm_row_tile(const GmmArgs& p, int* dyn, int* warp_tmp, int& g, 
 
 // ---- shared epilogue pieces ------------------------------------------------------------------------------
 
+// One value at element offset `off` of C, in C's dtype.
+template <class T>
+__device__ __forceinline__ void gmm_store_at(const GmmArgs& p, int64_t off, float v) {
+  if (p.out_f32) static_cast<float*>(p.c)[off] = v;
+  else static_cast<T*>(p.c)[off] = gemv_from_f32<T>(v);
+}
+
 template <class T>
 __device__ __forceinline__ void gmm_store(const GmmArgs& p, int64_t g, int m, int64_t n, float v) {
   const int64_t row = p.c_rows ? p.c_rows[m] : m;
-  const int64_t off = g * p.c_sg + row * p.c_sm + n * p.c_sn;
-  if (p.out_f32) static_cast<float*>(p.c)[off] = v;
-  else static_cast<T*>(p.c)[off] = gemv_from_f32<T>(v);
+  gmm_store_at<T>(p, g * p.c_sg + row * p.c_sm + n * p.c_sn, v);
 }
 
 // Zeros into C rows [m0, m1) x columns [n0, n0 + ncols) (the rows past the last offset).

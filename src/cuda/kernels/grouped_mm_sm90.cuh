@@ -148,10 +148,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
   const int esz = p.out_f32 ? 4 : 2;
   const bool pairs = p.c_sn == 1 && ((p.c_sm | p.c_sg) & 1) == 0 &&
                      reinterpret_cast<uintptr_t>(p.c) % static_cast<uintptr_t>(2 * esz) == 0;
-  auto store1 = [&](int64_t off, float v) {
-    if (p.out_f32) static_cast<float*>(p.c)[off] = v;
-    else static_cast<T*>(p.c)[off] = gemv_from_f32<T>(v);
-  };
   constexpr int kOutJ = kBN / 8;  // column groups of 8 in the product
 #pragma unroll
   for (int j = 0; j < kOutJ; ++j) {
@@ -175,8 +171,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
               static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
         }
       } else {
-        store1(off, v0);
-        if (n + 1 < p.N) store1(off + p.c_sn, v1);
+        gmm_store_at<T>(p, off, v0);
+        if (n + 1 < p.N) gmm_store_at<T>(p, off + p.c_sn, v1);
       }
     }
   }
