@@ -95,6 +95,19 @@ PrefillKernel& prefill_kernel_ref() {
   return k;
 }
 
+int& prefill_blocks_ref() {
+  static int n = [] {
+    const char* v = std::getenv("KILN_PREFILL_BLOCKS");
+    if (!v || !*v) return 0;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    KILN_CHECK(*end == '\0' && x >= 0 && x < (1L << 31), "KILN_PREFILL_BLOCKS: expected a count >= 0, got \"", v,
+               "\"");
+    return static_cast<int>(x);
+  }();
+  return n;
+}
+
 void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                     const am::Layout& L, double scale, cudaStream_t stream) {
   if (launch_prefill_sm90(out, q, k, v, L, scale, stream)) return;
@@ -241,6 +254,15 @@ PrefillKernel prefill_kernel() {
 void set_prefill_kernel(PrefillKernel k) {
   std::lock_guard<std::mutex> lock(tuning_mu());
   prefill_kernel_ref() = k;
+}
+int prefill_max_blocks() {
+  std::lock_guard<std::mutex> lock(tuning_mu());
+  return prefill_blocks_ref();
+}
+void set_prefill_max_blocks(int n) {
+  KILN_CHECK(n >= 0, "set_prefill_max_blocks: expected a count >= 0, got ", n);
+  std::lock_guard<std::mutex> lock(tuning_mu());
+  prefill_blocks_ref() = n;
 }
 
 void set_decode_tuning(const DecodeTuning& t) {

@@ -38,6 +38,12 @@ enum class PrefillKernel { Auto, Mma };
 PrefillKernel prefill_kernel();
 void set_prefill_kernel(PrefillKernel k);
 
+// The Hopper prefill kernel is persistent: its grid has at most this many blocks (0: one per multiprocessor,
+// the default), which take the query tiles in turn. Set for tests and A/B runs by set_prefill_max_blocks, or
+// KILN_PREFILL_BLOCKS=N (a number at least the tile count gives one block per tile).
+int prefill_max_blocks();
+void set_prefill_max_blocks(int n);
+
 // k_cache [B, H, Lmax, D] and v_cache [B, H, Lmax, Dv] (any strides) <- k_src [B, H, T, D] / v_src (in
 // the caches' dtypes) at positions[b] (i32 [B], contiguous), in one launch: a sequence whose range leaves
 // [0, Lmax] is skipped and reported through the device error record.

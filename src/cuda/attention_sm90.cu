@@ -11,6 +11,7 @@
 #include "cuda/attention.h"
 #include "cuda/kernels/flash_attention_sm90.cuh"
 #include "cuda/launch.h"
+#include "kiln/ops.h"
 
 namespace kiln::cuda {
 namespace {
@@ -40,10 +41,10 @@ EncodeTiled encode_tiled() {
 
 // A [slots][rows][d] tensor map over one operand (16-bit elements, rows `row` apart): slot stride = the gcd
 // of the strides that move between its heads and batch entries, so every (batch, head) offset is a whole
-// number of slots. Boxes of 64 columns x 128 rows land with the 128-byte swizzle; rows past `rows` read as
-// zero. False when the layout does not fit a map (negative strides, too many slots) or encoding fails.
+// number of slots. Boxes of 64 columns x box_rows rows land with the 128-byte swizzle; rows past `rows` read
+// as zero. False when the layout does not fit a map (negative strides, too many slots) or encoding fails.
 bool encode_operand(CUtensorMap* map, int64_t* slot, const void* base, DType dt, const am::Layout& L, int64_t rows,
-                    int64_t row, int64_t head_stride, int64_t nheads, const int64_t* bstride) {
+                    int64_t row, int64_t head_stride, int64_t nheads, const int64_t* bstride, uint32_t box_rows) {
   const EncodeTiled encode = encode_tiled();
   if (encode == nullptr) return false;
   int64_t g = 0, span = 0;
@@ -63,7 +64,7 @@ bool encode_operand(CUtensorMap* map, int64_t* slot, const void* base, DType dt,
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(L.d), static_cast<cuuint64_t>(std::max<int64_t>(rows, 1)),
                               static_cast<cuuint64_t>(slots)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row) * 2, static_cast<cuuint64_t>(g) * 2};
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(attn::sm90::kBN), 1};
+  const cuuint32_t box[3] = {64, box_rows, 1};
   const cuuint32_t estride[3] = {1, 1, 1};
   const CUresult r = encode(map, dt == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                             3, const_cast<void*>(base), dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -98,20 +99,35 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
   p.L = L;
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
   p.q_tiles = (L.lq + attn::sm90::kBM - 1) / attn::sm90::kBM;
-  const int64_t blocks = p.q_tiles * L.heads * L.outer;
+  const int64_t items = p.q_tiles * L.heads * L.outer;
+  if (items == 0) return true;
   // Causal: every head's heaviest tiles first, while all K/V fit in L2 at once (at most 32 MB: the H200 has
   // 50); otherwise head by head. On the H200 the first order took L2048 from 0.79x to 0.94x PyTorch; at
   // 33.5 MB of K/V (L8192, 8 KV heads) it was 1-3% slower than head by head.
   const int64_t kv_bytes = 2 * L.lkv * L.d * 2 * (L.heads / L.gk) * L.outer;
   p.tiles_major = L.causal && kv_bytes <= (int64_t{32} << 20);
-  KILN_CHECK(blocks < (int64_t{1} << 31), "scaled_dot_product_attention: too many query tiles (", blocks, ")");
+  KILN_CHECK(items < (int64_t{1} << 31), "scaled_dot_product_attention: too many query tiles (", items, ")");
   // The operands must fit tensor maps (otherwise the mma.sync kernel runs).
   attn::sm90::TmaParams tp{};
-  if (!encode_operand(&tp.tq, &tp.q_slot, q.data_ptr(), q.dtype(), L, L.lq, L.q_row, L.hq, L.heads, L.bq) ||
-      !encode_operand(&tp.tk, &tp.k_slot, k.data_ptr(), q.dtype(), L, L.lkv, L.k_row, L.hk, L.heads / L.gk, L.bk) ||
-      !encode_operand(&tp.tv, &tp.v_slot, v.data_ptr(), q.dtype(), L, L.lkv, L.v_row, L.hv, L.heads / L.gv, L.bv))
+  const uint32_t kv_box = attn::sm90::kBN;
+  if (!encode_operand(&tp.tq, &tp.q_slot, q.data_ptr(), q.dtype(), L, L.lq, L.q_row, L.hq, L.heads, L.bq, 64) ||
+      !encode_operand(&tp.tk, &tp.k_slot, k.data_ptr(), q.dtype(), L, L.lkv, L.k_row, L.hk, L.heads / L.gk, L.bk,
+                      kv_box) ||
+      !encode_operand(&tp.tv, &tp.v_slot, v.data_ptr(), q.dtype(), L, L.lkv, L.v_row, L.hv, L.heads / L.gv, L.bv,
+                      kv_box))
     return false;
   tp.p = p;
+  tp.items = static_cast<int>(items);
+  // Persistent: one block per multiprocessor (shared memory allows one); items past the grid's first come from
+  // a device counter that starts at zero.
+  const int max_blocks = prefill_max_blocks() > 0 ? prefill_max_blocks() : multiprocessor_count(dev);
+  const int64_t blocks = std::min<int64_t>(items, max_blocks);
+  Tensor counter;
+  if (blocks < items) {
+    counter = empty({1}, DType::I32, out.device());
+    check(cudaMemsetAsync(counter.data_ptr(), 0, sizeof(int), stream), "scaled_dot_product_attention");
+    tp.next_item = static_cast<int*>(counter.data_ptr());
+  }
   auto go = [&](auto tag, auto d_const, auto causal_const) {
     using Tag = decltype(tag);
     constexpr int D = decltype(d_const)::value;
@@ -119,7 +135,8 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
     const size_t smem = attn::sm90::tma_smem_bytes(D);
     auto kernel = attn::sm90::flash_prefill_tma_kernel<Tag, D, C>;
     set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev, "scaled_dot_product_attention");
-    kernel<<<static_cast<unsigned>(blocks), attn::sm90::kThreads, smem, stream>>>(tp);
+    launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(attn::sm90::kThreads), smem, stream, dev,
+                     "scaled_dot_product_attention (flash prefill, sm_90a)", tp);
   };
   auto with_d = [&](auto tag) {
     auto with_causal = [&](auto d_const) {

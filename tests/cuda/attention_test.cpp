@@ -9,6 +9,7 @@
 // against the CPU's f64: rtol 1e-4, atol 5e-5.
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "kiln/nn.h"
@@ -52,46 +53,59 @@ Tensor sdpa_gpu(const Tensor& q, const Tensor& k, const Tensor& v, const std::op
 }
 
 // Each prefill kernel of the tensor-core path for a scope: the wgmma kernel (where this build and device have
-// it) and the mma.sync kernel.
-#if KILN_HAVE_CUDA
-using PrefillKernel = cuda::PrefillKernel;
-struct PrefillScope {
-  explicit PrefillScope(PrefillKernel k) : before(cuda::prefill_kernel()) { cuda::set_prefill_kernel(k); }
-  ~PrefillScope() { cuda::set_prefill_kernel(before); }
-  PrefillKernel before;
+// it) with its default grid and with a grid of 3 persistent blocks (so that every block takes many items in
+// turn from the device counter, its K/V ring and q buffers running on across them), and the mma.sync kernel.
+struct PrefillConfig {
+  bool mma;        // force the mma.sync kernel
+  int max_blocks;  // the wgmma kernel's grid limit (0: one block per multiprocessor)
 };
-std::vector<PrefillKernel> prefill_kernels() {
-  std::vector<PrefillKernel> ks{PrefillKernel::Mma};
-  if (cuda::wgmma_available(0)) {
-    ks.push_back(PrefillKernel::Auto);  // wgmma with TMA copies (where the operands fit tensor maps)
+std::string config_name(const PrefillConfig& c) {
+  return c.mma ? std::string("mma.sync") : str("auto (wgmma, max blocks ", c.max_blocks, ")");
+}
+#if KILN_HAVE_CUDA
+struct PrefillScope {
+  explicit PrefillScope(const PrefillConfig& c) : kernel(cuda::prefill_kernel()), blocks(cuda::prefill_max_blocks()) {
+    cuda::set_prefill_kernel(c.mma ? cuda::PrefillKernel::Mma : cuda::PrefillKernel::Auto);
+    cuda::set_prefill_max_blocks(c.max_blocks);
+  }
+  ~PrefillScope() {
+    cuda::set_prefill_kernel(kernel);
+    cuda::set_prefill_max_blocks(blocks);
+  }
+  cuda::PrefillKernel kernel;
+  int blocks;
+};
+std::vector<PrefillConfig> prefill_configs() {
+  std::vector<PrefillConfig> cs{{true, 0}};
+  if (cuda::wgmma_available(0)) {  // wgmma with TMA copies (where the operands fit tensor maps)
+    cs.push_back({false, 0});
+    cs.push_back({false, 3});
   } else {
     std::printf("[   NOTE   ] the wgmma prefill kernel is not available here (it needs an sm_90a build on a "
                 "device of compute capability 9.0)\n");
   }
-  return ks;
+  return cs;
 }
 #else
-enum class PrefillKernel { Auto, Mma };
 struct PrefillScope {
-  explicit PrefillScope(PrefillKernel) {}
+  explicit PrefillScope(const PrefillConfig&) {}
 };
-std::vector<PrefillKernel> prefill_kernels() { return {PrefillKernel::Mma}; }
+std::vector<PrefillConfig> prefill_configs() { return {{true, 0}}; }
 #endif
-const char* kernel_name(PrefillKernel k) { return k == PrefillKernel::Mma ? "mma.sync" : "auto (wgmma)"; }
 
 TEST(CudaAttention, FlashPrefillMatchesCpu) {
   KILN_REQUIRE_CUDA();
   const std::pair<int64_t, int64_t> lens[] = {{1, 1},     {17, 17},  {64, 64},  {100, 100}, {257, 257}, {33, 300},
                                               {300, 33},  {128, 200}, {5, 0},   {128, 128}, {129, 129}, {700, 700},
                                               {200, 1000}};
-  for (PrefillKernel kern : prefill_kernels()) {
+  for (const PrefillConfig& kern : prefill_configs()) {
     PrefillScope scope(kern);
     for (int64_t d : {64, 128}) {
       for (DType dt : {DType::BF16, DType::F16}) {
         for (auto [lq, lkv] : lens) {
           for (bool causal : {false, true}) {
             for (int64_t ratio : {1, 4}) {
-              SCOPED_TRACE(str(kernel_name(kern), " D ", d, " ", dtype_name(dt), " Lq ", lq, " Lkv ", lkv, " causal ",
+              SCOPED_TRACE(str(config_name(kern), " D ", d, " ", dtype_name(dt), " Lq ", lq, " Lkv ", lkv, " causal ",
                                causal, " gqa ", ratio));
               const int64_t b = 2, hq = 4, hkv = hq / ratio;
               const Tensor q = random_tensor({b, hq, lq, d}, dt), k = random_tensor({b, hkv, lkv, d}, dt);
@@ -109,10 +123,10 @@ TEST(CudaAttention, FlashPrefillMatchesCpu) {
 
 TEST(CudaAttention, FlashPrefillStridedAndBroadcastInputs) {
   KILN_REQUIRE_CUDA();
-  for (PrefillKernel kern : prefill_kernels()) {
+  for (const PrefillConfig& kern : prefill_configs()) {
     PrefillScope scope(kern);
     for (DType dt : {DType::BF16, DType::F16}) {
-      SCOPED_TRACE(str(kernel_name(kern), " ", dtype_name(dt)));
+      SCOPED_TRACE(str(config_name(kern), " ", dtype_name(dt)));
       // [B, L, H, D] buffers viewed as [B, H, L, D]: rows H * D apart (still 16-byte aligned: the tile path).
       const Tensor q = random_tensor({2, 70, 8, 128}, dt).transpose(1, 2);
       const Tensor k = random_tensor({2, 90, 2, 128}, dt).transpose(1, 2);
@@ -145,6 +159,40 @@ TEST(CudaAttention, FlashPrefillStridedAndBroadcastInputs) {
       const Tensor q3 = random_tensor({1, 2, 30, 128}, dt);
       const Tensor c3 = scaled_dot_product_attention(q3, k3, v3, std::nullopt, true);
       EXPECT_TRUE(all_close(sdpa_gpu(q3, k3, v3, std::nullopt, true, false, c3.sizes()), c3, tol(dt)));
+    }
+  }
+}
+
+// A captured prefill replayed on new inputs: the persistent kernel's item counter is reset inside the graph,
+// so every replay covers every query tile (a stale counter would leave NaN-poisoned rows or old outputs).
+TEST(CudaAttention, FlashPrefillGraphReplay) {
+  KILN_REQUIRE_CUDA();
+  for (const PrefillConfig& kern : prefill_configs()) {
+    PrefillScope scope(kern);
+    SCOPED_TRACE(config_name(kern));
+    const DType dt = DType::BF16;
+    const int64_t b = 2, hq = 8, hkv = 2, l = 300, d = 128;
+    Tensor q = zeros({b, hq, l, d}, dt, kGpu), k = zeros({b, hkv, l, d}, dt, kGpu), v = zeros({b, hkv, l, d}, dt, kGpu);
+    (void)scaled_dot_product_attention(q, k, v, std::nullopt, true, std::nullopt, true);  // one-time set-up
+    synchronize(kGpu);
+    Stream st = Stream::create(kGpu);
+    Graph g;
+    Tensor out;
+    g.capture(st, [&] { out = scaled_dot_product_attention(q, k, v, std::nullopt, true, std::nullopt, true); });
+    for (int rep = 0; rep < 3; ++rep) {
+      const Tensor qh = random_tensor({b, hq, l, d}, dt), kh = random_tensor({b, hkv, l, d}, dt);
+      const Tensor vh = random_tensor({b, hkv, l, d}, dt);
+      {
+        StreamGuard guard(st);
+        q.copy_(qh);
+        k.copy_(kh);
+        v.copy_(vh);
+        out.copy_(full(out.sizes(), NAN, dt, kGpu));
+      }
+      g.replay();
+      st.synchronize();
+      const Tensor cpu = scaled_dot_product_attention(qh, kh, vh, std::nullopt, true, std::nullopt, true);
+      EXPECT_TRUE(all_close(out.cpu(), cpu, tol(dt))) << "replay " << rep;
     }
   }
 }
