@@ -20,33 +20,12 @@ namespace am = attention_math;
 
 bool mult8(int64_t s) { return s % 8 == 0; }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// cuTensorMapEncodeTiled from the driver (through the runtime: no link against libcuda); null if missing.
-EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = []() -> EncodeTiled {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || f == nullptr) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-}
-
 // A [slots][rows][d] tensor map over one operand (16-bit elements, rows `row` apart): slot stride = the gcd
 // of the strides that move between its heads and batch entries, so every (batch, head) offset is a whole
 // number of slots. Boxes of 64 columns x box_rows rows land with the 128-byte swizzle; rows past `rows` read
 // as zero. False when the layout does not fit a map (negative strides, too many slots) or encoding fails.
 bool encode_operand(CUtensorMap* map, int64_t* slot, const void* base, DType dt, const am::Layout& L, int64_t rows,
                     int64_t row, int64_t head_stride, int64_t nheads, const int64_t* bstride, uint32_t box_rows) {
-  const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr) return false;
   int64_t g = 0, span = 0;
   auto add = [&](int64_t stride, int64_t count) {
     if (count <= 1 || stride == 0) return true;
@@ -61,17 +40,12 @@ bool encode_operand(CUtensorMap* map, int64_t* slot, const void* base, DType dt,
   if (g == 0) g = 8;  // one slot
   const int64_t slots = span / g + 1;
   if (g % 8 != 0 || row % 8 != 0 || slots >= (int64_t{1} << 31) || rows >= (int64_t{1} << 31)) return false;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(L.d), static_cast<cuuint64_t>(std::max<int64_t>(rows, 1)),
-                              static_cast<cuuint64_t>(slots)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row) * 2, static_cast<cuuint64_t>(g) * 2};
-  const cuuint32_t box[3] = {64, box_rows, 1};
-  const cuuint32_t estride[3] = {1, 1, 1};
-  const CUresult r = encode(map, dt == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                            3, const_cast<void*>(base), dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const uint64_t dims[3] = {static_cast<uint64_t>(L.d), static_cast<uint64_t>(std::max<int64_t>(rows, 1)),
+                            static_cast<uint64_t>(slots)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(row) * 2, static_cast<uint64_t>(g) * 2};
+  const bool ok = encode_tensor_map_3d(map, base, dt == DType::BF16, dims, strides, 64, box_rows);
   *slot = g;
-  return r == CUDA_SUCCESS;
+  return ok;
 }
 
 }  // namespace

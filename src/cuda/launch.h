@@ -2,6 +2,7 @@
 // sizing. Include from .cu files only.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -45,6 +46,13 @@ void set_max_dynamic_smem(const void* kernel, size_t bytes, int device, const ch
 // Whether the Hopper wgmma kernels can run on a device: this build has sm_90a code (KILN_HAVE_SM90A, from
 // CMAKE_CUDA_ARCHITECTURES) and the device has compute capability 9.0 (cached).
 bool wgmma_available(int device);
+
+// A TMA tensor map over a 16-bit (bf16 or f16) tensor of dims[2] x dims[1] x dims[0] elements (dims[0]
+// contiguous; strides[0] and strides[1] the byte strides of dims 1 and 2): boxes of box0 x box1 x 1 land in
+// shared memory with the 128-byte swizzle (box0 = 64: one 128-byte row), elements out of range read as zero.
+// False when the driver has no cuTensorMapEncodeTiled or rejects the layout (the caller takes another path).
+bool encode_tensor_map_3d(CUtensorMap* map, const void* base, bool bf16, const uint64_t dims[3],
+                          const uint64_t strides[2], uint32_t box0, uint32_t box1);
 
 // Blocks for a grid-stride loop over n items: enough to fill the device several times over, no more.
 inline unsigned grid_for(int64_t n, int threads, int device) {

@@ -148,6 +148,22 @@ TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
   }
 }
 
+// More product tiles than the GPU has multiprocessors (about 190 tiles of 128 x 256): on Hopper every block of
+// the persistent kernel takes several tiles in turn, its copy ring running on from one tile into the next;
+// an empty group, offsets short of M (zero rows), K not a multiple of the 64-wide step.
+TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  ForcePath force(GroupedMmPath::Tiled);
+  for (DType d : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const int64_t M = 3000, K = 136, N = 1300;
+    const std::vector<int32_t> ends = {500, 1200, 1200, 2500, 2990};
+    const Tensor a = rnd({M, K}, d, false);
+    const Tensor b = rnd({static_cast<int64_t>(ends.size()), N, K}, d, false).transpose(1, 2);
+    EXPECT_TRUE(check_gmm_views(a, b, from_vector<int32_t>(ends), std::nullopt, false, K));
+  }
+}
+
 // Misaligned and strided A (rows one element into a buffer, rows padded) and a misaligned weight slice:
 // the scalar paths.
 TEST(CudaGroupedMm, MisalignedAndStridedOperandsMatchCpu) {
