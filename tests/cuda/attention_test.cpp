@@ -53,8 +53,9 @@ Tensor sdpa_gpu(const Tensor& q, const Tensor& k, const Tensor& v, const std::op
 }
 
 // Each prefill kernel of the tensor-core path for a scope: the wgmma kernel (where this build and device have
-// it) with its default grid and with a grid of 3 persistent blocks (so that every block takes many items in
-// turn from the device counter, its K/V ring and q buffers running on across them), and the mma.sync kernel.
+// it) with its default grid and with grids of 3 and 5 persistent blocks (so that every block takes several
+// items in turn, from the device counter or in the fixed two-round order, its K/V ring and q buffers running
+// on across them), and the mma.sync kernel.
 struct PrefillConfig {
   bool mma;        // force the mma.sync kernel
   int max_blocks;  // the wgmma kernel's grid limit (0: one block per multiprocessor)
@@ -79,7 +80,8 @@ std::vector<PrefillConfig> prefill_configs() {
   std::vector<PrefillConfig> cs{{true, 0}};
   if (cuda::wgmma_available(0)) {  // wgmma with TMA copies (where the operands fit tensor maps)
     cs.push_back({false, 0});
-    cs.push_back({false, 3});
+    cs.push_back({false, 3});  // more than two rounds: items from the device counter
+    cs.push_back({false, 5});  // 6-10 items (one or two 128-row tiles of 8 heads): two rounds in a fixed order
   } else {
     std::printf("[   NOTE   ] the wgmma prefill kernel is not available here (it needs an sm_90a build on a "
                 "device of compute capability 9.0)\n");

@@ -5,7 +5,8 @@
 // Work item = 128 query rows of one (batch, head). Block = two math warpgroups (256 threads) + one copy warpgroup
 // (which gives up most of its registers to the math warpgroups: setmaxnreg).
 // The kernel is persistent: one block per multiprocessor takes items in turn, the first from its block
-// index and the rest from a device counter (zero at launch; without one, items blockIdx.x + k * gridDim.x),
+// index and the rest from a device counter (zero at launch) or, for at most two rounds, in a fixed order
+// (TmaParams::next_item),
 // so the next item's q and first K/V tiles are in flight while the current item ends, and no block pays a
 // launch, a barrier setup and an unhidden first copy per item.
 //
@@ -71,7 +72,10 @@ struct TmaParams {
   FlashParams p;
   int64_t q_slot, k_slot, v_slot;  // slot strides in elements
   int items;                       // q_tiles * heads * outer
-  int* next_item;                  // zero at launch: items past the grid's first are taken from it; or null
+  // Zero at launch: items past the grid's first are taken from it. Null: round r of block b takes item
+  // r * gridDim.x + b on even rounds and r * gridDim.x + gridDim.x - 1 - b on odd ones (heavy items pair
+  // with light ones; used for at most two rounds, where it balances as well as the counter).
+  int* next_item;
 };
 
 #ifndef KILN_PREFILL_PINGPONG
@@ -153,7 +157,10 @@ __global__ void __launch_bounds__(kThreads, 1) flash_prefill_tma_kernel(const __
     int64_t x = blockIdx.x;
     for (int n = 0;; ++n) {
       // The next item's index is fetched now and used at the end of this one.
-      const int64_t next = x >= tp.items ? x : tp.next_item ? gridDim.x + atomicAdd(tp.next_item, 1) : x + gridDim.x;
+      const int64_t round_next = int64_t{n + 1} * gridDim.x;
+      const int64_t next = x >= tp.items  ? x
+                           : tp.next_item ? gridDim.x + atomicAdd(tp.next_item, 1)
+                                          : round_next + ((n + 1) & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
       int tiles = 0, kslot = 0, vslot = 0;
       int64_t m0 = 0, qslot = 0;
       if (x < tp.items) {
