@@ -148,9 +148,8 @@ TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
   }
 }
 
-// More product tiles than the GPU has multiprocessors (about 190 tiles of 128 x 256): on Hopper every block of
-// the persistent kernel takes several tiles in turn, its copy ring running on from one tile into the next;
-// an empty group, offsets short of M (zero rows), K not a multiple of the 64-wide step.
+// More product tiles than the GPU has multiprocessors (about 300 tiles of 128 x 128, several waves), an empty
+// group, offsets short of M (zero rows), K not a multiple of the 64-wide step.
 TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
   KILN_REQUIRE_CUDA();
   ForcePath force(GroupedMmPath::Tiled);
@@ -530,12 +529,14 @@ void check_moe_fp8(int64_t T, int64_t H, int64_t I, int64_t E, int64_t k, int64_
   const Tensor expect = from_vector<double>(ref).view({T, H}).to(d);
   // Beyond the output rounding: f32 accumulation order (it differs between the kernels), and the rare h
   // whose f32 value sits on the other side of a rounding boundary than the double: one ulp of h (|h| up to
-  // ~4 here: 4e-3 in f16, 3e-2 in bf16) times a down weight (|w| <= 0.4), for a handful of elements.
+  // ~4 here: 4e-3 in f16, 3e-2 in bf16) times a down weight (|w| <= 0.4). One such h moves every output of
+  // its token, so up to 1% of the elements may take the wider bound (with T = 1 a single flip put 4 of 2048
+  // elements past the strict one on the H200); every element stays within it.
   const test::Tolerance tol = d == DType::F32 ? test::Tolerance{2e-5, 2e-5}
                               : d == DType::F16 ? test::Tolerance{2e-3, 2e-4}
                                                 : test::Tolerance{1.6e-2, 2e-3};
   const test::Tolerance flip = d == DType::F16 ? test::Tolerance{2e-3, 2e-3} : test::Tolerance{1.6e-2, 1.6e-2};
-  EXPECT_TRUE(test::all_close_but_few(out.to(kCPU), expect, tol, d == DType::F32 ? tol : flip, 1e-3));
+  EXPECT_TRUE(test::all_close_but_few(out.to(kCPU), expect, tol, d == DType::F32 ? tol : flip, 1e-2));
   // The dequantised experts equal the CPU's value x scale exactly (f32).
   auto [gd, dd] = dequantize_fp8_experts(e, DType::F32);
   EXPECT_TRUE(test::equal(gd.cpu(), dequant_cpu(gu.cpu(), gus.cpu(), bn, bk)));
