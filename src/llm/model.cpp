@@ -156,14 +156,21 @@ Tensor Model::forward(const Tensor& ids, int64_t start, bool all_logits, Trace* 
 }
 
 namespace {
-// Makes the model's stream current on CUDA (nothing on the CPU). When it ends, the stream that was current
-// before waits on the device for the model's work, so tensors the model returns (logits) are ready for the
-// caller's own ops and copies.
+// Makes the model's stream current on CUDA (nothing on the CPU). It first waits on the device for the work
+// already enqueued on the caller's stream: the weights' uploads (load_model copies on the caller's stream,
+// and the model's stream is non-blocking, so nothing else orders them) and any input the caller wrote. When
+// it ends, the caller's stream waits for the model's work, so tensors the model returns (logits) are ready
+// for the caller's own ops and copies.
 struct OnModelStream {
   OnModelStream(const Device& d, const Stream& s) {
     if (!d.is_cuda()) return;
     model = s;
     caller = current_stream(d);
+    if (!(caller == model)) {
+      Event ready;
+      ready.record(caller);
+      ready.wait(model);
+    }
     guard.emplace(s);
   }
   ~OnModelStream() {
