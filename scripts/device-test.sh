@@ -56,6 +56,22 @@ release() {
   done
   tar czf "$OUT/test-logs.tgz" -C "$OUT" tests && rm -rf "$logs"
   (cd "$BUILD" && ctest --output-on-failure -R "^(cli_|KilnBench)" --timeout 300) >> "$OUT/ctest.log" 2>&1 || failed+=("ctest cli")
+  # Concurrency: six processes of the CUDA golden-model tests at once, four rounds each. GPU time-slicing
+  # delays copies and kernels, which exposes missing stream ordering (the model's stream once read weights
+  # whose uploads, on the caller's stream, had not landed: every model failed this way).
+  if [ -x "$BUILD/tests/kiln_llm_tests" ]; then
+    local cdir="$OUT/concurrent"
+    mkdir -p "$cdir"
+    for i in 1 2 3 4 5 6; do
+      timeout 120 "$BUILD/tests/kiln_llm_tests" --gtest_filter='*Golden.Cuda*' --gtest_repeat=4 > "$cdir/$i.log" 2>&1 &
+    done
+    wait
+    local cfail=$(cat "$cdir"/*.log | grep -cE '^\[  FAILED  \] Models.*\(')
+    local crun=$(cat "$cdir"/*.log | grep -cE '^\[       OK \] Models|^\[  FAILED  \] Models.*\(')
+    echo "== concurrent golden tests (6 processes x 4 rounds): $cfail of $crun model runs failed" >> "$OUT/ctest.log"
+    [ "$cfail" -eq 0 ] || { failed+=("concurrent golden tests"); grep -h -A3 "Failure" "$cdir"/*.log | head -20 >> "$OUT/ctest.log"; }
+    rm -rf "$cdir"
+  fi
   grep -E "^== " "$OUT/ctest.log"
   [ ${#failed[@]} -eq 0 ] || rc=1
   summary+=("tests rc=$rc, failing: ${failed[*]:-none}")
