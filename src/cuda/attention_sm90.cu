@@ -94,7 +94,8 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
   tp.items = static_cast<int>(items);
   // Persistent: one block per multiprocessor (shared memory allows one); items past the grid's first come from
   // a device counter that starts at zero, or for at most two rounds in a fixed order.
-  const int max_blocks = prefill_max_blocks() > 0 ? prefill_max_blocks() : multiprocessor_count(dev);
+  const int limit = prefill_max_blocks();  // read once: another thread may change it
+  const int max_blocks = limit > 0 ? limit : multiprocessor_count(dev);
   const int64_t blocks = std::min<int64_t>(items, max_blocks);
   Tensor counter;
   if (blocks * 2 < items) {  // up to two rounds the fixed order needs no counter (and no memset before the launch)

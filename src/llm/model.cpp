@@ -61,7 +61,14 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
   }
   // The model's work runs on a stream of its own: graph capture needs a created stream, and one stream for
   // prefill, decode and sampling keeps them ordered without events.
-  if (dev.is_cuda()) s_->stream = Stream::create(dev);
+  if (dev.is_cuda()) {
+    s_->stream = Stream::create(dev);
+    // The weights were uploaded on this thread's current stream: the model's stream waits for them once here,
+    // so calls from another thread (whose current stream is another) see them too.
+    Event loaded;
+    loaded.record(current_stream(dev));
+    loaded.wait(s_->stream);
+  }
   reset();
 }
 
