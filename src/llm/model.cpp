@@ -60,7 +60,7 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
     }
   }
   // The model's work runs on a stream of its own: graph capture needs a created stream, and one stream for
-  // prefill, decode and sampling keeps them ordered without events.
+  // prefill, decode and sampling keeps them ordered among themselves (events order it with other streams).
   if (dev.is_cuda()) {
     s_->stream = Stream::create(dev);
     // The weights were uploaded on this thread's current stream: the model's stream waits for them once here,
