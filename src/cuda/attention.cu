@@ -16,6 +16,7 @@
 #include "cuda/device_error.h"
 #include "cuda/kernels/attention_general.cuh"
 #include "cuda/kernels/decode_attention.cuh"
+#include "cuda/kernels/decode_attention_sm90.cuh"
 #include "cuda/kernels/flash_attention.cuh"
 #include "cuda/launch.h"
 #include "kiln/ops.h"
@@ -38,13 +39,17 @@ DecodeTuning tuning_from_env() {
     KILN_CHECK(eq != std::string::npos, "KILN_DECODE_TUNING: expected key=value items, got \"", item, "\"");
     const std::string key = item.substr(0, eq);
     const int val = std::atoi(item.c_str() + eq + 1);
+    const std::string text = item.substr(eq + 1);
     if (key == "keys") t.min_split_keys = val;
     else if (key == "bps") t.blocks_per_sm = val;
-    else throw Error(str("KILN_DECODE_TUNING: unknown key \"", key, "\" (keys, bps)"));
+    else if (key == "blocks") t.max_blocks = val;
+    else if (key == "kernel" && (text == "mma" || text == "auto"))
+      t.kernel = text == "mma" ? DecodeKernel::Mma : DecodeKernel::Auto;
+    else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=auto|mma)"));
     pos = end + 1;
   }
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1,
-             "KILN_DECODE_TUNING: keys must be a positive multiple of 64 and bps positive, got \"",
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0,
+             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive and blocks >= 0, got \"",
              spec, "\"");
   return t;
 }
@@ -175,15 +180,35 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   // 16-byte q loads: contiguous channels, every row start a multiple of 8 elements, an aligned base.
   p.q_vec = L.q_col == 1 && aligned16(q.data_ptr()) && mult8(L.q_row) && (L.heads == 1 || mult8(L.hq)) &&
             (L.outer == 1 || mult8(L.bq[0]));
-  // Splits: about tuning.blocks_per_sm blocks per multiprocessor over all (sequence, KV head, row tile), at
-  // most one per tuning.min_split_keys keys of the cache. Sized by Lmax; the kernel divides the current
-  // length (on the device) among them, so a short context leaves the later splits empty.
+  // Splits: at most one per tuning.min_split_keys keys of the cache. Sized by Lmax; the kernels divide the
+  // current length (on the device) among them, so a short context leaves the later splits empty.
   const DecodeTuning tune = decode_tuning();
   const int64_t base = b * hkv * row_tiles;
   const int64_t sms = multiprocessor_count(dev.index);
-  const int64_t max_splits = std::max<int64_t>(1, (L.lkv + tune.min_split_keys - 1) / tune.min_split_keys);
-  p.splits = static_cast<int>(std::clamp<int64_t>((tune.blocks_per_sm * sms + base - 1) / base, 1,
-                                                  std::min<int64_t>(max_splits, attn::kMaxSplits)));
+  const int64_t max_splits = std::clamp<int64_t>((L.lkv + tune.min_split_keys - 1) / tune.min_split_keys, 1,
+                                                 attn::kMaxSplits);
+  // The bulk-copy kernel (Hopper) needs q rows it can copy whole (p.q_vec).
+  const bool bulk = tune.kernel == DecodeKernel::Auto && p.q_vec && wgmma_available(dev.index);
+  int64_t blocks = 0;
+  if (bulk) {
+    // Persistent grid of `blocks`; the split count minimises the rounds of items times an item's tiles
+    // (plus about one tile's time for its q, merge and partial) at the full length.
+    blocks = tune.max_blocks > 0 ? std::min<int64_t>(tune.max_blocks, sms) : sms;
+    const int64_t tph = (L.lkv + attn::kTileKeys - 1) / attn::kTileKeys;
+    int64_t best = 1, best_cost = -1;
+    for (int64_t s = 1; s <= std::min(max_splits, std::max<int64_t>(tph, 1)); ++s) {
+      const int64_t per = (L.lkv + s - 1) / s, ctiles = (per + attn::kTileKeys - 1) / attn::kTileKeys;
+      const int64_t used = ctiles > 0 ? (L.lkv + ctiles * attn::kTileKeys - 1) / (ctiles * attn::kTileKeys) : 1;
+      const int64_t cost = (base * used + blocks - 1) / blocks * (ctiles + 1);
+      if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
+    }
+    p.splits = static_cast<int>(best);
+    if (base * p.splits >= (int64_t{1} << 31)) return false;
+    blocks = std::min<int64_t>(blocks, base * p.splits);
+  } else {
+    // About tuning.blocks_per_sm blocks per multiprocessor over all (sequence, KV head, row tile).
+    p.splits = static_cast<int>(std::clamp<int64_t>((tune.blocks_per_sm * sms + base - 1) / base, 1, max_splits));
+  }
   const int64_t out_rows = b * hq * L.lq;
   Tensor scratch;  // the partials of the split combine through global memory
   if (p.splits > 1) {
@@ -200,10 +225,20 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
     using Tag = decltype(tag);
     auto go = [&](auto d_const) {
       constexpr int D = decltype(d_const)::value;
-      const size_t smem = static_cast<size_t>(attn::decode_smem_elems<D>()) * sizeof(uint16_t);
-      auto kernel = attn::decode_attention_kernel<Tag, D>;
-      set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev.index, "decode_attention");
-      launch_dependent(kernel, grid, dim3(attn::kThreads), smem, stream, dev.index, "decode_attention", p);
+      if (bulk) {
+        namespace d90 = attn::dec90;
+        const d90::Params tp{p, static_cast<int>(base * p.splits), static_cast<int>(hkv * row_tiles)};
+        const size_t smem = d90::smem_bytes<D>();
+        auto kernel = d90::decode_attention_bulk_kernel<Tag, D>;
+        set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev.index, "decode_attention");
+        launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(d90::kThreads), smem, stream, dev.index,
+                         "decode_attention", tp);
+      } else {
+        const size_t smem = static_cast<size_t>(attn::decode_smem_elems<D>()) * sizeof(uint16_t);
+        auto kernel = attn::decode_attention_kernel<Tag, D>;
+        set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev.index, "decode_attention");
+        launch_dependent(kernel, grid, dim3(attn::kThreads), smem, stream, dev.index, "decode_attention", p);
+      }
       check_launch("decode_attention");
       if (p.splits == 1) return;
       // The splits folded by one block per output row, launched as a dependent of the decode kernel.
@@ -266,8 +301,9 @@ void set_prefill_max_blocks(int n) {
 }
 
 void set_decode_tuning(const DecodeTuning& t) {
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1,
-             "set_decode_tuning: min_split_keys must be a positive multiple of 64 and blocks_per_sm positive");
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0,
+             "set_decode_tuning: min_split_keys must be a positive multiple of 64, blocks_per_sm positive and "
+             "max_blocks >= 0");
   std::lock_guard<std::mutex> lock(tuning_mu());
   tuning_ref() = t;
 }

@@ -280,18 +280,28 @@ struct TuningScope {
   ~TuningScope() { cuda::set_decode_tuning(before); }
   Tuning before;
 };
+using cuda::DecodeKernel;
 #else
+enum class DecodeKernel { Auto, Mma };
 struct Tuning {
   int min_split_keys, blocks_per_sm;
+  DecodeKernel kernel;
+  int max_blocks;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
-// The default, longer splits, and fewer blocks (so fewer splits).
-const Tuning kTunings[] = {{64, 2}, {256, 1}, {64, 1}};
+// The default (on Hopper the bulk-copy kernel); longer splits on a persistent grid of three blocks (each
+// block takes many items, its ring running on from one into the next); the cp.async kernel by default and
+// with fewer blocks (so fewer splits).
+const Tuning kTunings[] = {{64, 2, DecodeKernel::Auto, 0},
+                           {256, 1, DecodeKernel::Auto, 3},
+                           {64, 2, DecodeKernel::Mma, 0},
+                           {64, 1, DecodeKernel::Mma, 0}};
 std::string tuning_name(const Tuning& t) {
-  return str("keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM");
+  return str(t.kernel == DecodeKernel::Mma ? "cp.async kernel" : "default kernel", ", keys ", t.min_split_keys, ", ",
+             t.blocks_per_sm, " blocks/SM, ", t.max_blocks, " blocks");
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
@@ -320,6 +330,31 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
   // f32 caches and unaligned caches take the general kernel.
   check_decode({2, 8, 2, 64, 300, {300, 7}}, DType::F32, 3);
   check_decode({2, 8, 2, 128, 300, {300, 7}}, DType::BF16, 2, true);
+}
+
+// Cache rows past each sequence's length hold NaN and inf (a cache that was never written there): no kernel
+// may let them reach the output, whatever the split and tile boundaries.
+TEST(CudaDecodeAttention, CachePastTheLengthIsNeverRead) {
+  KILN_REQUIRE_CUDA();
+  for (const Tuning& tune : kTunings)
+  for (DType dt : {DType::BF16, DType::F16}) {
+    TuningScope scope(tune);
+    SCOPED_TRACE(str(dtype_name(dt), ", ", tuning_name(tune)));
+    const int64_t b = 3, hq = 16, hkv = 2, d = 128, lmax = 3000;
+    const std::vector<int32_t> lens = {2999, 130, 1};
+    Tensor kc = random_tensor({b, hkv, lmax, d}, dt), vc = random_tensor({b, hkv, lmax, d}, dt);
+    for (int64_t i = 0; i < b; ++i) {
+      kc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(NAN);
+      vc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(INFINITY);
+    }
+    for (int64_t lq : {1, 3}) {
+      const Tensor q = random_tensor({b, hq, lq, d}, dt);
+      const Tensor cpu = decode_attention(q, kc, vc, from_vector<int32_t>(lens));
+      poison_next(cpu.sizes(), dt);
+      const Tensor got = decode_attention(q.to(kGpu), kc.to(kGpu), vc.to(kGpu), from_vector<int32_t>(lens).to(kGpu)).cpu();
+      EXPECT_TRUE(all_close(got, cpu, tol(dt))) << "Lq " << lq;
+    }
+  }
 }
 
 TEST(CudaDecodeAttention, DecodeKernelEqualsPrefillOnTheSameData) {

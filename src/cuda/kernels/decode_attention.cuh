@@ -40,6 +40,71 @@ constexpr int decode_smem_elems() {
   return (16 + 2 * kDecodeStages * kTileKeys) * (D + kPad);
 }
 
+// The four warps' states of one 16-row tile (warp w of the block held keys 16w..16w+15 of every tile)
+// merged through shared memory and stored: the output itself with one split, else the split's f32
+// partial (o, max, sum). `scratch` holds 4 x 16 x D + 128 floats that no warp reads any more once
+// `sync` (a barrier over the four warps, threads 0..127) has passed; every thread of the four warps calls.
+template <class Tag, int D, class Sync>
+__device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float* scratch, const DecodeParams& p,
+                                                   int nrows, int row0, int b, int hk, int split, Sync sync) {
+  const am::Layout& L = p.L;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  sync();
+  float* red_o = scratch;            // [4][16][D]
+  float* red_m = red_o + 4 * 16 * D;  // [4][16]
+  float* red_l = red_m + 4 * 16;      // [4][16]
+  const int t4 = lane % 4;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int row = lane / 4 + 8 * rr;
+    if (row >= nrows) continue;
+    if (t4 == 0) {
+      red_m[warp * 16 + row] = st.m[rr];
+      red_l[warp * 16 + row] = st.l[rr];
+    }
+#pragma unroll
+    for (int nn = 0; nn < D / 8; ++nn)
+      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + 8 * nn + 2 * t4) =
+          make_float2(st.o[nn][2 * rr], st.o[nn][2 * rr + 1]);
+  }
+  sync();
+  constexpr int kQuads = D / 4;  // float4 pieces per row
+  const int group = static_cast<int>(L.gk);
+  for (int i = tid; i < nrows * kQuads; i += kThreads) {
+    const int rr = i / kQuads, c = (i % kQuads) * 4;
+    float mw[4], mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      mw[w] = red_m[w * 16 + rr];
+      mx = fmaxf(mx, mw[w]);
+    }
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float lsum = 0.f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float f = mw[w] == -INFINITY ? 0.f : exp2f(mw[w] - mx);
+      const float4 o = *reinterpret_cast<const float4*>(red_o + (w * 16 + rr) * D + c);
+      acc.x += o.x * f;
+      acc.y += o.y * f;
+      acc.z += o.z * f;
+      acc.w += o.w * f;
+      lsum += red_l[w * 16 + rr] * f;
+    }
+    const int row = row0 + rr, g = p.lq == 1 ? row : row / p.lq, t = row - g * p.lq;
+    const int64_t out_row = (static_cast<int64_t>(b) * L.heads + static_cast<int64_t>(hk) * group + g) * p.lq + t;
+    if (p.splits == 1) {
+      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // no visible key: 0
+      uint2 packed;
+      packed.x = Mma<Tag>::pack(acc.x * inv, acc.y * inv);
+      packed.y = Mma<Tag>::pack(acc.z * inv, acc.w * inv);
+      *reinterpret_cast<uint2*>(p.out + out_row * D + c) = packed;
+    } else {
+      *reinterpret_cast<float4*>(p.part_o + (out_row * p.splits + split) * D + c) = acc;
+      if (c == 0) p.part_ml[out_row * p.splits + split] = make_float2(mx, lsum);
+    }
+  }
+}
+
 // Decode: grid (split, KV head x row tile, sequence). A block serves 16 rows of one KV group, rows being the
 // group's G = Hq / Hkv query heads times Lq queries (row = g * Lq + t), so K and V are read once for all of
 // them. Its keys are [split * chunk, ...), chunk from the sequence's current length (read here: the grid is
@@ -161,61 +226,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
   cp_async_wait<0>();  // no copy may land in the merge buffers (copies past the last tile are empty groups)
   finish_l<D>(st);
 
-  // Merge the four warps through shared memory (within the ring, after every warp has left it): each warp
-  // writes its max, sum and accumulator for the real rows; then every thread folds 4 channels of a row.
-  __syncthreads();
-  float* red_o = reinterpret_cast<float*>(ks);  // [4][16][D]
-  float* red_m = red_o + 4 * 16 * D;            // [4][16]
-  float* red_l = red_m + 4 * 16;                // [4][16]
-  const int t4 = lane % 4;
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int row = lane / 4 + 8 * rr;
-    if (row >= nrows) continue;
-    if (t4 == 0) {
-      red_m[warp * 16 + row] = st.m[rr];
-      red_l[warp * 16 + row] = st.l[rr];
-    }
-#pragma unroll
-    for (int nn = 0; nn < D / 8; ++nn)
-      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + 8 * nn + 2 * t4) =
-          make_float2(st.o[nn][2 * rr], st.o[nn][2 * rr + 1]);
-  }
-  __syncthreads();
-  constexpr int kQuads = D / 4;  // float4 pieces per row
-  for (int i = tid; i < nrows * kQuads; i += kThreads) {
-    const int rr = i / kQuads, c = (i % kQuads) * 4;
-    float mw[4], mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      mw[w] = red_m[w * 16 + rr];
-      mx = fmaxf(mx, mw[w]);
-    }
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float lsum = 0.f;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float f = mw[w] == -INFINITY ? 0.f : exp2f(mw[w] - mx);
-      const float4 o = *reinterpret_cast<const float4*>(red_o + (w * 16 + rr) * D + c);
-      acc.x += o.x * f;
-      acc.y += o.y * f;
-      acc.z += o.z * f;
-      acc.w += o.w * f;
-      lsum += red_l[w * 16 + rr] * f;
-    }
-    const int row = row0 + rr, g = p.lq == 1 ? row : row / p.lq, t = row - g * p.lq;
-    const int64_t out_row = (static_cast<int64_t>(b) * L.heads + static_cast<int64_t>(hk) * group + g) * p.lq + t;
-    if (p.splits == 1) {
-      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // no visible key: 0
-      uint2 packed;
-      packed.x = Mma<Tag>::pack(acc.x * inv, acc.y * inv);
-      packed.y = Mma<Tag>::pack(acc.z * inv, acc.w * inv);
-      *reinterpret_cast<uint2*>(p.out + out_row * D + c) = packed;
-    } else {
-      *reinterpret_cast<float4*>(p.part_o + (out_row * p.splits + split) * D + c) = acc;
-      if (c == 0) p.part_ml[out_row * p.splits + split] = make_float2(mx, lsum);
-    }
-  }
+  // Merge the four warps through shared memory, within the ring (no copy is in flight any more).
+  decode_merge_store<Tag, D>(st, reinterpret_cast<float*>(ks), p, nrows, row0, b, hk, split, [] { __syncthreads(); });
 }
 
 // The splits of decode_attention_kernel folded: one block per output row (contiguous [rows, D]), warp w
