@@ -203,7 +203,7 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
       if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
     }
     p.splits = static_cast<int>(best);
-    if (base * p.splits >= (int64_t{1} << 31)) return false;
+    if (base * p.splits + blocks >= (int64_t{1} << 31)) return false;  // the kernel's item loop stays in int
     blocks = std::min<int64_t>(blocks, base * p.splits);
   } else {
     // About tuning.blocks_per_sm blocks per multiprocessor over all (sequence, KV head, row tile).

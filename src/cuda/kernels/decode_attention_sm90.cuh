@@ -26,7 +26,7 @@ constexpr int kThreads = kMath + 32;    // and the copy warp
 // Ring stages: as many padded 64-key K+V tiles as fit next to the two q buffers in 227 KB.
 template <int D>
 constexpr int stages() {
-  return D == 128 ? 6 : 11;
+  return D == 128 ? 6 : 12;
 }
 template <int D>
 constexpr uint32_t stage_bytes() {
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_bulk_kernel(cons
       for (int t = 0; t < it.tiles; ++t, ++tile) {
         const uint32_t s = tile % S, bar = full + 8 * s;
         mbar_wait(empty + 8 * s, ((tile / S) & 1) ^ 1);
-        if (lane == 0) mbar_expect_tx(bar, kStage);
+        if (lane == 0) mbar_expect_tx(bar, 2 * kTileKeys * kRowBytes);  // the rows, not their padding
         __syncwarp();
         const int k0 = it.kb + t * kTileKeys;
         const uint32_t dst = base + s * kStage;
