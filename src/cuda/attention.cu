@@ -43,9 +43,9 @@ DecodeTuning tuning_from_env() {
     if (key == "keys") t.min_split_keys = val;
     else if (key == "bps") t.blocks_per_sm = val;
     else if (key == "blocks") t.max_blocks = val;
-    else if (key == "kernel" && (text == "mma" || text == "auto"))
-      t.kernel = text == "mma" ? DecodeKernel::Mma : DecodeKernel::Auto;
-    else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=auto|mma)"));
+    else if (key == "kernel" && (text == "cp.async" || text == "bulk"))
+      t.kernel = text == "bulk" ? DecodeKernel::Bulk : DecodeKernel::CpAsync;
+    else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|bulk)"));
     pos = end + 1;
   }
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0,
@@ -187,8 +187,8 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   const int64_t sms = multiprocessor_count(dev.index);
   const int64_t max_splits = std::clamp<int64_t>((L.lkv + tune.min_split_keys - 1) / tune.min_split_keys, 1,
                                                  attn::kMaxSplits);
-  // The bulk-copy kernel (Hopper) needs q rows it can copy whole (p.q_vec).
-  const bool bulk = tune.kernel == DecodeKernel::Auto && p.q_vec && wgmma_available(dev.index);
+  // The bulk-copy kernel (Hopper, opt-in) needs q rows it can copy whole (p.q_vec).
+  const bool bulk = tune.kernel == DecodeKernel::Bulk && p.q_vec && wgmma_available(dev.index);
   int64_t blocks = 0;
   if (bulk) {
     // Persistent grid of `blocks`; the split count minimises the rounds of items times an item's tiles

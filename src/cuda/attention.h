@@ -21,16 +21,18 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 // launched as a dependent.
 //   min_split_keys    at least this many keys per split (a multiple of 64);
 //   blocks_per_sm     the grid aims at this many blocks per multiprocessor (two fit, by shared memory).
-//   kernel            Auto: on compute capability 9.0 (with q rows in 16-byte pieces) the bulk-copy kernel
-//                     (kernels/decode_attention_sm90.cuh), else the cp.async kernel; Mma forces the latter;
+//   kernel            CpAsync (the default): kernels/decode_attention.cuh; Bulk: the Hopper bulk-copy kernel
+//                     (kernels/decode_attention_sm90.cuh; compute capability 9.0 and q rows in 16-byte pieces,
+//                     else CpAsync), correct but 1.6-3.4x slower on the H200 (its per-row copies), kept as the
+//                     frame of a tensor-map version;
 //   max_blocks        the bulk-copy kernel's persistent grid: at most this many blocks (0: one per
 //                     multiprocessor); blocks_per_sm applies to the cp.async kernel only.
-// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="keys=64,bps=2,kernel=mma,blocks=8".
-enum class DecodeKernel { Auto, Mma };
+// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="keys=64,bps=2,kernel=bulk,blocks=8".
+enum class DecodeKernel { CpAsync, Bulk };
 struct DecodeTuning {
   int min_split_keys = 64;
   int blocks_per_sm = 2;
-  DecodeKernel kernel = DecodeKernel::Auto;
+  DecodeKernel kernel = DecodeKernel::CpAsync;
   int max_blocks = 0;
 };
 DecodeTuning decode_tuning();

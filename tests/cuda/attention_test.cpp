@@ -282,7 +282,7 @@ struct TuningScope {
 };
 using cuda::DecodeKernel;
 #else
-enum class DecodeKernel { Auto, Mma };
+enum class DecodeKernel { CpAsync, Bulk };
 struct Tuning {
   int min_split_keys, blocks_per_sm;
   DecodeKernel kernel;
@@ -292,15 +292,16 @@ struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
-// The default (on Hopper the bulk-copy kernel); longer splits on a persistent grid of three blocks (each
-// block takes many items, its ring running on from one into the next); the cp.async kernel by default and
-// with fewer blocks (so fewer splits).
-const Tuning kTunings[] = {{64, 2, DecodeKernel::Auto, 0},
-                           {256, 1, DecodeKernel::Auto, 3},
-                           {64, 2, DecodeKernel::Mma, 0},
-                           {64, 1, DecodeKernel::Mma, 0}};
+// The default; longer splits; fewer blocks (so fewer splits); the bulk-copy kernel (Hopper) by default and
+// on a persistent grid of three blocks (each block takes many items, its ring running on from one into the
+// next).
+const Tuning kTunings[] = {{64, 2, DecodeKernel::CpAsync, 0},
+                           {256, 1, DecodeKernel::CpAsync, 0},
+                           {64, 1, DecodeKernel::CpAsync, 0},
+                           {64, 2, DecodeKernel::Bulk, 0},
+                           {256, 1, DecodeKernel::Bulk, 3}};
 std::string tuning_name(const Tuning& t) {
-  return str(t.kernel == DecodeKernel::Mma ? "cp.async kernel" : "default kernel", ", keys ", t.min_split_keys, ", ",
+  return str(t.kernel == DecodeKernel::Bulk ? "bulk-copy kernel" : "cp.async kernel", ", keys ", t.min_split_keys, ", ",
              t.blocks_per_sm, " blocks/SM, ", t.max_blocks, " blocks");
 }
 
