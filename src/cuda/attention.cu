@@ -43,9 +43,9 @@ DecodeTuning tuning_from_env() {
     if (key == "keys") t.min_split_keys = val;
     else if (key == "bps") t.blocks_per_sm = val;
     else if (key == "blocks") t.max_blocks = val;
-    else if (key == "kernel" && (text == "cp.async" || text == "bulk"))
-      t.kernel = text == "bulk" ? DecodeKernel::Bulk : DecodeKernel::CpAsync;
-    else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|bulk)"));
+    else if (key == "kernel" && (text == "cp.async" || text == "tma"))
+      t.kernel = text == "tma" ? DecodeKernel::Tma : DecodeKernel::CpAsync;
+    else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma)"));
     pos = end + 1;
   }
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0,
@@ -187,10 +187,12 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   const int64_t sms = multiprocessor_count(dev.index);
   const int64_t max_splits = std::clamp<int64_t>((L.lkv + tune.min_split_keys - 1) / tune.min_split_keys, 1,
                                                  attn::kMaxSplits);
-  // The bulk-copy kernel (Hopper, opt-in) needs q rows it can copy whole (p.q_vec).
-  const bool bulk = tune.kernel == DecodeKernel::Bulk && p.q_vec && wgmma_available(dev.index);
+  // The TMA kernel (Hopper, opt-in) needs q rows it can copy whole (p.q_vec) and caches that fit tensor maps.
+  attn::dec90::Params tp{};
+  const bool tma = tune.kernel == DecodeKernel::Tma && p.q_vec && wgmma_available(dev.index) &&
+                   encode_decode_maps(&tp.tk, &tp.k_slot, &tp.tv, &tp.v_slot, k, v, L);
   int64_t blocks = 0;
-  if (bulk) {
+  if (tma) {
     // Persistent grid of `blocks`; the split count minimises the rounds of items times an item's tiles
     // (plus about one tile's time for its q, merge and partial) at the full length.
     blocks = tune.max_blocks > 0 ? std::min<int64_t>(tune.max_blocks, sms) : sms;
@@ -225,11 +227,13 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
     using Tag = decltype(tag);
     auto go = [&](auto d_const) {
       constexpr int D = decltype(d_const)::value;
-      if (bulk) {
+      if (tma) {
         namespace d90 = attn::dec90;
-        const d90::Params tp{p, static_cast<int>(base * p.splits), static_cast<int>(hkv * row_tiles)};
+        tp.p = p;
+        tp.items = static_cast<int>(base * p.splits);
+        tp.head_rows = static_cast<int>(hkv * row_tiles);
         const size_t smem = d90::smem_bytes<D>();
-        auto kernel = d90::decode_attention_bulk_kernel<Tag, D>;
+        auto kernel = d90::decode_attention_tma_kernel<Tag, D>;
         set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev.index, "decode_attention");
         launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(d90::kThreads), smem, stream, dev.index,
                          "decode_attention", tp);

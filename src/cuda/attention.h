@@ -21,14 +21,13 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 // launched as a dependent.
 //   min_split_keys    at least this many keys per split (a multiple of 64);
 //   blocks_per_sm     the grid aims at this many blocks per multiprocessor (two fit, by shared memory).
-//   kernel            CpAsync (the default): kernels/decode_attention.cuh; Bulk: the Hopper bulk-copy kernel
-//                     (kernels/decode_attention_sm90.cuh; compute capability 9.0 and q rows in 16-byte pieces,
-//                     else CpAsync), correct but 1.6-3.4x slower on the H200 (its per-row copies), kept as the
-//                     frame of a tensor-map version;
-//   max_blocks        the bulk-copy kernel's persistent grid: at most this many blocks (0: one per
+//   kernel            CpAsync (the default): kernels/decode_attention.cuh; Tma: the Hopper TMA kernel
+//                     (kernels/decode_attention_sm90.cuh; compute capability 9.0, q rows in 16-byte pieces
+//                     and caches that fit tensor maps, else CpAsync), opt-in until measured faster;
+//   max_blocks        the TMA kernel's persistent grid: at most this many blocks (0: one per
 //                     multiprocessor); blocks_per_sm applies to the cp.async kernel only.
-// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="keys=64,bps=2,kernel=bulk,blocks=8".
-enum class DecodeKernel { CpAsync, Bulk };
+// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8".
+enum class DecodeKernel { CpAsync, Tma };
 struct DecodeTuning {
   int min_split_keys = 64;
   int blocks_per_sm = 2;

@@ -50,6 +50,13 @@ bool encode_operand(CUtensorMap* map, int64_t* slot, const void* base, DType dt,
 
 }  // namespace
 
+bool encode_decode_maps(CUtensorMap* tk, int64_t* k_slot, CUtensorMap* tv, int64_t* v_slot, const Tensor& k,
+                        const Tensor& v, const am::Layout& L) {
+  const uint32_t box = attn::kTileKeys;
+  return encode_operand(tk, k_slot, k.data_ptr(), k.dtype(), L, L.lkv, L.k_row, L.hk, L.heads / L.gk, L.bk, box) &&
+         encode_operand(tv, v_slot, v.data_ptr(), v.dtype(), L, L.lkv, L.v_row, L.hv, L.heads / L.gv, L.bv, box);
+}
+
 bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const am::Layout& L,
                          double scale, cudaStream_t stream) {
   const int dev = out.device().index;

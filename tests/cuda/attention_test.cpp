@@ -282,7 +282,7 @@ struct TuningScope {
 };
 using cuda::DecodeKernel;
 #else
-enum class DecodeKernel { CpAsync, Bulk };
+enum class DecodeKernel { CpAsync, Tma };
 struct Tuning {
   int min_split_keys, blocks_per_sm;
   DecodeKernel kernel;
@@ -292,16 +292,16 @@ struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
-// The default; longer splits; fewer blocks (so fewer splits); the bulk-copy kernel (Hopper) by default and
+// The default; longer splits; fewer blocks (so fewer splits); the TMA kernel (Hopper) by default and
 // on a persistent grid of three blocks (each block takes many items, its ring running on from one into the
 // next).
 const Tuning kTunings[] = {{64, 2, DecodeKernel::CpAsync, 0},
                            {256, 1, DecodeKernel::CpAsync, 0},
                            {64, 1, DecodeKernel::CpAsync, 0},
-                           {64, 2, DecodeKernel::Bulk, 0},
-                           {256, 1, DecodeKernel::Bulk, 3}};
+                           {64, 2, DecodeKernel::Tma, 0},
+                           {256, 1, DecodeKernel::Tma, 3}};
 std::string tuning_name(const Tuning& t) {
-  return str(t.kernel == DecodeKernel::Bulk ? "bulk-copy kernel" : "cp.async kernel", ", keys ", t.min_split_keys, ", ",
+  return str(t.kernel == DecodeKernel::Tma ? "TMA kernel" : "cp.async kernel", ", keys ", t.min_split_keys, ", ",
              t.blocks_per_sm, " blocks/SM, ", t.max_blocks, " blocks");
 }
 

@@ -42,17 +42,18 @@ constexpr int decode_smem_elems() {
 
 // The four warps' states of one 16-row tile (warp w of the block held keys 16w..16w+15 of every tile)
 // merged through shared memory and stored: the output itself with one split, else the split's f32
-// partial (o, max, sum). `scratch` holds 4 x 16 x D + 128 floats that no warp reads any more once
-// `sync` (a barrier over the four warps, threads 0..127) has passed; every thread of the four warps calls.
+// partial (o, max, sum). `red_o` (4 x 16 x D floats) and `red_ml` (128 floats) are shared memory that no
+// warp reads any more once `sync` (a barrier over the four warps, threads 0..127) has passed; every thread
+// of the four warps calls.
 template <class Tag, int D, class Sync>
-__device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float* scratch, const DecodeParams& p,
-                                                   int nrows, int row0, int b, int hk, int split, Sync sync) {
+__device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float* red_o, float* red_ml,
+                                                   const DecodeParams& p, int nrows, int row0, int b, int hk,
+                                                   int split, Sync sync) {
   const am::Layout& L = p.L;
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   sync();
-  float* red_o = scratch;            // [4][16][D]
-  float* red_m = red_o + 4 * 16 * D;  // [4][16]
-  float* red_l = red_m + 4 * 16;      // [4][16]
+  float* red_m = red_ml;          // [4][16]
+  float* red_l = red_m + 4 * 16;  // [4][16]
   const int t4 = lane % 4;
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
@@ -227,7 +228,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
   finish_l<D>(st);
 
   // Merge the four warps through shared memory, within the ring (no copy is in flight any more).
-  decode_merge_store<Tag, D>(st, reinterpret_cast<float*>(ks), p, nrows, row0, b, hk, split, [] { __syncthreads(); });
+  float* red = reinterpret_cast<float*>(ks);
+  decode_merge_store<Tag, D>(st, red, red + 4 * 16 * D, p, nrows, row0, b, hk, split, [] { __syncthreads(); });
 }
 
 // The splits of decode_attention_kernel folded: one block per output row (contiguous [rows, D]), warp w

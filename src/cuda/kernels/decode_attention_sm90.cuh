@@ -4,57 +4,75 @@
 // off the math warps so that more bytes are in flight.
 //
 // Block = four math warps (threads 0..127, as in decode_attention_kernel: warp w takes keys 16w..16w+15 of
-// every 64-key tile) and one copy warp (threads 128..159). The copy warp moves every K and V row (and the q
-// rows) with one-dimensional bulk copies (cp.async.bulk) into a ring of kStages padded tiles, which hold
-// about 200 KB: one block per multiprocessor. mbarriers hand the stages over (full: the copies' bytes;
-// empty: the four math warps after their last read), so nothing waits for a whole-block barrier per tile,
-// and the number of bytes in flight is not bounded by the math threads' copy instructions.
+// every 64-key tile) and one copy warp (threads 128..159). The copy warp loads each K and V tile as D / 64
+// tensor-map boxes of 64 rows x 128 bytes (TMA, 128-byte swizzle: kernels/wgmma.cuh; the warp step reads
+// them through SwizzledRows) into a ring of stages that fills about 200 KB, so one block runs per
+// multiprocessor; the q rows come by one-dimensional bulk copies into padded rows. mbarriers hand the
+// stages over (full: the copies' bytes; empty: the four math warps after their last read), so nothing
+// waits for a whole-block barrier per tile.
+//
+// Keys past the split's end: rows past the cache (Lmax) arrive as zeros; rows between the sequence's length
+// and Lmax hold whatever the cache holds there (never written, possibly NaN), so each math warp zeroes its
+// V rows past the end before its step (their scores are masked to -inf, so p = 0, and 0 * NaN would be
+// NaN).
 //
 // Persistent: the grid has at most one block per multiprocessor, and block j takes work items j, j + grid,
 // ... (item = split, KV head x row tile, sequence; split-major, so a block's items spread over heads). Both
 // roles walk the same item list; the ring and the double-buffered q run on from one item into the next, so
-// the copies of the next item are in flight while the math warps merge the last one. A split past the
-// sequence's current length has no tile: nothing is copied and it stores an empty partial.
+// the copies of the next item are in flight while the math warps merge the last one (in the last tile's
+// stage, released after the merge). A split past the sequence's current length has no tile: nothing is
+// copied and it stores an empty partial.
 //
-// Status: opt-in (DecodeTuning::kernel = Bulk, KILN_DECODE_TUNING=kernel=bulk), not the default. It passes
-// every decode test and memcheck, but on the H200 it streamed K/V at about 1.0 TB/s against the cp.async
-// kernel's 3.3 (L = 32768; 1.6-3.4x slower at every benchmark shape): a tile is 128 separate row copies
-// of 256 bytes, and the copy engine's cost per copy, not the bytes, sets the rate. The next step is two
-// tensor-map boxes per K and V tile (64 rows x 128 bytes, 128-byte swizzle, as the prefill kernel loads
-// them) with swizzled ldmatrix addresses in the warp step, and zeroed V rows past the length.
+// Status: opt-in (DecodeTuning::kernel = Tma, KILN_DECODE_TUNING=kernel=tma), not the default. An earlier
+// version of this kernel that copied every K/V row separately (128 bulk copies of 256 bytes per tile) passed
+// every decode test and memcheck on the H200 but streamed K/V at about 1.0 TB/s against the cp.async
+// kernel's 3.3 (L = 32768): the copy engine's cost per copy, not the bytes, set the rate. This version,
+// four copies per tile, has not run on a GPU yet.
 #pragma once
 
 #include "cuda/kernels/decode_attention.cuh"
+#include "cuda/kernels/wgmma.cuh"
 
 namespace kiln::cuda::attn::dec90 {
 
-constexpr int kMath = 128;              // the four math warps
-constexpr int kThreads = kMath + 32;    // and the copy warp
-// Ring stages: as many padded 64-key K+V tiles as fit next to the two q buffers in 227 KB.
+using wgmma::mbar_arrive;
+using wgmma::mbar_expect_tx;
+using wgmma::mbar_init;
+using wgmma::mbar_wait;
+
+constexpr int kMath = 128;            // the four math warps
+constexpr int kThreads = kMath + 32;  // and the copy warp
+// Ring stages: as many 64-key K+V tiles as fit next to the q buffers in 227 KB.
 template <int D>
 constexpr int stages() {
-  return D == 128 ? 6 : 12;
+  return D == 128 ? 6 : 13;
 }
 template <int D>
-constexpr uint32_t stage_bytes() {
-  return 2u * kTileKeys * (D + kPad) * 2u;  // K tile then V tile
+constexpr uint32_t tile_bytes() {
+  return static_cast<uint32_t>(kTileKeys) * D * 2u;  // one K or V tile: D / 64 blocks of 64 rows x 128 bytes
 }
 template <int D>
 constexpr uint32_t q_bytes() {
-  return 16u * (D + kPad) * 2u;
+  return 16u * (D + kPad) * 2u;  // 16 padded q rows
 }
-// Ring, two q buffers, then the barriers: full[S], empty[S], q_full[2], q_empty[2].
+// 1024 bytes of alignment slack, the ring (stage = K tile, V tile), two q buffers, the merge's max and sum
+// (128 floats; its accumulators go to the last tile's stage), then the barriers: full[S], empty[S],
+// q_full[2], q_empty[2].
 template <int D>
 constexpr size_t smem_bytes() {
-  return static_cast<size_t>(stages<D>()) * stage_bytes<D>() + 2 * q_bytes<D>() + 8 * (2 * stages<D>() + 4);
+  return 1024 + static_cast<size_t>(stages<D>()) * 2 * tile_bytes<D>() + 2 * q_bytes<D>() + 512 +
+         8 * (2 * stages<D>() + 4);
 }
-static_assert((4 * 16 * 128 + 128) * 4 <= stage_bytes<128>() && (4 * 16 * 64 + 128) * 4 <= stage_bytes<64>(),
-              "the merge fits in one stage");
+static_assert(smem_bytes<128>() <= 232448 && smem_bytes<64>() <= 232448, "one block fits a multiprocessor");
+static_assert(4 * 16 * 128 * 4 <= 2 * tile_bytes<128>() && 4 * 16 * 64 * 4 <= 2 * tile_bytes<64>(),
+              "the merge's accumulators fit in one stage");
 
 struct Params {
   DecodeParams p;
-  int items;     // splits x (KV heads x row tiles) x sequences
-  int head_rows;  // KV heads x row tiles
+  CUtensorMap tk, tv;      // [slot][row][D] over the caches; boxes of 64 columns x 64 rows, 128-byte swizzle
+  int64_t k_slot, v_slot;  // slot strides in elements
+  int items;               // splits x (KV heads x row tiles) x sequences
+  int head_rows;           // KV heads x row tiles
 };
 
 // One item's coordinates and key range (both roles compute the same).
@@ -88,39 +106,32 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
 // Barrier 1 over the four math warps (the copy warp runs on).
 __device__ __forceinline__ void named_sync_math() { asm volatile("bar.sync 1, %0;\n" ::"n"(kMath) : "memory"); }
+// Generic-proxy writes to shared memory ordered before later TMA writes to it.
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 template <class Tag, int D>
-__global__ void __launch_bounds__(kThreads, 1) decode_attention_bulk_kernel(const __grid_constant__ Params tp) {
+__global__ void __launch_bounds__(kThreads, 1) decode_attention_tma_kernel(const __grid_constant__ Params tp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int ld = D + kPad;
+  constexpr int ld = D + kPad;  // q rows
   constexpr int S = stages<D>();
-  constexpr uint32_t kStage = stage_bytes<D>(), kKvTile = kStage / 2;
+  constexpr uint32_t kTile = tile_bytes<D>(), kStage = 2 * kTile;
   constexpr uint32_t kRowBytes = D * 2;
-  extern __shared__ __align__(16) uint16_t sm[];
-  const uint32_t base = smem_addr(sm);
+  extern __shared__ __align__(1024) unsigned char sm_raw[];
+  const uint32_t raw = smem_addr(sm_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;  // the swizzle needs 1024-byte aligned tiles
+  unsigned char* const gen = sm_raw + (base - raw);
   const uint32_t qbuf = base + S * kStage;
-  const uint32_t full = qbuf + 2 * q_bytes<D>(), empty = full + 8 * S, q_full = empty + 8 * S, q_empty = q_full + 16;
+  const uint32_t ml = qbuf + 2 * q_bytes<D>();
+  const uint32_t full = ml + 512, empty = full + 8 * S, q_full = empty + 8 * S, q_empty = q_full + 16;
   const DecodeParams& p = tp.p;
   const am::Layout& L = p.L;
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  if (tid == kMath) {  // the tensor maps on their way while the barriers are set up
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tp.tk)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tp.tv)) : "memory");
+  }
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(full + 8 * s, 1);
@@ -138,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_bulk_kernel(cons
   const int group = static_cast<int>(L.gk);
   const int grid = static_cast<int>(gridDim.x);
 
-  if (warp == 4) {  // the copy warp
+  if (warp == 4) {  // the copy warp: lanes 0..15 copy q rows, lane 0 issues the K/V boxes
     uint32_t tile = 0, qn = 0;  // tiles and q fills so far (ring position and phase)
     for (int i = static_cast<int>(blockIdx.x); i < tp.items; i += grid) {
       const Item it = decode_item(tp, i);
@@ -159,22 +170,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_bulk_kernel(cons
         }
         ++qn;
       }
-      const uint16_t* kbase = p.k + it.b * L.bk[0] + it.hk * L.hk;
-      const uint16_t* vbase = p.v + it.b * L.bv[0] + it.hk * L.hv;
+      const int kslot = static_cast<int>((it.b * L.bk[0] + it.hk * L.hk) / tp.k_slot);
+      const int vslot = static_cast<int>((it.b * L.bv[0] + it.hk * L.hv) / tp.v_slot);
       for (int t = 0; t < it.tiles; ++t, ++tile) {
         const uint32_t s = tile % S, bar = full + 8 * s;
         mbar_wait(empty + 8 * s, ((tile / S) & 1) ^ 1);
-        if (lane == 0) mbar_expect_tx(bar, 2 * kTileKeys * kRowBytes);  // the rows, not their padding
-        __syncwarp();
-        const int k0 = it.kb + t * kTileKeys;
-        const uint32_t dst = base + s * kStage;
+        if (lane == 0) {
+          mbar_expect_tx(bar, kStage);  // rows past the cache arrive as zeros and count too
+          const int k0 = it.kb + t * kTileKeys;
+          const uint32_t dst = base + s * kStage;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = lane + 32 * h;
-          const int key = k0 + r < it.ke ? k0 + r : k0;  // rows past the split repeat its first key: masked
-          bulk_copy(dst + r * ld * 2, kbase + static_cast<int64_t>(key) * L.k_row, kRowBytes, bar);
-          bulk_copy(dst + kKvTile + r * ld * 2, vbase + static_cast<int64_t>(key) * L.v_row, kRowBytes, bar);
+          for (int cb = 0; cb < D / 64; ++cb) {
+            wgmma::tma_load_3d(dst + cb * (kTileKeys * 128), &tp.tk, cb * 64, k0, kslot, bar);
+            wgmma::tma_load_3d(dst + kTile + cb * (kTileKeys * 128), &tp.tv, cb * 64, k0, vslot, bar);
+          }
         }
+        __syncwarp();
       }
     }
     return;
@@ -193,8 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_bulk_kernel(cons
     WarpState<D> st;
     clear_state<D>(st);
     if (it.tiles == 0) {  // no key: the output 0, or an empty partial
-      const int group_rows = nrows * (D / 4);
-      for (int j = tid; j < group_rows; j += kMath) {
+      for (int j = tid; j < nrows * (D / 4); j += kMath) {
         const int rr = j / (D / 4), c = (j % (D / 4)) * 4;
         const int row = row0 + rr, g = p.lq == 1 ? row : row / p.lq, t = row - g * p.lq;
         const int64_t out_row =
@@ -211,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_bulk_kernel(cons
     {
       const uint32_t qb = qn & 1;
       mbar_wait(q_full + 8 * qb, (qn >> 1) & 1);
-      load_q_frags<D>(st, sm + (S * kStage + qb * q_bytes<D>()) / 2, ld);
+      load_q_frags<D>(st, reinterpret_cast<const uint16_t*>(gen + S * kStage + qb * q_bytes<D>()), ld);
       __syncwarp();
       if (lane == 0) mbar_arrive(q_empty + 8 * qb);
       ++qn;
@@ -224,23 +234,40 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_bulk_kernel(cons
       e[rr] = lim < it.ke ? lim : it.ke;
     }
     uint32_t s = 0;
+    bool zeroed = false;  // this warp wrote zeros into the stage (the generic proxy)
     for (int t = 0; t < it.tiles; ++t, ++tile) {
       s = tile % S;
       mbar_wait(full + 8 * s, (tile / S) & 1);
-      const uint16_t* ks = sm + s * (kStage / 2);
-      const int64_t key0 = it.kb + t * kTileKeys + warp * 16;
-      warp_step<Tag, D, 16>(st, ks + warp * 16 * ld, ks + kKvTile / 2 + warp * 16 * ld, ld, key0, e, p.scale_log2);
+      unsigned char* const kt = gen + s * kStage;
+      unsigned char* const vt = kt + kTile;
+      const int k0 = it.kb + t * kTileKeys + warp * 16;  // this warp's first key
+      if (k0 + 16 > it.ke) {
+        // V rows of this warp's keys at or past the end: zeros (every 16-byte chunk of the row, so the swizzle
+        // does not matter).
+        for (int j = lane; j < 16 * (D / 8); j += 32) {
+          const int r = j / (D / 8), c = j % (D / 8);
+          if (k0 + r >= it.ke)
+            *reinterpret_cast<uint4*>(vt + (c / 8) * (kTileKeys * 128) + (warp * 16 + r) * 128 + (c % 8) * 16) =
+                make_uint4(0u, 0u, 0u, 0u);
+        }
+        __syncwarp();
+        zeroed = true;
+      }
+      const SwizzledRows<kTileKeys> ktile{reinterpret_cast<const uint16_t*>(kt) + warp * 16 * 64};
+      const SwizzledRows<kTileKeys> vtile{reinterpret_cast<const uint16_t*>(vt) + warp * 16 * 64};
+      warp_step_tiles<Tag, D, 16>(st, ktile, vtile, k0, e, p.scale_log2);
       if (t + 1 < it.tiles) {  // the last tile's stage holds the merge below, then is released
+        if (zeroed) fence_async_shared();
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + 8 * s);
       }
     }
     finish_l<D>(st);
-    decode_merge_store<Tag, D>(st, reinterpret_cast<float*>(sm + s * (kStage / 2)), p, nrows, row0, it.b, it.hk,
-                               it.split, [] { named_sync_math(); });
-    // The merge wrote the stage through the generic proxy; the next bulk copies into it come through the
-    // async proxy.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    decode_merge_store<Tag, D>(st, reinterpret_cast<float*>(gen + s * kStage),
+                               reinterpret_cast<float*>(gen + (ml - base)), p, nrows, row0, it.b, it.hk, it.split,
+                               [] { named_sync_math(); });
+    // The merge wrote the stage through the generic proxy; the next copies into it come through the async one.
+    fence_async_shared();
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + 8 * s);
   }

@@ -119,12 +119,30 @@ struct MaskRows {
   int64_t col;
 };
 
-// One step over NK keys (key0 is the index of the first): ks/vs point at that key's row of the shared tiles.
+// Where element (row, col) of a shared K or V tile lies, rows counted from the step's first key.
+// Padded rows, ld elements apart:
+struct PaddedRows {
+  const uint16_t* base;
+  int ld;
+  __device__ __forceinline__ const uint16_t* at(int row, int col) const { return base + row * ld + col; }
+};
+// The 128-byte swizzle of kernels/wgmma.cuh (what TMA writes): 64-column blocks of Rows rows x 128 bytes, the
+// 16-byte chunk c of row r at position c ^ (r % 8); base is row 0, column 0 of the step, whose first row is a
+// multiple of 8 within the tile.
+template <int Rows>
+struct SwizzledRows {
+  const uint16_t* base;
+  __device__ __forceinline__ const uint16_t* at(int row, int col) const {
+    return base + ((col >> 6) * (Rows * 64) + row * 64 + ((((col & 63) >> 3) ^ (row & 7)) << 3));
+  }
+};
+
+// One step over NK keys (key0 is the index of the first): kt/vt address the shared tiles from that key's row.
 // Key j is visible to the lane's row rr when j < e[rr] (and the mask, if any, allows it).
-template <class Tag, int D, int NK, int Mask = kNoMask>
-__device__ __forceinline__ void warp_step(WarpState<D>& st, const uint16_t* ks, const uint16_t* vs, int ld,
-                                          int64_t key0, const int64_t (&e)[2], float scale_log2,
-                                          const MaskRows& mask = MaskRows{}) {
+template <class Tag, int D, int NK, int Mask = kNoMask, class Tile>
+__device__ __forceinline__ void warp_step_tiles(WarpState<D>& st, const Tile& kt, const Tile& vt, int64_t key0,
+                                                const int64_t (&e)[2], float scale_log2,
+                                                const MaskRows& mask = MaskRows{}) {
   static_assert(NK % 16 == 0 && D % 16 == 0, "tile sizes");
   const int lane = threadIdx.x % 32, mi = lane / 8, r = lane % 8, t = lane % 4;
   float s[NK / 8][4];
@@ -135,7 +153,7 @@ __device__ __forceinline__ void warp_step(WarpState<D>& st, const uint16_t* ks, 
 #pragma unroll
     for (int j = 0; j < NK / 8; j += 2) {
       uint32_t b[4];
-      ldmatrix_x4(b, ks + (8 * (j + (mi >> 1)) + r) * ld + kk * 16 + (mi & 1) * 8);
+      ldmatrix_x4(b, kt.at(8 * (j + (mi >> 1)) + r, kk * 16 + (mi & 1) * 8));
       Mma<Tag>::mma(s[j], st.q[kk], b[0], b[1]);
       Mma<Tag>::mma(s[j + 1], st.q[kk], b[2], b[3]);
     }
@@ -190,11 +208,19 @@ __device__ __forceinline__ void warp_step(WarpState<D>& st, const uint16_t* ks, 
 #pragma unroll
     for (int n = 0; n < D / 8; n += 2) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, vs + (16 * kk + (mi & 1) * 8 + r) * ld + 8 * (n + (mi >> 1)));
+      ldmatrix_x4_trans(b, vt.at(16 * kk + (mi & 1) * 8 + r, 8 * (n + (mi >> 1))));
       Mma<Tag>::mma(st.o[n], a, b[0], b[1]);
       Mma<Tag>::mma(st.o[n + 1], a, b[2], b[3]);
     }
   }
+}
+
+// warp_step_tiles over padded tiles: ks/vs point at the step's first key row, rows ld elements apart.
+template <class Tag, int D, int NK, int Mask = kNoMask>
+__device__ __forceinline__ void warp_step(WarpState<D>& st, const uint16_t* ks, const uint16_t* vs, int ld,
+                                          int64_t key0, const int64_t (&e)[2], float scale_log2,
+                                          const MaskRows& mask = MaskRows{}) {
+  warp_step_tiles<Tag, D, NK, Mask>(st, PaddedRows{ks, ld}, PaddedRows{vs, ld}, key0, e, scale_log2, mask);
 }
 
 // The quad's total of l for both rows (every lane of the quad gets it).
