@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -22,8 +24,20 @@ namespace {
 using kernels::GmmArgs;
 using kernels::GmmMode;
 
+// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, portable).
+GroupedMmPath path_from_env() {
+  const char* v = std::getenv("KILN_GROUPED_MM_PATH");
+  if (!v || !*v) return GroupedMmPath::Auto;
+  const std::string s(v);
+  if (s == "auto") return GroupedMmPath::Auto;
+  if (s == "decode") return GroupedMmPath::Decode;
+  if (s == "tiled") return GroupedMmPath::Tiled;
+  if (s == "tiled-wide") return GroupedMmPath::TiledWide;
+  if (s == "portable") return GroupedMmPath::TiledPortable;
+  throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, portable"));
+}
 std::atomic<GroupedMmPath>& forced_path() {
-  static std::atomic<GroupedMmPath> p{GroupedMmPath::Auto};
+  static std::atomic<GroupedMmPath> p{path_from_env()};
   return p;
 }
 
@@ -84,9 +98,9 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
     const bool vec = p.mode != GmmMode::KGroups && p.a_sk == 1 && p.b_sk == 1 && p.K % vec_elems == 0 &&
                      aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
     if constexpr (!std::is_same_v<T, float>) {
-      if (vec && p.mode != GmmMode::KGroups &&
-          forced_path().load(std::memory_order_relaxed) != GroupedMmPath::TiledPortable &&
-          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, device, stream, op))
+      const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
+      if (vec && p.mode != GmmMode::KGroups && f != GroupedMmPath::TiledPortable &&
+          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, f == GroupedMmPath::TiledWide, device, stream, op))
         return;
     }
     const int64_t ncols = kernels::gmm_tile_cols(p.act);

@@ -10,6 +10,8 @@ namespace kiln::cuda {
 
 // Launches the wgmma tile kernel for p (RowGroups or Batched, 16-bit inputs, unit K strides, 16-byte rows:
 // the caller's "vec" conditions) when wgmma_available(device); returns false, launching nothing, otherwise.
-bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op);
+// wide: 128 x 256 product tiles (one block per SM) instead of 128 x 128 (two).
+bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, bool wide, int device, cudaStream_t stream,
+                     const char* op);
 
 }  // namespace kiln::cuda

@@ -38,6 +38,7 @@ const char* path_name(GroupedMmPath p) {
   switch (p) {
     case GroupedMmPath::Decode: return "decode";
     case GroupedMmPath::Tiled: return "tiled (wgmma where it applies)";
+    case GroupedMmPath::TiledWide: return "tiled (wgmma 128 x 256 where it applies)";
     case GroupedMmPath::TiledPortable: return "tiled (portable)";
     default: return "auto";
   }
@@ -130,7 +131,7 @@ const std::vector<RowCase> kRowCases = {
 // [G, K, N] storage, through both kernels, every dtype, random and integer data, f32 output too.
 TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const RowCase& c : kRowCases)
@@ -152,9 +153,10 @@ TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
 // group, offsets short of M (zero rows), K not a multiple of the 64-wide step.
 TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  ForcePath force(GroupedMmPath::Tiled);
+  for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledWide})
   for (DType d : {DType::BF16, DType::F16}) {
-    SCOPED_TRACE(dtype_name(d));
+    ForcePath force(path);
+    SCOPED_TRACE(str(path_name(path), " ", dtype_name(d)));
     const int64_t M = 3000, K = 136, N = 1300;
     const std::vector<int32_t> ends = {500, 1200, 1200, 2500, 2990};
     const Tensor a = rnd({M, K}, d, false);
@@ -167,7 +169,7 @@ TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
 // the scalar paths.
 TEST(CudaGroupedMm, MisalignedAndStridedOperandsMatchCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (int64_t offset : {0, 1})
@@ -191,7 +193,7 @@ TEST(CudaGroupedMm, ThreeDByTwoDMatchesCpu) {
   };
   const std::vector<C> cases = {{3, 7, 11, 20, {6, 6, 17}},   {1, 5, 64, 33, {33}},
                                 {4, 70, 40, 9, {0, 2, 2, 5}}, {2, 130, 128, 600, {300, 600}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const C& c : cases)
@@ -251,7 +253,7 @@ TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
     ends[g] = static_cast<int32_t>(r);
   }
   std::iota(compact_ends.begin(), compact_ends.end(), 1);
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const auto& nk : {std::pair<int64_t, int64_t>{2 * I, H}, std::pair<int64_t, int64_t>{H, I}}) {
@@ -280,7 +282,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
   };
   const std::vector<C> cases = {{{3, 2, 7}, {3, 3, 7}}, {{3, 5, 11}, {3, 5, 10}}, {{-1, 5, 7}, {0, 5, 7}},
                                 {{12, 1, 4}, {10, 10, 10}}, {{INT32_MIN, INT32_MAX, 0}, {0, 10, 10}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable})
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledPortable})
     for (const C& c : cases) {
       ForcePath force(path);
       SCOPED_TRACE(str(path_name(path), " offs ", c.bad[0], ",", c.bad[1], ",", c.bad[2]));
@@ -310,7 +312,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
 
 TEST(CudaGroupedMm, GraphCaptureAndReplay) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     Tensor a = test::random_tensor({8, 256}, DType::BF16, -1, 1, kGpu);
     const Tensor w = test::random_tensor({16, 96, 256}, DType::BF16, -1, 1, kGpu);
@@ -406,7 +408,8 @@ void check_moe(const MoeCase& c, DType d, bool integer_routing) {
 
 TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide,
+                             GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     SCOPED_TRACE(path_name(path));
     for (int64_t T : {1, 3, 64, 512})

@@ -22,38 +22,53 @@ namespace kiln::cuda::kernels::gmm90 {
 using namespace kiln::cuda::wgmma;
 
 constexpr int kThreads = 256;
-constexpr int kBM = 128, kBN = 128, kBK = 64;  // product tile and K step
+constexpr int kBM = 128, kBK = 64;  // product tile rows and K step; the columns (BN) are 128 or 256
 #ifndef KILN_GMM90_STAGES
 #define KILN_GMM90_STAGES 3
 #endif
-// Ring stages and steps issued ahead of the one multiplied. Three stages (96 KB) fit two blocks per SM,
-// four (128 KB) one; on the H200 three were faster at every benchmark shape (grouped_mm geomean 0.63x
-// PyTorch against 0.53x, docs/benchmarks.md).
-constexpr int kStages = KILN_GMM90_STAGES, kAhead = kStages - 2;
-constexpr int kBlocksPerSm = kStages <= 3 ? 2 : 1;
-constexpr uint32_t kTileBytes = kBM * kBK * 2;  // one A or B stage: 16 KB
-static_assert(kStages == kAhead + 2, "a stage is refilled once the MMAs two steps back are done");
-
-// Output columns per block.
-__host__ __device__ constexpr int tile_cols(bool act) { return act ? kBN / 2 : kBN; }
-// Dynamic shared memory: the ring (1024-byte aligned), then the scanned offsets (2 G + 1 ints).
-constexpr size_t smem_bytes(int groups) {
-  return static_cast<size_t>(kStages) * 2 * kTileBytes + 1024 + static_cast<size_t>(2 * groups + 1) * 4;
+// Ring stages and steps issued ahead of the one multiplied. 128 x 128 tiles: three stages (96 KB) fit two
+// blocks per SM, four (128 KB) one; on the H200 three were faster at every benchmark shape (grouped_mm
+// geomean 0.63x PyTorch against 0.53x, docs/benchmarks.md). 128 x 256 tiles (opt-in, GroupedMmPath::TiledWide):
+// four stages of 48 KB, one block per SM: each K step brings 48 KB for twice the products of the 32 KB of a
+// 128 x 128 step (87 against 64 flops a byte from L2).
+template <int BN>
+constexpr int stages() {
+  return BN == 128 ? KILN_GMM90_STAGES : 4;
+}
+template <int BN>
+constexpr int blocks_per_sm() {
+  return BN == 128 && stages<BN>() <= 3 ? 2 : 1;
+}
+constexpr uint32_t kATileBytes = kBM * kBK * 2;  // one A stage: 16 KB
+template <int BN>
+constexpr uint32_t stage_bytes() {
+  return kATileBytes + static_cast<uint32_t>(BN) * kBK * 2;  // A, then B
 }
 
-// RowGroups: grid = (ceil(N / tile_cols(act)), ceil(M / kBM) + G + 1). Batched: (.., ceil(M / kBM), G).
-template <class T>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmArgs p) {
+// Output columns per block.
+__host__ __device__ constexpr int tile_cols(bool act, int bn) { return act ? bn / 2 : bn; }
+// Dynamic shared memory: the ring (1024-byte aligned), then the scanned offsets (2 G + 1 ints).
+template <int BN>
+constexpr size_t smem_bytes(int groups) {
+  return static_cast<size_t>(stages<BN>()) * stage_bytes<BN>() + 1024 + static_cast<size_t>(2 * groups + 1) * 4;
+}
+
+// RowGroups: grid = (ceil(N / tile_cols(act, BN)), ceil(M / kBM) + G + 1). Batched: (.., ceil(M / kBM), G).
+template <class T, int BN>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kernel(GmmArgs p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!std::is_same_v<T, float>, "16-bit inputs");
+  static_assert(BN == 128 || BN == 256, "128 or 256 product columns");
+  constexpr int kStages = stages<BN>(), kAhead = kStages - 2;  // a stage is refilled once the MMAs two steps back are done
+  constexpr uint32_t kStage = stage_bytes<BN>();
   extern __shared__ __align__(1024) unsigned char sm_raw[];
   __shared__ int warp_tmp[kThreads / 32];
   const uint32_t raw = smem_addr(sm_raw);
-  const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s: A at ring + 2 s T, B at ring + (2 s + 1) T
-  int* dyn = reinterpret_cast<int*>(sm_raw + (ring - raw) + kStages * 2 * kTileBytes);
+  const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s: A at ring + s kStage, B after it
+  int* dyn = reinterpret_cast<int*>(sm_raw + (ring - raw) + kStages * kStage);
 
   const int tid = static_cast<int>(threadIdx.x);
-  const int ncols = tile_cols(p.act);
+  const int ncols = tile_cols(p.act, BN);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * ncols;
   int g, m0, m1;
   bool zero_rows = false;
@@ -72,20 +87,24 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
   }
 
   // Loads: thread tid copies 16-byte chunk c = tid % 8 of the step's 64 K elements for tile rows
-  // r0 + 32 i (i < 4); rows 32 apart keep the same swizzle phase.
+  // r0 + 32 i (i < 4 for A, BN / 32 for B); rows 32 apart keep the same swizzle phase.
+  constexpr int kBRows = BN / 32;
   const T* a = static_cast<const T*>(p.a) + static_cast<int64_t>(g) * p.a_sg;
   const T* b = static_cast<const T*>(p.b) + static_cast<int64_t>(g) * p.b_sg;
   const int c = tid % 8, r0 = tid / 8;
   const T* arow[4];
-  const T* brow[4];
-  bool aok[4], bok[4];
+  const T* brow[kBRows];
+  bool aok[4], bok[kBRows];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int m = m0 + r0 + 32 * i;
     aok[i] = m < m1;
     arow[i] = a + (aok[i] ? gmm_a_row(p, m) * p.a_sm : 0);
+  }
+#pragma unroll
+  for (int i = 0; i < kBRows; ++i) {
     const int jc = r0 + 32 * i;  // product column (act: gate columns, then the matching up columns)
-    const int half = kBN / 2;
+    const int half = BN / 2;
     int64_t n = p.act ? n0 + (jc < half ? jc : jc - half) : n0 + jc;
     bok[i] = n < p.N;
     if (!bok[i]) n = 0;
@@ -95,20 +114,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
   const uint32_t soff = r0 * 128 + ((c ^ (r0 & 7)) << 4);
   const int steps = (p.K + kBK - 1) / kBK;
   auto issue = [&](int step) {
-    const uint32_t as = ring + (step % kStages) * 2 * kTileBytes, bs = as + kTileBytes;
+    const uint32_t as = ring + (step % kStages) * kStage, bs = as + kATileBytes;
     const int k = step * kBK + c * 8;
     const bool kok = k < p.K;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      cp_async16(as + soff + i * 32 * 128, aok[i] && kok ? arow[i] + k : a, aok[i] && kok);
-      cp_async16(bs + soff + i * 32 * 128, bok[i] && kok ? brow[i] + k : b, bok[i] && kok);
-    }
+    for (int i = 0; i < 4; ++i) cp_async16(as + soff + i * 32 * 128, aok[i] && kok ? arow[i] + k : a, aok[i] && kok);
+#pragma unroll
+    for (int i = 0; i < kBRows; ++i) cp_async16(bs + soff + i * 32 * 128, bok[i] && kok ? brow[i] + k : b, bok[i] && kok);
   };
 
   const int wg = tid / 128;
-  float acc[kBN / 2];
+  float acc[BN / 2];
 #pragma unroll
-  for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.f;
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
 #pragma unroll
   for (int st = 0; st < kAhead; ++st) {
     if (st < steps) issue(st);
@@ -120,12 +138,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
     __syncthreads();  // every thread's step is in; every warpgroup is done with step - 2's stage
     if (step + kAhead < steps) issue(step + kAhead);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    const uint32_t as = ring + (step % kStages) * 2 * kTileBytes, bs = as + kTileBytes;
+    const uint32_t as = ring + (step % kStages) * kStage, bs = as + kATileBytes;
     const uint64_t da = smem_desc(as + wg * 64 * 128, 16, 1024), db = smem_desc(bs, 16, 1024);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk)
-      Wgmma<std::is_same_v<T, BFloat16>, kBN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
+      Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
     wg_commit();
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // step - 1 is done
     fence_regs(acc);
@@ -148,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gmm_wgmma_kernel(GmmAr
   const int esz = p.out_f32 ? 4 : 2;
   const bool pairs = p.c_sn == 1 && ((p.c_sm | p.c_sg) & 1) == 0 &&
                      reinterpret_cast<uintptr_t>(p.c) % static_cast<uintptr_t>(2 * esz) == 0;
-  constexpr int kOutJ = kBN / 8;  // column groups of 8 in the product
+  constexpr int kOutJ = BN / 8;  // column groups of 8 in the product
 #pragma unroll
   for (int j = 0; j < kOutJ; ++j) {
     if (p.act && j >= kOutJ / 2) break;  // up columns: consumed with their gate column
