@@ -3,6 +3,8 @@
 // kernels/flash_attention.cuh, kernels/decode_attention.cuh and kernels/attention_general.cuh.
 #include "cuda/attention.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -61,6 +63,11 @@ std::mutex& tuning_mu() {
 DecodeTuning& tuning_ref() {
   static DecodeTuning t = tuning_from_env();
   return t;
+}
+
+std::atomic<int64_t>& tma_launches() {
+  static std::atomic<int64_t> n{0};
+  return n;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -164,7 +171,7 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   const Device dev = out.device();
   const int64_t b = L.outer, hq = L.heads, hkv = hq / L.gk, rows = L.gk * L.lq;
   const int64_t row_tiles = (rows + 15) / 16;
-  if (hkv * row_tiles > 65535 || b > 65535 || L.lkv >= (int64_t{1} << 30)) return false;
+  if (L.lkv >= (int64_t{1} << 30)) return false;
   attn::DecodeParams p;
   p.out = static_cast<uint16_t*>(out.data_ptr());
   p.q = static_cast<const uint16_t*>(q.data_ptr());
@@ -188,14 +195,17 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   const int64_t max_splits = std::clamp<int64_t>((L.lkv + tune.min_split_keys - 1) / tune.min_split_keys, 1,
                                                  attn::kMaxSplits);
   // The TMA kernel (Hopper, opt-in) needs q rows it can copy whole (p.q_vec) and caches that fit tensor maps.
+  // Its persistent grid has `blocks` blocks, and its item index (< base x splits + blocks) stays in int.
   attn::dec90::Params tp{};
+  int64_t blocks = tune.max_blocks > 0 ? std::min<int64_t>(tune.max_blocks, sms) : sms;
   const bool tma = tune.kernel == DecodeKernel::Tma && p.q_vec && wgmma_available(dev.index) &&
+                   base * max_splits + blocks < (int64_t{1} << 31) &&
                    encode_decode_maps(&tp.tk, &tp.k_slot, &tp.tv, &tp.v_slot, k, v, L);
-  int64_t blocks = 0;
+  // The cp.async kernel's grid: (split, KV head x row tile, sequence).
+  if (!tma && (hkv * row_tiles > 65535 || b > 65535)) return false;
   if (tma) {
-    // Persistent grid of `blocks`; the split count minimises the rounds of items times an item's tiles
-    // (plus about one tile's time for its q, merge and partial) at the full length.
-    blocks = tune.max_blocks > 0 ? std::min<int64_t>(tune.max_blocks, sms) : sms;
+    // The split count minimises the rounds of items times an item's tiles (plus about one tile's time for
+    // its q, merge and partial) at the full length.
     const int64_t tph = (L.lkv + attn::kTileKeys - 1) / attn::kTileKeys;
     int64_t best = 1, best_cost = -1;
     for (int64_t s = 1; s <= std::min(max_splits, std::max<int64_t>(tph, 1)); ++s) {
@@ -205,8 +215,8 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
       if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
     }
     p.splits = static_cast<int>(best);
-    if (base * p.splits + blocks >= (int64_t{1} << 31)) return false;  // the kernel's item loop stays in int
     blocks = std::min<int64_t>(blocks, base * p.splits);
+    tma_launches().fetch_add(1, std::memory_order_relaxed);
   } else {
     // About tuning.blocks_per_sm blocks per multiprocessor over all (sequence, KV head, row tile).
     p.splits = static_cast<int>(std::clamp<int64_t>((tune.blocks_per_sm * sms + base - 1) / base, 1, max_splits));
@@ -222,7 +232,8 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
     p.part_o = nullptr;
     p.part_ml = nullptr;
   }
-  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(hkv * row_tiles), static_cast<unsigned>(b));
+  const dim3 grid(tma ? 1u : static_cast<unsigned>(p.splits), tma ? 1u : static_cast<unsigned>(hkv * row_tiles),
+                  tma ? 1u : static_cast<unsigned>(b));
   with_tag(q.dtype(), [&](auto tag) {
     using Tag = decltype(tag);
     auto go = [&](auto d_const) {
@@ -303,6 +314,8 @@ void set_prefill_max_blocks(int n) {
   std::lock_guard<std::mutex> lock(tuning_mu());
   prefill_blocks_ref() = n;
 }
+
+int64_t decode_tma_launches() { return tma_launches().load(std::memory_order_relaxed); }
 
 void set_decode_tuning(const DecodeTuning& t) {
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0,

@@ -36,6 +36,8 @@ struct DecodeTuning {
 };
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);
+// Decode calls that took the TMA kernel so far in this process (tests check that it ran).
+int64_t decode_tma_launches();
 
 // Which tensor-core kernel runs prefill without a mask: Auto takes the Hopper wgmma kernel
 // (kernels/flash_attention_sm90.cuh) when this build has sm_90a code, the device has compute capability

@@ -311,6 +311,9 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
   for (DType dt : {DType::BF16, DType::F16}) {
     TuningScope scope(tune);
     SCOPED_TRACE(tuning_name(tune));
+#if KILN_HAVE_CUDA
+    const int64_t tma_before = cuda::decode_tma_launches();
+#endif
     for (int64_t lq = 1; lq <= 8; ++lq) {
       check_decode({3, 32, 4, 128, 600, {1, 100, 513}}, dt, lq);
       check_decode({2, 8, 8, 64, 130, {130, 17}}, dt, lq);
@@ -327,6 +330,11 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
     std::vector<int32_t> many(40);
     for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>(1 + (i * 37) % 200);
     check_decode({40, 16, 8, 64, 200, many}, dt, 1);
+#if KILN_HAVE_CUDA
+    // On Hopper the TMA tunings must run the TMA kernel, not fall back to the cp.async one unnoticed.
+    if (tune.kernel == DecodeKernel::Tma && cuda::wgmma_available(kGpu.index))
+      EXPECT_GT(cuda::decode_tma_launches(), tma_before) << "the TMA kernel never ran";
+#endif
   }
   // f32 caches and unaligned caches take the general kernel.
   check_decode({2, 8, 2, 64, 300, {300, 7}}, DType::F32, 3);

@@ -68,8 +68,8 @@ static_assert(4 * 16 * 128 * 4 <= 2 * tile_bytes<128>() && 4 * 16 * 64 * 4 <= 2 
               "the merge's accumulators fit in one stage");
 
 struct Params {
-  DecodeParams p;
   CUtensorMap tk, tv;      // [slot][row][D] over the caches; boxes of 64 columns x 64 rows, 128-byte swizzle
+  DecodeParams p;
   int64_t k_slot, v_slot;  // slot strides in elements
   int items;               // splits x (KV heads x row tiles) x sequences
   int head_rows;           // KV heads x row tiles
@@ -234,7 +234,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_tma_kernel(const
       e[rr] = lim < it.ke ? lim : it.ke;
     }
     uint32_t s = 0;
-    bool zeroed = false;  // this warp wrote zeros into the stage (the generic proxy)
     for (int t = 0; t < it.tiles; ++t, ++tile) {
       s = tile % S;
       mbar_wait(full + 8 * s, (tile / S) & 1);
@@ -243,7 +242,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_tma_kernel(const
       const int k0 = it.kb + t * kTileKeys + warp * 16;  // this warp's first key
       if (k0 + 16 > it.ke) {
         // V rows of this warp's keys at or past the end: zeros (every 16-byte chunk of the row, so the swizzle
-        // does not matter).
+        // does not matter). Only the item's last tile has such rows: the fence after the merge orders these
+        // writes before the stage's next copies.
         for (int j = lane; j < 16 * (D / 8); j += 32) {
           const int r = j / (D / 8), c = j % (D / 8);
           if (k0 + r >= it.ke)
@@ -251,13 +251,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_tma_kernel(const
                 make_uint4(0u, 0u, 0u, 0u);
         }
         __syncwarp();
-        zeroed = true;
       }
       const SwizzledRows<kTileKeys> ktile{reinterpret_cast<const uint16_t*>(kt) + warp * 16 * 64};
       const SwizzledRows<kTileKeys> vtile{reinterpret_cast<const uint16_t*>(vt) + warp * 16 * 64};
       warp_step_tiles<Tag, D, 16>(st, ktile, vtile, k0, e, p.scale_log2);
       if (t + 1 < it.tiles) {  // the last tile's stage holds the merge below, then is released
-        if (zeroed) fence_async_shared();
         __syncwarp();
         if (lane == 0) mbar_arrive(empty + 8 * s);
       }
