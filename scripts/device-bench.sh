@@ -12,6 +12,9 @@
 #     --contexts L  with --e2e: also kiln's decode after prompts of each length in the comma-separated list L
 #                (e.g. 2048,8192), to see how decode slows as the context grows
 #     --no-ops   skip the operator benchmark (with --e2e: only the engine)
+#     --ab "VAR=VALUE ..."  also run kiln's operators with these environment settings (e.g.
+#                "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"): kiln_ops_ab.json and
+#                ops_table_ab.md against the same PyTorch run (then no png, and build.log only on failure)
 #
 # Copy $OUT/kiln_ops.json and torch_ops.json to bench/results/<gpu>-<date>-{kiln,torch}_ops.json and the
 # table to docs/benchmarks.md.
@@ -25,6 +28,7 @@ REPEATS=100
 E2E=""
 CONTEXTS=""
 OPS=1
+AB=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter) FILTER=$2; shift 2 ;;
@@ -34,7 +38,8 @@ while [ $# -gt 0 ]; do
     --e2e) E2E=$2; shift 2 ;;
     --contexts) CONTEXTS=$2; shift 2 ;;
     --no-ops) OPS=0; shift ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    --ab) AB=$2; shift 2 ;;
+    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
     *) echo "device-bench.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
 done
@@ -58,6 +63,7 @@ if ! { cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON
   exit 1
 fi
 echo "== build: $(( $(date +%s) - t )) s"
+[ -n "$AB" ] && rm -f "$OUT/build.log"  # eight files come back: room for the A/B pair
 
 kiln_rc=0; torch_rc=0
 if [ "$OPS" = 1 ]; then
@@ -66,6 +72,12 @@ echo "== kiln bench ops ${args[*]}"
 "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops.json" "${args[@]}" 2>&1 | tee "$OUT/kiln_ops.log"
 kiln_rc=${PIPESTATUS[0]}
 echo "== kiln: rc=$kiln_rc, $(( $(date +%s) - t )) s"
+if [ -n "$AB" ]; then
+  t=$(date +%s)
+  echo "== kiln bench ops ${args[*]} with $AB" | tee -a "$OUT/kiln_ops.log"
+  env $AB "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops_ab.json" "${args[@]}" >> "$OUT/kiln_ops.log" 2>&1 || kiln_rc=1
+  echo "== kiln with $AB: $(( $(date +%s) - t )) s"
+fi
 
 t=$(date +%s)
 echo "== bench/torch_ops.py ${args[*]}"
@@ -78,8 +90,18 @@ for side in kiln torch; do
   [ -s "$OUT/${side}_ops.json" ] || echo '{"cases": []}' > "$OUT/${side}_ops.json"
 done
 echo
-python3 scripts/bench_table.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" --md "$OUT/ops_table.md" \
-  --png "$OUT/ops_table.png"
+if [ -n "$AB" ]; then
+  python3 scripts/bench_table.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" --md "$OUT/ops_table.md"
+  echo
+  echo "== with $AB"
+  python3 scripts/bench_table.py "$OUT/kiln_ops_ab.json" "$OUT/torch_ops.json" --md "$OUT/ops_table_ab.md"
+  echo
+  awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table_ab.md"
+  echo "== default"
+else
+  python3 scripts/bench_table.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" --md "$OUT/ops_table.md" \
+    --png "$OUT/ops_table.png"
+fi
 echo
 awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table.md"  # the header and the summary again, after the long table
 echo "SUMMARY: kiln rc=$kiln_rc, torch rc=$torch_rc, $(grep -c '"error"' "$OUT/kiln_ops.json") kiln error rows," \
