@@ -443,9 +443,14 @@ TEST(CudaMoeForward, EveryDtypeOddSizesAndIntegerRouting) {
 TEST(CudaMoeForward, DecodeShapeOf128Experts) {
   KILN_REQUIRE_CUDA();
   const int64_t E = 128, H = 2048, I = 768;
+  // Auto (T = 40 takes the tiles), and the wide tiles at T = 40: many K steps and column tiles with the
+  // SiLU-mul epilogue.
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledWide})
   for (DType d : {DType::BF16, DType::F32})
     for (int64_t T : {1, 4, 40}) {
-      SCOPED_TRACE(str(dtype_name(d), " T=", T));
+      if (path == GroupedMmPath::TiledWide && (T != 40 || d != DType::BF16)) continue;
+      ForcePath force(path);
+      SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), " T=", T));
       Tensor gate_up = empty({E, 2 * I, H}, d, kGpu), down = empty({E, H, I}, d, kGpu);
       uniform_(gate_up, -0.03, 0.03);
       uniform_(down, -0.03, 0.03);

@@ -2,13 +2,15 @@
 // the modes and GmmArgs): the RowGroups and Batched forms with 16-bit inputs and 16-byte rows, on warpgroup
 // MMA. The launcher (cuda/moe_sm90.cu) takes it where it applies; everything else runs gmm_tile_kernel.
 //
-// Block = two warpgroups (256 threads) over a 128 x 128 product tile (with act: 64 output columns, the gate
-// columns and the matching up columns side by side in the product); warpgroup w owns rows 64w..64w+63.
-// K advances in steps of 64 (one 128-byte swizzled row, kernels/wgmma.cuh) through a three-stage cp.async
-// ring filled one step ahead (two blocks per SM); A rows are gathered through a_rows as they load (x is never permuted). Per
-// step each warpgroup issues four m64n128k16 MMAs with both operands in shared memory and waits only for
-// the previous step's, so loads, MMAs and the next step's barrier overlap. The epilogue works on the
-// accumulators in registers: SiLU-mul pairs gate column j with up column j + 64, held by the same thread.
+// Block = two warpgroups (256 threads) over a 128 x BN product tile, BN = 128 (the default) or 256 (opt-in:
+// GroupedMmPath::TiledWide); with act, BN / 2 output columns: the gate columns and the matching up columns
+// side by side in the product. Warpgroup w owns rows 64w..64w+63. K advances in steps of 64 (one 128-byte
+// swizzled row, kernels/wgmma.cuh) through a cp.async ring (BN = 128: three stages, two blocks per SM;
+// 256: four, one block per SM) filled (stages - 2) steps ahead; A rows are gathered through a_rows as they
+// load (x is never permuted). Per step each warpgroup issues four m64nBNk16 MMAs with both operands in
+// shared memory and waits only for the previous step's, so loads, MMAs and the next step's barrier
+// overlap. The epilogue works on the accumulators in registers: SiLU-mul pairs gate column j with up
+// column j + BN / 2, held by the same thread.
 // Group and tile selection on the device as in gmm_tile_kernel (the offsets scanned in shared memory).
 #pragma once
 
@@ -30,7 +32,7 @@ constexpr int kBM = 128, kBK = 64;  // product tile rows and K step; the columns
 // blocks per SM, four (128 KB) one; on the H200 three were faster at every benchmark shape (grouped_mm
 // geomean 0.63x PyTorch against 0.53x, docs/benchmarks.md). 128 x 256 tiles (opt-in, GroupedMmPath::TiledWide):
 // four stages of 48 KB, one block per SM: each K step brings 48 KB for twice the products of the 32 KB of a
-// 128 x 128 step (87 against 64 flops a byte from L2).
+// 128 x 128 step (85 against 64 flops a byte from L2).
 template <int BN>
 constexpr int stages() {
   return BN == 128 ? KILN_GMM90_STAGES : 4;
