@@ -1,6 +1,7 @@
 // CPU reference attention: one query row at a time, in f64, over (batch, head, block of query rows) in
-// parallel. Each work item copies the keys and values its rows can see into f64 buffers once, so strided,
-// broadcast and grouped k/v cost one gather per block, not one per row.
+// parallel. Keys and values with contiguous channels are read in place (the products and sums in f64,
+// vectorised); otherwise each work item copies the keys and values its rows can see into f64 buffers once,
+// so strided, broadcast and grouped k/v cost one gather per block, not one per row.
 #include "cpu/attention.h"
 
 #include <algorithm>
@@ -16,6 +17,20 @@ namespace {
 namespace am = attention_math;
 
 constexpr int64_t kRowBlock = 32;  // query rows per work item: the k/v gather is 1/32 of the row work
+
+// q . k and acc += p v over n channels, in f64 (the sum reassociated across SIMD lanes: still f64).
+template <class S>
+inline double dot_f64(const S* __restrict k, const double* __restrict q, int64_t n) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < n; ++c) s += q[c] * convert<double>(k[c]);
+  return s;
+}
+template <class S>
+inline void axpy_f64(double* __restrict acc, double p, const S* __restrict v, int64_t n) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) acc[c] += p * convert<double>(v[c]);
+}
 
 template <class T>
 void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -40,6 +55,9 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
     }
   };
 
+  // Contiguous channels (caches, projections): rows are read in place. Otherwise each work item gathers
+  // the keys and values it sees into f64 buffers once.
+  const bool direct = L.k_col == 1 && L.v_col == 1;
 #pragma omp parallel if (flops > 1e6 && work > 1)
   {
     std::vector<double> kbuf, vbuf, s, qrow, acc;
@@ -52,16 +70,18 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
       const int64_t i0 = blk * kRowBlock, i1 = std::min(L.lq, i0 + kRowBlock);
       // key_end grows with i, so the last row of the block sees the most keys.
       const int64_t nk = am::key_end(i1 - 1, L.lq, kv_len, L.causal, L.has_lengths);
-      kbuf.resize(static_cast<size_t>(nk * L.d));
-      vbuf.resize(static_cast<size_t>(nk * L.dv));
       s.resize(static_cast<size_t>(nk));
       qrow.resize(static_cast<size_t>(L.d));
       acc.resize(static_cast<size_t>(L.dv));
-      for (int64_t j = 0; j < nk; ++j) {
-        for (int64_t c = 0; c < L.d; ++c)
-          kbuf[j * L.d + c] = convert<double>(kp[off.k + j * L.k_row + c * L.k_col]);
-        for (int64_t c = 0; c < L.dv; ++c)
-          vbuf[j * L.dv + c] = convert<double>(vp[off.v + j * L.v_row + c * L.v_col]);
+      if (!direct) {
+        kbuf.resize(static_cast<size_t>(nk * L.d));
+        vbuf.resize(static_cast<size_t>(nk * L.dv));
+        for (int64_t j = 0; j < nk; ++j) {
+          for (int64_t c = 0; c < L.d; ++c)
+            kbuf[j * L.d + c] = convert<double>(kp[off.k + j * L.k_row + c * L.k_col]);
+          for (int64_t c = 0; c < L.dv; ++c)
+            vbuf[j * L.dv + c] = convert<double>(vp[off.v + j * L.v_row + c * L.v_col]);
+        }
       }
       for (int64_t i = i0; i < i1; ++i) {
         T* orow = op + (task * L.lq + i) * L.dv;
@@ -69,9 +89,8 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
         for (int64_t c = 0; c < L.d; ++c) qrow[c] = convert<double>(qp[off.q + i * L.q_row + c * L.q_col]);
         double m = ninf;
         for (int64_t j = 0; j < e; ++j) {
-          double dot = 0;
-          const double* kr = kbuf.data() + j * L.d;
-          for (int64_t c = 0; c < L.d; ++c) dot += qrow[c] * kr[c];
+          const double dot = direct ? dot_f64(kp + off.k + j * L.k_row, qrow.data(), L.d)
+                                    : dot_f64(kbuf.data() + j * L.d, qrow.data(), L.d);
           double x = dot * scale;
           if (mp) x += mask_value(off.m + i * L.m_row + j * L.m_col);
           s[j] = x;
@@ -91,8 +110,8 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
           const double p = std::exp(s[j] - m);
           sum += p;
           if (p == 0.0) continue;  // exp(-inf): a masked key contributes nothing, even an inf value
-          const double* vr = vbuf.data() + j * L.dv;
-          for (int64_t c = 0; c < L.dv; ++c) acc[c] += p * vr[c];
+          if (direct) axpy_f64(acc.data(), p, vp + off.v + j * L.v_row, L.dv);
+          else axpy_f64(acc.data(), p, vbuf.data() + j * L.dv, L.dv);
         }
         for (int64_t c = 0; c < L.dv; ++c) orow[c] = convert<T>(acc[c] / sum);
       }

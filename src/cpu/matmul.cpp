@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <optional>
 #include <vector>
@@ -40,6 +41,25 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int n, int m, int k, T al
     cblas_cgemm(CblasRowMajor, ta, tb, n, m, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
 }
 
+// c [1, m] = alpha a [1, k] op(b) [k, m] + beta c as one matrix-vector product: a gemm with one row packs
+// all of op(b) first (OpenBLAS), which for a decode step's linear layers costs more than the product.
+// x is a's row (elements incx apart), b as the BlasView describes it.
+template <class T>
+void blas_gemv_row(CBLAS_TRANSPOSE tb, int m, int k, T alpha, const T* x, int incx, const T* b, int ldb, T beta,
+                   T* c) {
+  // tb == NoTrans: b is k x m row-major, c = b^T x; Trans: b is stored m x k row-major, c = b x.
+  const CBLAS_TRANSPOSE t = tb == CblasNoTrans ? CblasTrans : CblasNoTrans;
+  // beta = 0 must ignore c's old contents (possibly NaN): some BLAS releases scale y by beta instead.
+  if (beta == T(0)) std::fill_n(c, m, T(0));
+  const int rows = tb == CblasNoTrans ? k : m, cols = tb == CblasNoTrans ? m : k;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemv(CblasRowMajor, t, rows, cols, alpha, b, ldb, x, incx, beta, c, 1);
+  else if constexpr (std::is_same_v<T, double>)
+    cblas_dgemv(CblasRowMajor, t, rows, cols, alpha, b, ldb, x, incx, beta, c, 1);
+  else
+    cblas_cgemv(CblasRowMajor, t, rows, cols, &alpha, b, ldb, x, incx, &beta, c, 1);
+}
+
 template <class T>
 T scalar_as(const Scalar& s) {
   if constexpr (std::is_same_v<T, Complex64>) return s.to_complex();
@@ -67,6 +87,13 @@ void gemm_blas(const Tensor& c, Tensor a, Tensor b, const Scalar& alpha_s, const
   T* pc = static_cast<T*>(c.data_ptr());
   const int64_t sa = a.stride(0), sb = b.stride(0);
   auto one = [&](int64_t i) {
+    if (n == 1 && k > 0) {
+      // a's one row: contiguous (NoTrans) or one column of its stored transpose, lda apart (Trans).
+      const int incx = va->trans == CblasNoTrans ? 1 : static_cast<int>(va->ld);
+      blas_gemv_row<T>(vb->trans, static_cast<int>(m), static_cast<int>(k), alpha, pa + i * sa, incx, pb + i * sb,
+                       static_cast<int>(vb->ld), beta, pc + i * n * m);
+      return;
+    }
     blas_gemm<T>(va->trans, vb->trans, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), alpha,
                  pa + i * sa, static_cast<int>(va->ld), pb + i * sb, static_cast<int>(vb->ld), beta, pc + i * n * m,
                  static_cast<int>(std::max<int64_t>(m, 1)));

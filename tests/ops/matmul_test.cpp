@@ -89,6 +89,32 @@ TEST(Mm, NonContiguousOperands) {
   }
 }
 
+// One row (a decode step's linear layers) takes a matrix-vector product: a contiguous or strided row,
+// b as stored [k, m] or as the transpose of [m, k] (a weight), with and without beta.
+TEST(Mm, OneRowMatchesReferenceForEveryLayout) {
+  for (DType t : {DType::F32, DType::F64, DType::C64}) {
+    const int64_t k = 300, m = 70;
+    const Tensor rows[] = {rand_t({1, k}, t), rand_t({k, 3}, t).narrow(1, 1, 1).t()};  // [1, k], strides (1, 3)
+    const Tensor bs[] = {rand_t({k, m}, t), rand_t({m, k}, t).t(), rand_t({k, 2 * m}, t).slice(1, 0, 2 * m, 2)};
+    for (const Tensor& a : rows)
+      for (const Tensor& b : bs) {
+        SCOPED_TRACE(str(dtype_name(t), " a strides ", a.stride(0), ",", a.stride(1), " b strides ", b.stride(0), ",",
+                         b.stride(1)));
+        const Tensor ref = reference_bmm(a.unsqueeze(0), b.unsqueeze(0), t).squeeze(0);
+        EXPECT_TRUE(all_close(mm(a, b), ref, matmul_tolerance(t, k)));
+        if (t == DType::C64) continue;
+        // beta = 0 ignores a NaN input; beta = 0.5 scales it.
+        EXPECT_TRUE(all_close(addmm(full({1, m}, NAN, t), a, b, 0, 1), ref, matmul_tolerance(t, k)));
+        const Tensor in = rand_t({m}, t);
+        auto vi = in.to_vector<double>(), vr = ref.to_vector<double>();
+        std::vector<double> want(static_cast<size_t>(m));
+        for (int64_t j = 0; j < m; ++j) want[j] = 0.5 * vi[j] + 2.0 * vr[j];
+        EXPECT_TRUE(all_close(addmm(in, a, b, 0.5, 2.0), from_vector<double>(want, Shape{1, m}),
+                              matmul_tolerance(t, 2 * k)));
+      }
+  }
+}
+
 TEST(Mm, IntegerProductsWrap) {
   for (DType t : {DType::I64, DType::I32, DType::U8, DType::I16}) {
     Tensor a = rand_t({4, 6}, t).t(), b = rand_t({4, 3}, t);
