@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev liblapacke-dev
+  libopenblas-openmp-dev liblapacke-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev
 )

@@ -142,6 +142,17 @@ void gemm_int(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& a
 
 }  // namespace
 
+std::string blas_description() {
+  std::string config = openblas_get_config();
+  while (!config.empty() && config.back() == ' ') config.pop_back();
+  switch (openblas_get_parallel()) {
+    case 0: return config + " (single-threaded)";
+    case 1: return config + " (its own threads)";
+    case 2: return config + " (OpenMP threads)";
+    default: return config;
+  }
+}
+
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& alpha, const Scalar& beta) {
   if (c.numel() == 0) return;
   visit_dtypes<dset(DType::F32, DType::F64, DType::C64) | kIntTypes>(c.dtype(), "matmul", [&](auto tag) {

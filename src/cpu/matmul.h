@@ -1,6 +1,8 @@
 // CPU matrix-product kernel shared by mm, bmm, matmul and addmm.
 #pragma once
 
+#include <string>
+
 #include "kiln/tensor.h"
 
 namespace kiln::cpu {
@@ -10,5 +12,8 @@ namespace kiln::cpu {
 // contents of c are ignored (NaN included). Dtypes: f32, f64, c64 (BLAS) and the integer types (a
 // wrapping loop); half types are converted to f32 by the caller.
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& alpha, const Scalar& beta);
+
+// The BLAS library in use and how it threads, e.g. "OpenBLAS 0.3.21 ... (OpenMP threads)".
+std::string blas_description();
 
 }  // namespace kiln::cpu

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "kiln/device.h"
 #include "kiln/runtime.h"
+#include "cpu/matmul.h"
 #include "kiln/version.h"
 #if KILN_HAVE_CUDA
 #include "cuda/backend.h"
@@ -27,7 +28,8 @@ std::string version_str(int v) {
 int run_info(bool memory) {
   std::cout << "kiln " << kVersion << "\n";
   std::cout << "  build:        " << kBuildType << ", C++20, " << kCompiler << "\n";
-  std::cout << "  cpu:          " << omp_get_max_threads() << " OpenMP threads, BLAS: OpenBLAS\n";
+  std::cout << "  cpu:          " << omp_get_max_threads() << " OpenMP threads, BLAS: " << kiln::cpu::blas_description()
+            << "\n";
 #if KILN_HAVE_CUDA
   std::cout << "  cuda backend: compiled in (architectures " << kCudaArchitectures << ", runtime "
             << version_str(cuda_runtime_version()) << ", driver " << version_str(cuda_driver_version()) << ")\n";
