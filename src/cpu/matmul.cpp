@@ -142,6 +142,44 @@ void gemm_int(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& a
 
 }  // namespace
 
+namespace {
+template <class T>
+void gemv_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
+  const int64_t B = c.size(0), m = c.size(2), k = a.size(2);
+  const T* pa = static_cast<const T*>(a.data_ptr());
+  const T* pb = static_cast<const T*>(b.data_ptr());
+  float* pc = c.data<float>();
+  const int64_t sa = a.stride(0), sb = b.stride(0), sbm = b.stride(2);
+  std::vector<float> x(static_cast<size_t>(k));
+  for (int64_t bi = 0; bi < B; ++bi) {
+    for (int64_t p = 0; p < k; ++p) x[p] = static_cast<float>(pa[bi * sa + p]);
+    const float* xp = x.data();
+    float* cr = pc + bi * m;
+    const T* base = pb + bi * sb;
+#pragma omp parallel for schedule(static) if (m * k > (1 << 16))
+    for (int64_t j = 0; j < m; ++j) {
+      const T* col = base + j * sbm;
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t p = 0; p < k; ++p) s += xp[p] * static_cast<float>(col[p]);
+      cr[j] = beta * cr[j] + alpha * s;
+    }
+  }
+}
+}  // namespace
+
+bool gemv_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
+  if (a.dim() != 3 || a.size(1) != 1 || a.dtype() != b.dtype() || c.dtype() != DType::F32) return false;
+  if (a.size(2) > 1 && a.stride(2) != 1) return false;
+  if (b.size(1) > 1 && b.stride(1) != 1) return false;
+  if (!c.is_contiguous()) return false;
+  if (c.numel() == 0) return true;
+  if (a.dtype() == DType::BF16) gemv_half_kernel<BFloat16>(c, a, b, alpha, beta);
+  else if (a.dtype() == DType::F16) gemv_half_kernel<Half>(c, a, b, alpha, beta);
+  else return false;
+  return true;
+}
+
 std::string blas_description() {
   std::string config = openblas_get_config();
   while (!config.empty() && config.back() == ' ') config.pop_back();

@@ -90,9 +90,10 @@ TEST(Mm, NonContiguousOperands) {
 }
 
 // One row (a decode step's linear layers) takes a matrix-vector product: a contiguous or strided row,
-// b as stored [k, m] or as the transpose of [m, k] (a weight), with and without beta.
+// b as stored [k, m] or as the transpose of [m, k] (a weight), with and without beta. 16-bit operands
+// with a transposed weight are read in their own dtype (cpu::gemv_half); other layouts widen to f32.
 TEST(Mm, OneRowMatchesReferenceForEveryLayout) {
-  for (DType t : {DType::F32, DType::F64, DType::C64}) {
+  for (DType t : {DType::F32, DType::F64, DType::C64, DType::BF16, DType::F16}) {
     const int64_t k = 300, m = 70;
     const Tensor rows[] = {rand_t({1, k}, t), rand_t({k, 3}, t).narrow(1, 1, 1).t()};  // [1, k], strides (1, 3)
     const Tensor bs[] = {rand_t({k, m}, t), rand_t({m, k}, t).t(), rand_t({k, 2 * m}, t).slice(1, 0, 2 * m, 2)};
