@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "cpu/clones.h"
 
 namespace kiln::cpu {
 namespace {
@@ -18,26 +19,20 @@ namespace am = attention_math;
 
 constexpr int64_t kRowBlock = 32;  // query rows per work item: the k/v gather is 1/32 of the row work
 
-// q . k and acc += p v over n channels, in f64 (the sum reassociated across SIMD lanes: still f64). Built
-// for the baseline and for x86-64-v3 (AVX2, FMA), picked at load time: twice the lanes of SSE2.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define KILN_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define KILN_CLONES
-#endif
+// q . k and acc += p v over n channels, in f64 (the sum reassociated across SIMD lanes: still f64), with
+// AVX2 clones (cpu/clones.h): twice the lanes of SSE2.
 template <class S>
-KILN_CLONES double dot_f64(const S* __restrict k, const double* __restrict q, int64_t n) {
+KILN_SIMD_CLONES double dot_f64(const S* __restrict k, const double* __restrict q, int64_t n) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t c = 0; c < n; ++c) s += q[c] * convert<double>(k[c]);
   return s;
 }
 template <class S>
-KILN_CLONES void axpy_f64(double* __restrict acc, double p, const S* __restrict v, int64_t n) {
+KILN_SIMD_CLONES void axpy_f64(double* __restrict acc, double p, const S* __restrict v, int64_t n) {
 #pragma omp simd
   for (int64_t c = 0; c < n; ++c) acc[c] += p * convert<double>(v[c]);
 }
-#undef KILN_CLONES
 
 template <class T>
 void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,

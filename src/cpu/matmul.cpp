@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "cpu/clones.h"
 
 namespace kiln::cpu {
 
@@ -143,21 +144,15 @@ void gemm_int(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& a
 }  // namespace
 
 namespace {
-// x . w over k elements of a 16-bit w, in f32. Built twice on x86-64 (the baseline and AVX2 + FMA, picked
-// at load time): the portable build's SSE2 loop converted and summed too slowly to keep up with memory.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define KILN_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define KILN_CLONES
-#endif
+// x . w over k elements of a 16-bit w, in f32, with AVX2 clones (cpu/clones.h): the portable build's SSE2
+// loop converted and summed too slowly to keep up with memory.
 template <class T>
-KILN_CLONES float dot_half(const float* __restrict x, const T* __restrict w, int64_t k) {
+KILN_SIMD_CLONES float dot_half(const float* __restrict x, const T* __restrict w, int64_t k) {
   float s = 0.f;
 #pragma omp simd reduction(+ : s)
   for (int64_t p = 0; p < k; ++p) s += x[p] * static_cast<float>(w[p]);
   return s;
 }
-#undef KILN_CLONES
 
 template <class T>
 void gemv_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
