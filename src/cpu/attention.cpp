@@ -19,15 +19,7 @@ namespace am = attention_math;
 
 constexpr int64_t kRowBlock = 32;  // query rows per work item: the k/v gather is 1/32 of the row work
 
-// q . k and acc += p v over n channels, in f64 (the sum reassociated across SIMD lanes: still f64), with
-// AVX2 clones (cpu/clones.h): twice the lanes of SSE2.
-template <class S>
-KILN_SIMD_CLONES double dot_f64(const S* __restrict k, const double* __restrict q, int64_t n) {
-  double s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t c = 0; c < n; ++c) s += q[c] * convert<double>(k[c]);
-  return s;
-}
+// acc += p v over n channels in f64, with AVX2 clones (cpu/clones.h; q . k is simd_dot there).
 template <class S>
 KILN_SIMD_CLONES void axpy_f64(double* __restrict acc, double p, const S* __restrict v, int64_t n) {
 #pragma omp simd
@@ -91,8 +83,8 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
         for (int64_t c = 0; c < L.d; ++c) qrow[c] = convert<double>(qp[off.q + i * L.q_row + c * L.q_col]);
         double m = ninf;
         for (int64_t j = 0; j < e; ++j) {
-          const double dot = direct ? dot_f64(kp + off.k + j * L.k_row, qrow.data(), L.d)
-                                    : dot_f64(kbuf.data() + j * L.d, qrow.data(), L.d);
+          const double dot = direct ? simd_dot(qrow.data(), kp + off.k + j * L.k_row, L.d)
+                                    : simd_dot(qrow.data(), kbuf.data() + j * L.d, L.d);
           double x = dot * scale;
           if (mp) x += mask_value(off.m + i * L.m_row + j * L.m_col);
           s[j] = x;

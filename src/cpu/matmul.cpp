@@ -144,15 +144,6 @@ void gemm_int(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& a
 }  // namespace
 
 namespace {
-// x . w over k elements of a 16-bit w, in f32, with AVX2 clones (cpu/clones.h): the portable build's SSE2
-// loop converted and summed too slowly to keep up with memory.
-template <class T>
-KILN_SIMD_CLONES float dot_half(const float* __restrict x, const T* __restrict w, int64_t k) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t p = 0; p < k; ++p) s += x[p] * static_cast<float>(w[p]);
-  return s;
-}
 
 template <class T>
 void gemv_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
@@ -169,7 +160,9 @@ void gemv_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
     const T* base = pb + bi * sb;
 #pragma omp parallel for schedule(static) if (m * k > (1 << 16))
     for (int64_t j = 0; j < m; ++j) {
-      cr[j] = beta * cr[j] + alpha * dot_half(xp, base + j * sbm, k);
+      // simd_dot has AVX2 clones (cpu/clones.h): the portable build's SSE2 loop converted and summed too
+      // slowly to keep up with memory.
+      cr[j] = beta * cr[j] + alpha * simd_dot(xp, base + j * sbm, k);
     }
   }
 }
