@@ -100,12 +100,15 @@ void gemm_blas(const Tensor& c, Tensor a, Tensor b, const Scalar& alpha_s, const
                  static_cast<int>(std::max<int64_t>(m, 1)));
   };
   if (B > 1 && n * m * std::max<int64_t>(k, 1) < kSmallGemm) {
-    // One thread per matrix; OpenBLAS's pool must not add threads of its own inside this region.
+    // One thread per matrix. The OpenMP build of OpenBLAS runs single-threaded inside a parallel region by
+    // itself (and its openblas_set_num_threads would set OpenMP's own count: this region would get one
+    // thread); another build's pool must be told not to add threads of its own.
+    const bool shared_pool = openblas_get_parallel() == 2;
     const int blas_threads = openblas_get_num_threads();
-    openblas_set_num_threads(1);
+    if (!shared_pool) openblas_set_num_threads(1);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < B; ++i) one(i);
-    openblas_set_num_threads(blas_threads);
+    if (!shared_pool) openblas_set_num_threads(blas_threads);
   } else {
     for (int64_t i = 0; i < B; ++i) one(i);
   }
