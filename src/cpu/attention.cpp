@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include <cblas.h>
+
 #include "core/dispatch.h"
 #include "cpu/clones.h"
 
@@ -24,6 +26,89 @@ template <class S>
 KILN_SIMD_CLONES void axpy_f64(double* __restrict acc, double p, const S* __restrict v, int64_t n) {
 #pragma omp simd
   for (int64_t c = 0; c < n; ++c) acc[c] += p * convert<double>(v[c]);
+}
+
+// Query rows [i0, i1) of one (outer, head) task for 16-bit q/k/v with contiguous channels (a bool or f32
+// mask, or none), in f32 through BLAS: S = q k^T over the nk keys the block can see, the mask, the softmax
+// of each row over its own visible keys, o = p v, all in f32 (the result rounds to 16 bits, far above f32's error). The same
+// semantics as the f64 rows: a row without a visible key gives 0, a NaN score makes its row NaN, and an
+// invisible key contributes nothing; a visible key whose p is 0 must also contribute nothing even where
+// its value is inf, so a block whose values are not all finite returns false and takes the f64 rows.
+template <class T>
+bool block_f32(T* op, const T* qp, const T* kp, const T* vp, const char* mp, const am::Layout& L,
+               const am::Offsets& off, int64_t task, int64_t i0, int64_t i1, int64_t kv_len, int64_t nk, float scale,
+               std::vector<float>& qb, std::vector<float>& kb, std::vector<float>& vb, std::vector<float>& sb,
+               std::vector<float>& ob) {
+  const int64_t rows = i1 - i0, d = L.d, dv = L.dv;
+  kb.resize(static_cast<size_t>(nk * d));
+  vb.resize(static_cast<size_t>(nk * dv));
+  for (int64_t j = 0; j < nk; ++j) {
+    const T* vr = vp + off.v + j * L.v_row;
+    float* vo = vb.data() + j * dv;
+    bool finite = true;
+    for (int64_t c = 0; c < dv; ++c) {
+      vo[c] = static_cast<float>(vr[c]);
+      finite &= std::isfinite(vo[c]);
+    }
+    if (!finite) return false;
+    const T* kr = kp + off.k + j * L.k_row;
+    float* ko = kb.data() + j * d;
+    for (int64_t c = 0; c < d; ++c) ko[c] = static_cast<float>(kr[c]);
+  }
+  qb.resize(static_cast<size_t>(rows * d));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < d; ++c) qb[r * d + c] = static_cast<float>(qp[off.q + (i0 + r) * L.q_row + c]);
+  sb.resize(static_cast<size_t>(rows * nk));
+  ob.resize(static_cast<size_t>(rows * dv));
+  if (nk > 0)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(nk),
+                static_cast<int>(d), scale, qb.data(), static_cast<int>(d), kb.data(), static_cast<int>(d), 0.f,
+                sb.data(), static_cast<int>(nk));
+  std::vector<float> inv(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = sb.data() + r * nk;
+    const int64_t e = am::key_end(i0 + r, L.lq, kv_len, L.causal, L.has_lengths);
+    if (mp) {  // bool (true = attend) or f32 added to the scaled scores
+      const int64_t mrow = off.m + (i0 + r) * L.m_row;
+      for (int64_t j = 0; j < e; ++j) {
+        const int64_t idx = mrow + j * L.m_col;
+        if (L.mask == am::MaskKind::Bool) {
+          if (!reinterpret_cast<const bool*>(mp)[idx]) sr[j] = -INFINITY;
+        } else {
+          sr[j] += reinterpret_cast<const float*>(mp)[idx];
+        }
+      }
+    }
+    float m = -INFINITY;
+    bool any_nan = false;
+    for (int64_t j = 0; j < e; ++j) {
+      if (sr[j] > m) m = sr[j];
+      any_nan |= std::isnan(sr[j]);
+    }
+    if (m == -INFINITY && !any_nan) {  // no key to attend: 0
+      std::fill(sr, sr + nk, 0.f);
+      inv[r] = 0.f;
+      continue;
+    }
+    float sum = 0.f;
+    for (int64_t j = 0; j < e; ++j) {
+      sr[j] = std::exp(sr[j] - m);
+      sum += sr[j];
+    }
+    std::fill(sr + e, sr + nk, 0.f);
+    inv[r] = 1.f / sum;
+  }
+  if (nk > 0)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(dv),
+                static_cast<int>(nk), 1.f, sb.data(), static_cast<int>(nk), vb.data(), static_cast<int>(dv), 0.f,
+                ob.data(), static_cast<int>(dv));
+  else
+    std::fill(ob.begin(), ob.end(), 0.f);
+  for (int64_t r = 0; r < rows; ++r) {
+    T* orow = op + (task * L.lq + i0 + r) * dv;
+    for (int64_t c = 0; c < dv; ++c) orow[c] = convert<T>(ob[r * dv + c] * inv[r]);
+  }
+  return true;
 }
 
 template <class T>
@@ -52,9 +137,18 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
   // Contiguous channels (caches, projections): rows are read in place. Otherwise each work item gathers
   // the keys and values it sees into f64 buffers once.
   const bool direct = L.k_col == 1 && L.v_col == 1;
+  // 16-bit inputs (without an f64 mask) take BLAS for blocks of at least 8 rows (prefill; block_f32).
+  constexpr bool k16 = std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
+  const bool blas_rows = k16 && direct && L.q_col == 1 && L.mask != am::MaskKind::F64;
+  // BLAS is called from every thread of the region below: the OpenMP build of OpenBLAS then runs each call
+  // on its caller's thread by itself; another build's pool is held to one thread meanwhile.
+  const bool hold_pool = blas_rows && openblas_get_parallel() != 2;
+  const int blas_threads = hold_pool ? openblas_get_num_threads() : 0;
+  if (hold_pool) openblas_set_num_threads(1);
 #pragma omp parallel if (flops > 1e6 && work > 1)
   {
     std::vector<double> kbuf, vbuf, s, qrow, acc;
+    std::vector<float> qb, kb, vb, sb, ob;
 #pragma omp for schedule(dynamic)
     for (int64_t w = 0; w < work; ++w) {
       const int64_t task = w / blocks, blk = w % blocks;
@@ -64,6 +158,12 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
       const int64_t i0 = blk * kRowBlock, i1 = std::min(L.lq, i0 + kRowBlock);
       // key_end grows with i, so the last row of the block sees the most keys.
       const int64_t nk = am::key_end(i1 - 1, L.lq, kv_len, L.causal, L.has_lengths);
+      if constexpr (k16) {
+        if (blas_rows && i1 - i0 >= 8 &&
+            block_f32(op, qp, kp, vp, mp, L, off, task, i0, i1, kv_len, nk, static_cast<float>(scale), qb, kb, vb,
+                      sb, ob))
+          continue;
+      }
       s.resize(static_cast<size_t>(nk));
       qrow.resize(static_cast<size_t>(L.d));
       acc.resize(static_cast<size_t>(L.dv));
@@ -111,6 +211,7 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
       }
     }
   }
+  if (hold_pool) openblas_set_num_threads(blas_threads);
 }
 
 }  // namespace

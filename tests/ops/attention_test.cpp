@@ -220,6 +220,49 @@ TEST(Attention, CausalIsTopLeftAlignedForAnyLengths) {
   }
 }
 
+// 16-bit inputs in blocks of 8 or more query rows take f32 through BLAS (cpu/attention.cpp block_f32): the
+// same semantics as the f64 rows on fully masked rows (bool and float), a NaN query row, and an inf value
+// at a key no row attends (it must contribute nothing: that block falls back to the f64 rows).
+TEST(Attention, SixteenBitRowBlocksKeepTheEdgeCases) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t b = 2, lq = 40, lkv = 50, d = 16;
+    const Tensor q = random_tensor({b, lq, d}, dt), k = random_tensor({b, lkv, d}, dt);
+    const Tensor v = random_tensor({b, lkv, d}, dt, 1, 2);
+    Tensor mask = gt(random_tensor({b, lq, lkv}, DType::F32, 0, 1), 0.3);
+    mask.select(0, 0).select(0, 3).fill_(false);
+    mask.select(0, 1).select(0, 35).fill_(false);
+    const Tensor out = scaled_dot_product_attention(q, k, v, mask);
+    EXPECT_TRUE(all_close(out, reference(q, k, v, mask)));
+    EXPECT_TRUE(test::equal(out.select(0, 0).select(0, 3), zeros({d}, dt)));
+    EXPECT_TRUE(test::equal(out.select(0, 1).select(0, 35), zeros({d}, dt)));
+    Tensor fmask = zeros({lq, lkv}, DType::F32);
+    fmask.select(0, 9).fill_(-INFINITY);
+    const Tensor out2 = scaled_dot_product_attention(q, k, v, fmask);
+    EXPECT_TRUE(test::equal(out2.select(1, 9), zeros({b, d}, dt)));
+    EXPECT_TRUE(all_close(out2, reference(q, k, v, fmask)));
+    // An inf value at key 7, which no row attends: finite outputs, as the reference.
+    Tensor vinf = v.clone();
+    vinf.select(1, 7).fill_(INFINITY);
+    Tensor mask7 = mask.clone();
+    mask7.select(2, 7).fill_(false);
+    const Tensor out3 = scaled_dot_product_attention(q, k, vinf, mask7);
+    EXPECT_TRUE(all_close(out3, reference(q, k, vinf, mask7)));
+    EXPECT_FALSE(std::isnan(sum(out3.to(DType::F32)).item<float>()));
+    // A NaN in one query row: that row is NaN (as PyTorch's; this file's reference, whose max skips NaN,
+    // gives 0 there), the others are not touched.
+    Tensor qnan = q.clone();
+    qnan.select(0, 1).select(0, 20).select(0, 0).fill_(NAN);
+    const Tensor out4 = scaled_dot_product_attention(qnan, k, v, std::nullopt, true);
+    const Tensor ref4 = reference(qnan, k, v, std::nullopt, true);
+    EXPECT_TRUE(all_close(out4.select(0, 0), ref4.select(0, 0)));
+    EXPECT_TRUE(all_close(out4.select(0, 1).narrow(0, 0, 20), ref4.select(0, 1).narrow(0, 0, 20)));
+    EXPECT_TRUE(all_close(out4.select(0, 1).narrow(0, 21, lq - 21), ref4.select(0, 1).narrow(0, 21, lq - 21)));
+    const std::vector<float> nan_row = out4.select(0, 1).select(0, 20).to(DType::F32).to_vector<float>();
+    for (float x : nan_row) EXPECT_TRUE(std::isnan(x));
+  }
+}
+
 TEST(Attention, FullyMaskedRowsAreZero) {
   for (DType dt : kDtypes) {
     SCOPED_TRACE(dtype_name(dt));
