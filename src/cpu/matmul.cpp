@@ -144,10 +144,6 @@ void gemm_int(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& a
   }
 }
 
-}  // namespace
-
-namespace {
-
 template <class T>
 void gemv_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
   const int64_t B = c.size(0), m = c.size(2), k = a.size(2);

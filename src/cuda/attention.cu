@@ -232,8 +232,6 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
     p.part_o = nullptr;
     p.part_ml = nullptr;
   }
-  const dim3 grid(tma ? 1u : static_cast<unsigned>(p.splits), tma ? 1u : static_cast<unsigned>(hkv * row_tiles),
-                  tma ? 1u : static_cast<unsigned>(b));
   with_tag(q.dtype(), [&](auto tag) {
     using Tag = decltype(tag);
     auto go = [&](auto d_const) {
@@ -249,6 +247,8 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
         launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(d90::kThreads), smem, stream, dev.index,
                          "decode_attention", tp);
       } else {
+        const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(hkv * row_tiles),
+                        static_cast<unsigned>(b));
         const size_t smem = static_cast<size_t>(attn::decode_smem_elems<D>()) * sizeof(uint16_t);
         auto kernel = attn::decode_attention_kernel<Tag, D>;
         set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev.index, "decode_attention");

@@ -53,8 +53,8 @@ Tensor batched(const Tensor& a, const Tensor& b, const Tensor& input, const Scal
       Tensor c = empty({a.size(0), 1, b.size(2)}, DType::F32);
       if (use_input) c.copy_(input);
       else c.zero_();
-      if (cpu::gemv_half(c, a, b, static_cast<float>(alpha.to_double()), use_input ? static_cast<float>(beta.to_double()) : 0.f))
-        return c.to(t);
+      const float beta32 = use_input ? static_cast<float>(beta.to_double()) : 0.f;
+      if (cpu::gemv_half(c, a, b, static_cast<float>(alpha.to_double()), beta32)) return c.to(t);
     }
     Tensor in32 = input.defined() ? input.to(DType::F32) : input;
     return batched(a.to(DType::F32), b.to(DType::F32), in32, beta, alpha).to(t);
