@@ -15,6 +15,7 @@
 #     --ab "VAR=VALUE ..."  also run kiln's operators with these environment settings (e.g.
 #                "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"): kiln_ops_ab.json and
 #                ops_table_ab.md against the same PyTorch run (then no png, and build.log only on failure)
+#   OPS_TIMEOUT=S  seconds each `kiln bench ops` run may take (default 400; a hang shows as rc=124)
 #
 # Copy $OUT/kiln_ops.json and torch_ops.json to bench/results/<gpu>-<date>-{kiln,torch}_ops.json and the
 # table to docs/benchmarks.md.
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
     --contexts) CONTEXTS=$2; shift 2 ;;
     --no-ops) OPS=0; shift ;;
     --ab) AB=$2; shift 2 ;;
-    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "device-bench.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
 done
@@ -69,13 +70,13 @@ kiln_rc=0; torch_rc=0
 if [ "$OPS" = 1 ]; then
 t=$(date +%s)
 echo "== kiln bench ops ${args[*]}"
-"$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops.json" "${args[@]}" 2>&1 | tee "$OUT/kiln_ops.log"
+timeout "${OPS_TIMEOUT:-400}" "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops.json" "${args[@]}" 2>&1 | tee "$OUT/kiln_ops.log"
 kiln_rc=${PIPESTATUS[0]}
 echo "== kiln: rc=$kiln_rc, $(( $(date +%s) - t )) s"
 if [ -n "$AB" ]; then
   t=$(date +%s)
   echo "== kiln bench ops ${args[*]} with $AB" | tee -a "$OUT/kiln_ops.log"
-  env $AB "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops_ab.json" "${args[@]}" >> "$OUT/kiln_ops.log" 2>&1 || kiln_rc=1
+  timeout "${OPS_TIMEOUT:-400}" env $AB "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops_ab.json" "${args[@]}" >> "$OUT/kiln_ops.log" 2>&1 || kiln_rc=1
   echo "== kiln with $AB: $(( $(date +%s) - t )) s"
 fi
 
