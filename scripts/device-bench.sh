@@ -13,8 +13,10 @@
 #                (e.g. 2048,8192), to see how decode slows as the context grows
 #     --no-ops   skip the operator benchmark (with --e2e: only the engine)
 #     --ab "VAR=VALUE ..."  also run kiln's operators with these environment settings (e.g.
-#                "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"): kiln_ops_ab.json and
-#                ops_table_ab.md against the same PyTorch run (then no png, and build.log only on failure)
+#                "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"); may be given several times:
+#                kiln_ops_ab.json (every variant's cases) and ops_table_ab.md (scripts/bench_variants.py: the
+#                default, each variant and PyTorch side by side) from the same PyTorch run (then no png, and
+#                build.log only on failure)
 #   OPS_TIMEOUT=S  seconds each `kiln bench ops` run may take (default 400; a hang shows as rc=124)
 #
 # Copy $OUT/kiln_ops.json and torch_ops.json to bench/results/<gpu>-<date>-{kiln,torch}_ops.json and the
@@ -29,7 +31,7 @@ REPEATS=100
 E2E=""
 CONTEXTS=""
 OPS=1
-AB=""
+AB=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter) FILTER=$2; shift 2 ;;
@@ -39,8 +41,8 @@ while [ $# -gt 0 ]; do
     --e2e) E2E=$2; shift 2 ;;
     --contexts) CONTEXTS=$2; shift 2 ;;
     --no-ops) OPS=0; shift ;;
-    --ab) AB=$2; shift 2 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    --ab) AB+=("$2"); shift 2 ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
     *) echo "device-bench.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
 done
@@ -64,7 +66,7 @@ if ! { cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON
   exit 1
 fi
 echo "== build: $(( $(date +%s) - t )) s"
-[ -n "$AB" ] && rm -f "$OUT/build.log"  # eight files come back: room for the A/B pair
+[ ${#AB[@]} -gt 0 ] && rm -f "$OUT/build.log"  # eight files come back: room for the A/B pair
 
 kiln_rc=0; torch_rc=0
 if [ "$OPS" = 1 ]; then
@@ -73,12 +75,16 @@ echo "== kiln bench ops ${args[*]}"
 timeout "${OPS_TIMEOUT:-400}" "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops.json" "${args[@]}" 2>&1 | tee "$OUT/kiln_ops.log"
 kiln_rc=${PIPESTATUS[0]}
 echo "== kiln: rc=$kiln_rc, $(( $(date +%s) - t )) s"
-if [ -n "$AB" ]; then
+variant_args=()
+for i in "${!AB[@]}"; do
   t=$(date +%s)
-  echo "== kiln bench ops ${args[*]} with $AB" | tee -a "$OUT/kiln_ops.log"
-  timeout "${OPS_TIMEOUT:-400}" env $AB "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops_ab.json" "${args[@]}" >> "$OUT/kiln_ops.log" 2>&1 || kiln_rc=1
-  echo "== kiln with $AB: $(( $(date +%s) - t )) s"
-fi
+  echo "== kiln bench ops ${args[*]} with ${AB[$i]}" | tee -a "$OUT/kiln_ops.log"
+  timeout "${OPS_TIMEOUT:-400}" env ${AB[$i]} "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops_ab$i.json" "${args[@]}" \
+    >> "$OUT/kiln_ops.log" 2>&1 || kiln_rc=1
+  [ -s "$OUT/kiln_ops_ab$i.json" ] || echo '{"cases": []}' > "$OUT/kiln_ops_ab$i.json"
+  variant_args+=("${AB[$i]}=$OUT/kiln_ops_ab$i.json")
+  echo "== kiln with ${AB[$i]}: $(( $(date +%s) - t )) s"
+done
 
 t=$(date +%s)
 echo "== bench/torch_ops.py ${args[*]}"
@@ -91,13 +97,12 @@ for side in kiln torch; do
   [ -s "$OUT/${side}_ops.json" ] || echo '{"cases": []}' > "$OUT/${side}_ops.json"
 done
 echo
-if [ -n "$AB" ]; then
+if [ ${#AB[@]} -gt 0 ]; then
   python3 scripts/bench_table.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" --md "$OUT/ops_table.md"
   echo
-  echo "== with $AB"
-  python3 scripts/bench_table.py "$OUT/kiln_ops_ab.json" "$OUT/torch_ops.json" --md "$OUT/ops_table_ab.md"
-  echo
-  awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table_ab.md"
+  python3 scripts/bench_variants.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" "${variant_args[@]}" \
+    --md "$OUT/ops_table_ab.md" --merged "$OUT/kiln_ops_ab.json"
+  rm -f "$OUT"/kiln_ops_ab[0-9]*.json
   echo "== default"
 else
   python3 scripts/bench_table.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" --md "$OUT/ops_table.md" \

@@ -5,7 +5,7 @@
 # test-info.txt from the suite; kiln_ops.json, kiln_ops_ab.json, torch_ops.json, ops_table.md,
 # ops_table_ab.md and bench.log from the benchmark.
 #
-#   scripts/device-check.sh [--filter REGEX] [--repeats N] [--ab "VAR=VALUE ..."] [--no-tests]
+#   scripts/device-check.sh [--filter REGEX] [--repeats N] [--ab "VAR=VALUE ..."]... [--no-tests]
 #
 # e.g. scripts/device-check.sh --filter 'decode_attention|grouped_mm|^moe/' --repeats 30 \
 #        --ab "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"
@@ -17,7 +17,7 @@ bench_args=()
 TESTS=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --filter|--repeats|--ab) bench_args+=("$1" "$2"); shift 2 ;;
+    --filter|--repeats|--ab) bench_args+=("$1" "$2"); shift 2 ;;  # --ab may repeat
     --no-tests) TESTS=0; shift ;;
     -h|--help) sed -n 2,11p "$0"; exit 0 ;;
     *) echo "device-check.sh: unknown argument $1 (see --help)"; exit 1 ;;
@@ -39,6 +39,6 @@ for f in kiln_ops.json kiln_ops_ab.json torch_ops.json ops_table.md ops_table_ab
   [ -f "$W/bench/$f" ] && cp "$W/bench/$f" "$OUT/$f"
 done
 grep -E "^== |SUMMARY" "$OUT/bench.log"
-[ -f "$OUT/ops_table_ab.md" ] && awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table_ab.md"
+[ -f "$OUT/ops_table_ab.md" ] && awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table_ab.md"  # the family geomeans
 echo "== bench: $(( $(date +%s) - t )) s"
 exit $rc

@@ -24,7 +24,7 @@ namespace {
 using kernels::GmmArgs;
 using kernels::GmmMode;
 
-// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, portable).
+// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-wide, portable).
 GroupedMmPath path_from_env() {
   const char* v = std::getenv("KILN_GROUPED_MM_PATH");
   if (!v || !*v) return GroupedMmPath::Auto;
@@ -33,8 +33,10 @@ GroupedMmPath path_from_env() {
   if (s == "decode") return GroupedMmPath::Decode;
   if (s == "tiled") return GroupedMmPath::Tiled;
   if (s == "tiled-wide") return GroupedMmPath::TiledWide;
+  if (s == "tma") return GroupedMmPath::TiledTma;
+  if (s == "tma-wide") return GroupedMmPath::TiledTmaWide;
   if (s == "portable") return GroupedMmPath::TiledPortable;
-  throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, portable"));
+  throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, tma, tma-wide, portable"));
 }
 std::atomic<GroupedMmPath>& forced_path() {
   static std::atomic<GroupedMmPath> p{path_from_env()};
@@ -51,6 +53,13 @@ bool use_decode(int64_t m, int64_t g) {
   if (m > 65535) return false;  // grid.y holds one row slot per row
   if (f != GroupedMmPath::Auto) return f == GroupedMmPath::Decode;  // Tiled, TiledPortable: tiles
   return m <= 16 || m <= 2 * g;
+}
+
+// Whether the tile products take the TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel) where it
+// applies: then the MoE block gathers x's rows into expert order first, since that kernel reads A by boxes.
+bool tma_tiles(int device) {
+  const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
+  return (f == GroupedMmPath::TiledTma || f == GroupedMmPath::TiledTmaWide) && wgmma_available(device);
 }
 
 // Warps per weight-row group of the decode kernel: enough warps for ~32 per SM assuming every row slot
@@ -99,8 +108,10 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
                      aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
     if constexpr (!std::is_same_v<T, float>) {
       const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
+      const bool wide = f == GroupedMmPath::TiledWide || f == GroupedMmPath::TiledTmaWide;
+      const bool tma = f == GroupedMmPath::TiledTma || f == GroupedMmPath::TiledTmaWide;
       if (vec && p.mode != GmmMode::KGroups && f != GroupedMmPath::TiledPortable &&
-          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, f == GroupedMmPath::TiledWide, device, stream, op))
+          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, wide, tma, device, stream, op))
         return;
     }
     const int64_t ncols = kernels::gmm_tile_cols(p.act);
@@ -338,15 +349,27 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
     p.b_bn = static_cast<int>(f8->block_n), p.b_bk = static_cast<int>(f8->block_k);
     p.b_bk_shift = log2_exact(p.b_bk);
   };
+  // With the TMA tiles, x's rows in expert order (xs [P, H]) instead of a row list.
+  Tensor xs;
+  if (!decode && !f8 && I > 0 && x.dtype() != DType::F32 && tma_tiles(dev.index) && aligned16(x.data_ptr()) &&
+      (H * x.itemsize()) % 16 == 0) {
+    xs = empty({P, H}, x.dtype(), dev);
+    const int64_t chunks = H * x.itemsize() / 16;
+    constexpr int kThreads = 256;
+    kernels::moe_gather_rows_kernel<<<grid_for(P * chunks, kThreads, dev.index), kThreads, 0, stream>>>(
+        static_cast<const uint4*>(x.data_ptr()), rows_tok.data<const int32_t>(), P, chunks,
+        static_cast<uint4*>(xs.data_ptr()));
+    check_launch(op);
+  }
   // h [P, I] (x's dtype, expert order) = silu(x_tok @ gate_e^T) * (x_tok @ up_e^T).
   const Tensor h = empty({P, I}, x.dtype(), dev);
   if (I > 0) {
     GmmArgs p{};
     p.mode = GmmMode::RowGroups;
-    p.a = x.data_ptr(), p.a_sg = 0, p.a_sm = H, p.a_sk = 1;
+    p.a = xs.defined() ? xs.data_ptr() : x.data_ptr(), p.a_sg = 0, p.a_sm = H, p.a_sk = 1;
     p.b = gate_up.data_ptr(), p.b_sg = 2 * I * H, p.b_sk = 1, p.b_sn = H;
     p.c = h.data_ptr(), p.c_sg = 0, p.c_sm = I, p.c_sn = 1;
-    p.a_rows = rows_tok.data<const int32_t>();
+    p.a_rows = xs.defined() ? nullptr : rows_tok.data<const int32_t>();
     p.offs = offs.data<const int32_t>();
     p.G = static_cast<int>(E), p.M = P, p.N = to_int(I, op, "I"), p.K = to_int(H, op, "H");
     p.act = true;

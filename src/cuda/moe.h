@@ -20,9 +20,11 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tenso
 // the Hopper wgmma tiles (kernels/grouped_mm_sm90.cuh) for 16-bit inputs with 16-byte rows in the
 // row-grouped and batched forms where wgmma_available, else the portable tiles. Forced by
 // set_forced_grouped_mm_path (tests, benchmarks) or KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide,
-// portable): Tiled takes tiles (wgmma where it applies), TiledWide the same with the wgmma kernel's 128 x 256
-// tiles (opt-in until measured faster), TiledPortable the portable tiles only; Auto: the heuristic.
-enum class GroupedMmPath { Auto, Decode, Tiled, TiledWide, TiledPortable };
+// tma, tma-wide, portable): Tiled takes tiles (wgmma where it applies), TiledWide the same with the wgmma
+// kernel's 128 x 256 tiles, TiledTma / TiledTmaWide the warp-specialised TMA kernel with 128 x 128 / 128 x 256
+// tiles where it applies (no gathered A rows; else the cp.async wgmma kernel), TiledPortable the portable
+// tiles only; Auto: the heuristic.
+enum class GroupedMmPath { Auto, Decode, Tiled, TiledWide, TiledTma, TiledTmaWide, TiledPortable };
 void set_forced_grouped_mm_path(GroupedMmPath p);
 
 // moe_route on CUDA (x [T, H], router_weight [E, H]): logits through cuda::linear, then one fused kernel

@@ -1,6 +1,7 @@
 // Launcher of the Hopper grouped tile kernel (kernels/grouped_mm_sm90.cuh).
 #include "cuda/moe_sm90.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/kernels/grouped_mm_sm90.cuh"
@@ -8,10 +9,67 @@
 
 namespace kiln::cuda {
 
-bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, bool wide, int device, cudaStream_t stream,
+namespace {
+
+// The TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel); false, launching nothing, where it does not
+// apply: gathered A rows (a_rows: TMA copies boxes, not lists of rows), K = 0, or operands no tensor map
+// describes.
+template <int BN>
+bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op) {
+  namespace k90 = kernels::gmm90;
+  if (p.a_rows != nullptr || p.K <= 0) return false;
+  const bool batched = p.mode == kernels::GmmMode::Batched;
+  k90::GmmTmaParams tp{};
+  tp.p = p;
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  // A: rows a_sm apart; Batched A with a group stride has one slot per group.
+  tp.a_slots = batched && p.a_sg != 0 && p.G > 1;
+  const uint64_t a_dims[3] = {u(p.K), u(p.M), tp.a_slots ? u(p.G) : 1};
+  const uint64_t a_strides[2] = {u(p.a_sm) * 2, tp.a_slots ? u(p.a_sg) * 2 : u(p.a_sm) * 2 * u(p.M)};
+  // B: weight rows b_sn apart (2 N of them with act: gate, then up), one slot per group.
+  tp.b_slots = p.b_sg != 0 && p.G > 1;
+  const int64_t b_rows = p.act ? 2 * static_cast<int64_t>(p.N) : p.N;
+  const uint64_t b_dims[3] = {u(p.K), u(b_rows), tp.b_slots ? u(p.G) : 1};
+  const uint64_t b_strides[2] = {u(p.b_sn) * 2, tp.b_slots ? u(p.b_sg) * 2 : u(p.b_sn) * 2 * u(b_rows)};
+  if (p.a_sm < 0 || p.b_sn < 0 || p.a_sg < 0 || p.b_sg < 0) return false;
+  if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, k90::kBM) ||
+      !encode_tensor_map_3d(&tp.tb, p.b, bf16, b_dims, b_strides, 64, BN / 2))
+    return false;
+  const int64_t ncols = k90::tile_cols(p.act, BN);
+  const int64_t nt = (p.N + ncols - 1) / ncols;
+  const int64_t mt = (static_cast<int64_t>(p.M) + k90::kBM - 1) / k90::kBM;
+  // The tiles there can be: RowGroups at most ceil(M / kBM) + G + 1 m-tiles (one partial tile per group and
+  // the rows past the last offset).
+  const int64_t bound = (batched ? mt * p.G : mt + p.G + 1) * nt;
+  KILN_CHECK(bound < (int64_t{1} << 31), op, ": ", bound, " product tiles is too many for one launch");
+  if (bound == 0) return true;
+  tp.ntiles = static_cast<int>(nt);
+  tp.mtiles = static_cast<int>(mt);
+  const int64_t blocks = std::min<int64_t>(bound, multiprocessor_count(device));
+  const size_t smem = k90::tma_smem_bytes<BN>(batched ? 0 : p.G);
+  auto go = [&](auto kernel) {
+    set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), k90::tma_smem_bytes<BN>(kernels::kGmmMaxGroups),
+                         device, op);
+    kernel<<<static_cast<unsigned>(blocks), k90::kTmaThreads, smem, stream>>>(tp);
+  };
+  if (bf16) go(k90::gmm_tma_kernel<BFloat16, BN>);
+  else go(k90::gmm_tma_kernel<Half, BN>);
+  return true;
+}
+
+}  // namespace
+
+bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, bool wide, bool tma, int device, cudaStream_t stream,
                      const char* op) {
   namespace k90 = kernels::gmm90;
   if (!wgmma_available(device)) return false;
+  if (tma && (p.mode == kernels::GmmMode::RowGroups || p.mode == kernels::GmmMode::Batched)) {
+    const bool ok = wide ? launch_tma<256>(p, bf16, device, stream, op) : launch_tma<128>(p, bf16, device, stream, op);
+    if (ok) {
+      check_launch(op);
+      return true;
+    }
+  }
   if (p.mode != kernels::GmmMode::RowGroups && p.mode != kernels::GmmMode::Batched) return false;
   auto run = [&](auto bn_const) {
     constexpr int BN = decltype(bn_const)::value;

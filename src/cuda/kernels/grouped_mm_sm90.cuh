@@ -55,6 +55,55 @@ constexpr size_t smem_bytes(int groups) {
   return static_cast<size_t>(stages<BN>()) * stage_bytes<BN>() + 1024 + static_cast<size_t>(2 * groups + 1) * 4;
 }
 
+// The epilogue from registers, shared by both kernels: thread tid (< 256) of the two warpgroups that hold
+// the 128 x BN product tile of rows [m0, m1) (rows past m1 are not stored) and output columns from n0.
+// acc[4j + i] is row 16 warp + lane/4 + 8 (i / 2), column 8j + 2 (lane % 4) + i % 2. A thread's two rows are
+// looked up once (c_rows); its column pairs go out as one 4-byte (8-byte for f32) store where C's columns
+// are contiguous and aligned. act: product column j (a gate column) pairs with j + BN / 2 (its up column).
+template <class T, int BN>
+__device__ __forceinline__ void gmm90_epilogue(const GmmArgs& p, const float (&acc)[BN / 2], int64_t cg, int m0, int m1,
+                                               int64_t n0, int tid) {
+  const int wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const int row_base = m0 + wg * 64 + warp * 16 + lane / 4;
+  int64_t roff[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = row_base + 8 * h;
+    roff[h] = m < m1 ? cg * p.c_sg + (p.c_rows ? static_cast<int64_t>(p.c_rows[m]) : m) * p.c_sm : -1;
+  }
+  const int esz = p.out_f32 ? 4 : 2;
+  const bool pairs = p.c_sn == 1 && ((p.c_sm | p.c_sg) & 1) == 0 &&
+                     reinterpret_cast<uintptr_t>(p.c) % static_cast<uintptr_t>(2 * esz) == 0;
+  constexpr int kOutJ = BN / 8;  // column groups of 8 in the product
+#pragma unroll
+  for (int j = 0; j < kOutJ; ++j) {
+    if (p.act && j >= kOutJ / 2) break;  // up columns: consumed with their gate column
+    const int64_t n = n0 + 8 * j + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (roff[h] < 0 || n >= p.N) continue;
+      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if (p.act) {
+        v0 = moe_math::silu_mul(v0, acc[4 * (j + kOutJ / 2) + 2 * h]);
+        v1 = moe_math::silu_mul(v1, acc[4 * (j + kOutJ / 2) + 2 * h + 1]);
+      }
+      const int64_t off = roff[h] + n * p.c_sn;
+      if (pairs && n + 1 < p.N) {
+        if (p.out_f32) {
+          *reinterpret_cast<float2*>(static_cast<float*>(p.c) + off) = make_float2(v0, v1);
+        } else {
+          const T lo = gemv_from_f32<T>(v0), hi = gemv_from_f32<T>(v1);
+          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.c) + off) =
+              static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+        }
+      } else {
+        gmm_store_at<T>(p, off, v0);
+        if (n + 1 < p.N) gmm_store_at<T>(p, off + p.c_sn, v1);
+      }
+    }
+  }
+}
+
 // RowGroups: grid = (ceil(N / tile_cols(act, BN)), ceil(M / kBM) + G + 1). Batched: (.., ceil(M / kBM), G).
 template <class T, int BN>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kernel(GmmArgs p) {
@@ -154,47 +203,165 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
   fence_regs(acc);
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
-  // Epilogue from registers: acc[4j + i] is row 16 warp + lane/4 + 8 (i / 2), column 8j + 2 (lane % 4) + i % 2.
-  // A thread's two rows are looked up once (c_rows); its column pairs go out as one 4-byte (8-byte for f32)
-  // store where C's columns are contiguous and aligned.
-  const int warp = (tid / 32) % 4, lane = tid % 32;
-  const int row_base = m0 + wg * 64 + warp * 16 + lane / 4;
-  int64_t roff[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = row_base + 8 * h;
-    roff[h] = m < m1 ? cg * p.c_sg + (p.c_rows ? static_cast<int64_t>(p.c_rows[m]) : m) * p.c_sm : -1;
+  gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
+#else
+  __trap();  // not an sm_90a build: the host does not launch this kernel
+#endif
+}
+
+// ---- TMA, warp-specialised, persistent ---------------------------------------------------------------------
+//
+// gmm_tma_kernel: the same products (RowGroups without a_rows, and Batched) with the copies taken off the
+// math warps. Block = two math warpgroups (threads 0..255, rows 64 wg.. of the 128 x BN tile, the epilogue
+// above) and a copy warpgroup (256..383) of which one thread issues every copy: per K step one tensor-map
+// box of A (64 K x 128 rows) and two of B (64 K x BN / 2 rows: with act the gate rows n0.. and the up rows
+// N + n0..), 128-byte swizzle, into a ring of stages (about 192 KB, one block per SM) handed over by
+// mbarriers (full: the boxes' bytes; empty: the eight math warps after their MMAs on the stage are done).
+// Rows past a group's end are loaded (they belong to the next group, or lie past M and read as zero) and
+// not stored; K past the end reads as zero.
+// Persistent: the grid has at most one block per SM, and block b takes tiles b, b + grid, ... of the list
+// (m-tile slot, n-tile), n fastest, so the blocks at work at one time share A tiles and a few groups' B.
+// Both roles walk the same list (the offsets are scanned once per block, as gmm_row_tile does); the ring
+// runs on from one tile into the next, so the next tile's loads overlap this tile's epilogue.
+constexpr int kTmaThreads = 384;
+constexpr int kTmaCopyRegs = 40, kTmaMathRegs = 232;  // 128 x 40 + 256 x 232 <= 64K registers
+template <int BN>
+constexpr int tma_stages() {
+  return BN == 128 ? 6 : 4;  // 6 x 32 KB or 4 x 48 KB
+}
+// The ring (1024-aligned), full[S] and empty[S] barriers, then the scanned offsets (2 G + 1 ints).
+template <int BN>
+constexpr size_t tma_smem_bytes(int groups) {
+  return 1024 + static_cast<size_t>(tma_stages<BN>()) * stage_bytes<BN>() + 16 * tma_stages<BN>() +
+         static_cast<size_t>(2 * groups + 1) * 4;
+}
+
+struct GmmTmaParams {
+  CUtensorMap ta;  // A: (K, rows, slots), slots = groups for Batched A with a group stride, else 1
+  CUtensorMap tb;  // B: (K, rows = N or 2 N with act, slots = groups, or 1 when B has no group stride)
+  GmmArgs p;
+  int a_slots, b_slots;  // 1: the group picks the slot; 0: slot 0
+  int ntiles;            // n-tiles: ceil(N / tile_cols(act, BN))
+  int mtiles;            // Batched: m-tiles per group, ceil(M / kBM)
+};
+
+template <class T, int BN>
+__global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_constant__ GmmTmaParams tp) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!std::is_same_v<T, float>, "16-bit inputs");
+  constexpr int S = tma_stages<BN>();
+  constexpr uint32_t kStage = stage_bytes<BN>();
+  extern __shared__ __align__(1024) unsigned char sm_raw[];
+  __shared__ int warp_tmp[kTmaThreads / 32];
+  const uint32_t raw = smem_addr(sm_raw);
+  const uint32_t ring = (raw + 1023u) & ~1023u;
+  const uint32_t full = ring + S * kStage, empty = full + 8 * S;
+  int* const s = reinterpret_cast<int*>(sm_raw + (empty + 8 * S - raw));  // sanitised offsets [G]
+  int* const tiles = s + tp.p.G;                                          // m-tiles per group, scanned [G + 1]
+  const GmmArgs& p = tp.p;
+  const int tid = static_cast<int>(threadIdx.x);
+
+  if (tid == 256) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tp.ta)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tp.tb)) : "memory");
   }
-  const int esz = p.out_f32 ? 4 : 2;
-  const bool pairs = p.c_sn == 1 && ((p.c_sm | p.c_sg) & 1) == 0 &&
-                     reinterpret_cast<uintptr_t>(p.c) % static_cast<uintptr_t>(2 * esz) == 0;
-  constexpr int kOutJ = BN / 8;  // column groups of 8 in the product
-#pragma unroll
-  for (int j = 0; j < kOutJ; ++j) {
-    if (p.act && j >= kOutJ / 2) break;  // up columns: consumed with their gate column
-    const int64_t n = n0 + 8 * j + 2 * (lane % 4);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (roff[h] < 0 || n >= p.N) continue;
-      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-      if (p.act) {
-        v0 = moe_math::silu_mul(v0, acc[4 * (j + kOutJ / 2) + 2 * h]);
-        v1 = moe_math::silu_mul(v1, acc[4 * (j + kOutJ / 2) + 2 * h + 1]);
-      }
-      const int64_t off = roff[h] + n * p.c_sn;
-      if (pairs && n + 1 < p.N) {
-        if (p.out_f32) {
-          *reinterpret_cast<float2*>(static_cast<float*>(p.c) + off) = make_float2(v0, v1);
-        } else {
-          const T lo = gemv_from_f32<T>(v0), hi = gemv_from_f32<T>(v1);
-          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.c) + off) =
-              static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
-        }
-      } else {
-        gmm_store_at<T>(p, off, v0);
-        if (n + 1 < p.N) gmm_store_at<T>(p, off + p.c_sn, v1);
+  if (tid == 0) {
+    for (int i = 0; i < S; ++i) {
+      mbar_init(full + 8 * i, 1);
+      mbar_init(empty + 8 * i, 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  const bool rows = p.mode == GmmMode::RowGroups;
+  int total;
+  if (rows) {
+    gmm_load_offsets<kTmaThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0);
+    for (int q = tid; q <= p.G; q += kTmaThreads) {
+      const int lo = q > 0 ? s[q - 1] : 0, hi = q < p.G ? s[q] : p.M;
+      tiles[q] = (hi - lo + kBM - 1) / kBM;
+    }
+    gmm_block_scan<kTmaThreads>(tiles, p.G + 1, ScanSum{}, 0, warp_tmp);
+    total = tiles[p.G] * tp.ntiles;
+  } else {
+    total = p.G * tp.mtiles * tp.ntiles;
+  }
+  __syncthreads();  // the barriers are initialised; the scans are complete
+
+  const int ncols = tile_cols(p.act, BN);
+  const int steps = (p.K + kBK - 1) / kBK;
+  // Tile t: group g (RowGroups: g == G is the rows past the last offset), rows [m0, m1), columns from n0.
+  auto tile_at = [&](int t, int& g, int& m0, int& m1, int64_t& n0) {
+    const int mt = t / tp.ntiles;
+    n0 = static_cast<int64_t>(t % tp.ntiles) * ncols;
+    if (rows) {
+      g = gmm_upper_bound(tiles, p.G + 1, mt);
+      const int lo = g > 0 ? s[g - 1] : 0, hi = g < p.G ? s[g] : p.M;
+      m0 = lo + (mt - (g > 0 ? tiles[g - 1] : 0)) * kBM;
+      m1 = m0 + kBM < hi ? m0 + kBM : hi;
+    } else {
+      g = mt / tp.mtiles;
+      m0 = (mt % tp.mtiles) * kBM;
+      m1 = m0 + kBM < p.M ? m0 + kBM : p.M;
+    }
+  };
+
+  if (tid >= 256) {  // the copy warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kTmaCopyRegs));
+    if (tid != 256) return;
+    uint32_t it = 0;  // K steps issued by this block, over all its tiles
+    for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
+      int g, m0, m1;
+      int64_t n0;
+      tile_at(t, g, m0, m1, n0);
+      if (rows && g == p.G) continue;  // zeros: nothing to load
+      const int aslot = tp.a_slots ? g : 0, bslot = tp.b_slots ? g : 0;
+      const int nb0 = static_cast<int>(n0), nb1 = static_cast<int>(p.act ? p.N + n0 : n0 + BN / 2);
+      for (int ks = 0; ks < steps; ++ks, ++it) {
+        const uint32_t st = it % S;
+        mbar_wait(empty + 8 * st, ((it / S) & 1) ^ 1);
+        mbar_expect_tx(full + 8 * st, kStage);
+        const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
+        tma_load_3d(as, &tp.ta, ks * kBK, m0, aslot, full + 8 * st);
+        tma_load_3d(bs, &tp.tb, ks * kBK, nb0, bslot, full + 8 * st);
+        tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
       }
     }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kTmaMathRegs));
+  const int wg = tid / 128, lane = tid % 32;
+  uint32_t it = 0;
+  float acc[BN / 2];
+  for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
+    int g, m0, m1;
+    int64_t n0;
+    tile_at(t, g, m0, m1, n0);
+    const int64_t cg = rows ? 0 : g;
+    if (rows && g == p.G) {
+      gmm_store_zeros<T, 256>(p, cg, m0, m1, n0, ncols);
+      continue;
+    }
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+    for (int ks = 0; ks < steps; ++ks, ++it) {
+      const uint32_t st = it % S;
+      mbar_wait(full + 8 * st, (it / S) & 1);
+      const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
+      const uint64_t da = smem_desc(as + wg * 64 * 128, 16, 1024), db = smem_desc(bs, 16, 1024);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk)
+        Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
+      wg_commit();
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the previous step's MMAs are done
+      fence_regs(acc);
+      if (ks > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+    }
+    wg_wait_all();
+    fence_regs(acc);
+    if (steps > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+    gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
   }
 #else
   __trap();  // not an sm_90a build: the host does not launch this kernel

@@ -207,6 +207,19 @@ __global__ void __launch_bounds__(32)
   }
 }
 
+// xs[m] = x[rows_tok[m]] for the P sorted rows (the tile kernel that reads A by tensor-map boxes takes rows
+// in expert order, not a row list). Rows of `chunks` 16-byte chunks (H x sizeof(T) / 16), both contiguous and
+// 16-byte aligned; rows_tok from the permutation (in range).
+__global__ void moe_gather_rows_kernel(const uint4* __restrict__ x, const int32_t* __restrict__ rows_tok, int64_t P,
+                                       int64_t chunks, uint4* __restrict__ xs) {
+  const int64_t n = P * chunks;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / chunks, c = i - m * chunks;
+    xs[i] = x[static_cast<int64_t>(rows_tok[m]) * chunks + c];
+  }
+}
+
 // out[t, c] = sum over slots j < k, in order, of weight[t, j] * y[t * k + j, c] in f32, rounded once.
 // y [T k, H] f32 contiguous, weights [T, k], out [T, H] contiguous.
 template <class T>
