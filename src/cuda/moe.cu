@@ -24,7 +24,7 @@ namespace {
 using kernels::GmmArgs;
 using kernels::GmmMode;
 
-// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-wide, portable).
+// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-pingpong, portable).
 GroupedMmPath path_from_env() {
   const char* v = std::getenv("KILN_GROUPED_MM_PATH");
   if (!v || !*v) return GroupedMmPath::Auto;
@@ -34,9 +34,9 @@ GroupedMmPath path_from_env() {
   if (s == "tiled") return GroupedMmPath::Tiled;
   if (s == "tiled-wide") return GroupedMmPath::TiledWide;
   if (s == "tma") return GroupedMmPath::TiledTma;
-  if (s == "tma-wide") return GroupedMmPath::TiledTmaWide;
+  if (s == "tma-pingpong") return GroupedMmPath::TiledTmaPingpong;
   if (s == "portable") return GroupedMmPath::TiledPortable;
-  throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, tma, tma-wide, portable"));
+  throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, tma, tma-pingpong, portable"));
 }
 std::atomic<GroupedMmPath>& forced_path() {
   static std::atomic<GroupedMmPath> p{path_from_env()};
@@ -55,11 +55,26 @@ bool use_decode(int64_t m, int64_t g) {
   return m <= 16 || m <= 2 * g;
 }
 
-// Whether the tile products take the TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel) where it
-// applies: then the MoE block gathers x's rows into expert order first, since that kernel reads A by boxes.
+// The Hopper tile kernel for the path (Auto: the TMA kernel, both warpgroups on each tile).
+// TUNE (H200, `kiln bench ops --filter 'grouped_mm|^moe/bf16'`, docs/benchmarks.md): against the cp.async
+// kernel the TMA kernel took grouped_mm T512/T4096 from 0.60-0.93x PyTorch to 0.54-1.11x (geomean up, 10 of
+// 12 shapes faster) and the MoE block at T512 from 1.05-1.24x to 1.13-1.44x.
+Gmm90Kernel sm90_kernel(GroupedMmPath f) {
+  switch (f) {
+    case GroupedMmPath::Tiled: return Gmm90Kernel::CpAsync;
+    case GroupedMmPath::TiledWide: return Gmm90Kernel::CpAsyncWide;
+    case GroupedMmPath::TiledTmaPingpong: return Gmm90Kernel::TmaPingpong;
+    default: return Gmm90Kernel::Tma;
+  }
+}
+
+// Whether the tile products take a TMA kernel where it applies: then the MoE block gathers x's rows into
+// expert order first, since that kernel reads A by boxes, not by a list of rows.
 bool tma_tiles(int device) {
   const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
-  return (f == GroupedMmPath::TiledTma || f == GroupedMmPath::TiledTmaWide) && wgmma_available(device);
+  if (f == GroupedMmPath::TiledPortable) return false;
+  const Gmm90Kernel k = sm90_kernel(f);
+  return (k == Gmm90Kernel::Tma || k == Gmm90Kernel::TmaPingpong) && wgmma_available(device);
 }
 
 // Warps per weight-row group of the decode kernel: enough warps for ~32 per SM assuming every row slot
@@ -108,10 +123,8 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
                      aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
     if constexpr (!std::is_same_v<T, float>) {
       const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
-      const bool wide = f == GroupedMmPath::TiledWide || f == GroupedMmPath::TiledTmaWide;
-      const bool tma = f == GroupedMmPath::TiledTma || f == GroupedMmPath::TiledTmaWide;
       if (vec && p.mode != GmmMode::KGroups && f != GroupedMmPath::TiledPortable &&
-          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, wide, tma, device, stream, op))
+          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, sm90_kernel(f), device, stream, op))
         return;
     }
     const int64_t ncols = kernels::gmm_tile_cols(p.act);

@@ -17,14 +17,14 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tenso
 
 // Which kernel grouped_mm and the MoE block take for the row-grouped form: the matrix-vector kernel while
 // groups hold few rows (M <= 16 or M <= 2 G: at most a couple of rows per group on average), else tiles:
-// the Hopper wgmma tiles (kernels/grouped_mm_sm90.cuh) for 16-bit inputs with 16-byte rows in the
-// row-grouped and batched forms where wgmma_available, else the portable tiles. Forced by
-// set_forced_grouped_mm_path (tests, benchmarks) or KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide,
-// tma, tma-wide, portable): Tiled takes tiles (wgmma where it applies), TiledWide the same with the wgmma
-// kernel's 128 x 256 tiles, TiledTma / TiledTmaWide the warp-specialised TMA kernel with 128 x 128 / 128 x 256
-// tiles where it applies (no gathered A rows; else the cp.async wgmma kernel), TiledPortable the portable
-// tiles only; Auto: the heuristic.
-enum class GroupedMmPath { Auto, Decode, Tiled, TiledWide, TiledTma, TiledTmaWide, TiledPortable };
+// on Hopper (wgmma_available) for 16-bit inputs with 16-byte rows in the row-grouped and batched forms the
+// warp-specialised TMA kernel (kernels/grouped_mm_sm90.cuh; the MoE block first gathers x's rows into
+// expert order for it) where the operands fit tensor maps, else the cp.async wgmma kernel; elsewhere the
+// portable tiles. Forced by set_forced_grouped_mm_path (tests, benchmarks) or KILN_GROUPED_MM_PATH (auto,
+// decode, tiled, tiled-wide, tma, tma-pingpong, portable): Tiled / TiledWide the cp.async wgmma kernel with
+// 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel (the default), TiledTmaPingpong the TMA kernel with
+// each math warpgroup on its own tiles, TiledPortable the portable tiles only; Auto: the heuristic.
+enum class GroupedMmPath { Auto, Decode, Tiled, TiledWide, TiledTma, TiledTmaPingpong, TiledPortable };
 void set_forced_grouped_mm_path(GroupedMmPath p);
 
 // moe_route on CUDA (x [T, H], router_weight [E, H]): logits through cuda::linear, then one fused kernel

@@ -14,7 +14,7 @@ namespace {
 // The TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel); false, launching nothing, where it does not
 // apply: gathered A rows (a_rows: TMA copies boxes, not lists of rows), K = 0, or operands no tensor map
 // describes.
-template <int BN>
+template <int BN, bool PP>
 bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op) {
   namespace k90 = kernels::gmm90;
   if (p.a_rows != nullptr || p.K <= 0) return false;
@@ -52,25 +52,27 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
                          device, op);
     kernel<<<static_cast<unsigned>(blocks), k90::kTmaThreads, smem, stream>>>(tp);
   };
-  if (bf16) go(k90::gmm_tma_kernel<BFloat16, BN>);
-  else go(k90::gmm_tma_kernel<Half, BN>);
+  if (bf16) go(k90::gmm_tma_kernel<BFloat16, BN, PP>);
+  else go(k90::gmm_tma_kernel<Half, BN, PP>);
   return true;
 }
 
 }  // namespace
 
-bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, bool wide, bool tma, int device, cudaStream_t stream,
+bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, Gmm90Kernel which, int device, cudaStream_t stream,
                      const char* op) {
   namespace k90 = kernels::gmm90;
   if (!wgmma_available(device)) return false;
-  if (tma && (p.mode == kernels::GmmMode::RowGroups || p.mode == kernels::GmmMode::Batched)) {
-    const bool ok = wide ? launch_tma<256>(p, bf16, device, stream, op) : launch_tma<128>(p, bf16, device, stream, op);
+  if (p.mode != kernels::GmmMode::RowGroups && p.mode != kernels::GmmMode::Batched) return false;
+  if (which == Gmm90Kernel::Tma || which == Gmm90Kernel::TmaPingpong) {
+    const bool ok = which == Gmm90Kernel::Tma ? launch_tma<128, false>(p, bf16, device, stream, op)
+                                              : launch_tma<128, true>(p, bf16, device, stream, op);
     if (ok) {
       check_launch(op);
       return true;
     }
   }
-  if (p.mode != kernels::GmmMode::RowGroups && p.mode != kernels::GmmMode::Batched) return false;
+  const bool wide = which == Gmm90Kernel::CpAsyncWide;
   auto run = [&](auto bn_const) {
     constexpr int BN = decltype(bn_const)::value;
     const int64_t ncols = k90::tile_cols(p.act, BN);

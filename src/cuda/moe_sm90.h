@@ -8,11 +8,15 @@
 
 namespace kiln::cuda {
 
-// Launches the wgmma tile kernel for p (RowGroups or Batched, 16-bit inputs, unit K strides, 16-byte rows:
+// The Hopper tile kernels (kernels/grouped_mm_sm90.cuh): the cp.async kernel with 128 x 128 or 128 x 256 tiles
+// (gmm_wgmma_kernel), and the warp-specialised TMA kernel (gmm_tma_kernel, 128 x 128 tiles) with both math
+// warpgroups on each tile or in ping-pong. The TMA kernel applies without a_rows and where the operands fit
+// tensor maps; elsewhere its choices fall back to the cp.async kernel.
+enum class Gmm90Kernel { CpAsync, CpAsyncWide, Tma, TmaPingpong };
+
+// Launches a wgmma tile kernel for p (RowGroups or Batched, 16-bit inputs, unit K strides, 16-byte rows:
 // the caller's "vec" conditions) when wgmma_available(device); returns false, launching nothing, otherwise.
-// wide: 128 x 256 product tiles instead of 128 x 128. tma: the warp-specialised TMA kernel
-// (gmm_tma_kernel) where it applies (no a_rows, operands that fit tensor maps), else the cp.async kernel.
-bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, bool wide, bool tma, int device, cudaStream_t stream,
+bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, Gmm90Kernel which, int device, cudaStream_t stream,
                      const char* op);
 
 }  // namespace kiln::cuda

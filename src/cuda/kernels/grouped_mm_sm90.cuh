@@ -223,6 +223,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // (m-tile slot, n-tile), n fastest, so the blocks at work at one time share A tiles and a few groups' B.
 // Both roles walk the same list (the offsets are scanned once per block, as gmm_row_tile does); the ring
 // runs on from one tile into the next, so the next tile's loads overlap this tile's epilogue.
+// PP (ping-pong): each math warpgroup takes every other tile of the block whole instead (two m64 MMAs per
+// K step), so one warpgroup's epilogue runs while the other multiplies.
 constexpr int kTmaThreads = 384;
 constexpr int kTmaCopyRegs = 40, kTmaMathRegs = 232;  // 128 x 40 + 256 x 232 <= 64K registers
 template <int BN>
@@ -245,7 +247,7 @@ struct GmmTmaParams {
   int mtiles;            // Batched: m-tiles per group, ceil(M / kBM)
 };
 
-template <class T, int BN>
+template <class T, int BN, bool PP>
 __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_constant__ GmmTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!std::is_same_v<T, float>, "16-bit inputs");
@@ -268,7 +270,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
   if (tid == 0) {
     for (int i = 0; i < S; ++i) {
       mbar_init(full + 8 * i, 1);
-      mbar_init(empty + 8 * i, 8);
+      mbar_init(empty + 8 * i, PP ? 4 : 8);  // the math warps that read the stage
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -331,37 +333,98 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kTmaMathRegs));
   const int wg = tid / 128, lane = tid % 32;
-  uint32_t it = 0;
-  float acc[BN / 2];
-  for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
-    int g, m0, m1;
-    int64_t n0;
-    tile_at(t, g, m0, m1, n0);
-    const int64_t cg = rows ? 0 : g;
-    if (rows && g == p.G) {
-      gmm_store_zeros<T, 256>(p, cg, m0, m1, n0, ncols);
-      continue;
+  uint32_t it = 0;  // K steps of this block's tiles so far (the copy thread's count)
+  if constexpr (PP) {
+    // Ping-pong: warpgroup w takes the block's tiles w, w + 2, ... whole (both 64-row halves, two MMAs per
+    // K step); the copies come in tile order, so one warpgroup's epilogue overlaps the other's MMAs.
+    float acc[2][BN / 2];
+    int n = 0;
+    for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x), ++n) {
+      int g, m0, m1;
+      int64_t n0;
+      tile_at(t, g, m0, m1, n0);
+      const int64_t cg = rows ? 0 : g;
+      const bool zeros = rows && g == p.G;
+      if ((n & 1) != wg) {
+        if (!zeros) it += steps;
+        continue;
+      }
+      // Hand-off: this warpgroup waits for its stages only once the other has waited for its last stage of
+      // tile n - 1 (so each waits at most one ring's length ahead of the copies, and a barrier's parity
+      // never stands for an older phase). Two named barriers, alternating, keep hand-offs apart.
+      const bool more = t + static_cast<int>(gridDim.x) < total;
+      if (n > 0) named_sync(1 + (n & 1), 256);
+      if (zeros) {
+        if (more) named_arrive(1 + ((n + 1) & 1), 256);
+        for (int i = tid % 128; i < (m1 - m0) * ncols; i += 128) {
+          const int64_t c = n0 + i % ncols;
+          if (c < p.N) gmm_store<T>(p, cg, m0 + i / ncols, c, 0.f);
+        }
+        continue;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[h][i] = 0.f;
+      for (int ks = 0; ks < steps; ++ks, ++it) {
+        const uint32_t st = it % S;
+        mbar_wait(full + 8 * st, (it / S) & 1);
+        const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
+        const uint64_t da0 = smem_desc(as, 16, 1024), da1 = smem_desc(as + 64 * 128, 16, 1024);
+        const uint64_t db = smem_desc(bs, 16, 1024);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc[0], da0 + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
+          Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc[1], da1 + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
+        }
+        wg_commit();
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        fence_regs(acc[0]);
+        fence_regs(acc[1]);
+        if (ks > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+      }
+      if (more) named_arrive(1 + ((n + 1) & 1), 256);
+      wg_wait_all();
+      fence_regs(acc[0]);
+      fence_regs(acc[1]);
+      if (steps > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+      gmm90_epilogue<T, BN>(p, acc[0], cg, m0, m1, n0, tid % 128);
+      gmm90_epilogue<T, BN>(p, acc[1], cg, m0, m1, n0, 128 + tid % 128);
     }
+  } else {
+    // Cooperative: both warpgroups on every tile, warpgroup w on rows 64 w...
+    float acc[BN / 2];
+    for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
+      int g, m0, m1;
+      int64_t n0;
+      tile_at(t, g, m0, m1, n0);
+      const int64_t cg = rows ? 0 : g;
+      if (rows && g == p.G) {
+        gmm_store_zeros<T, 256>(p, cg, m0, m1, n0, ncols);
+        continue;
+      }
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-    for (int ks = 0; ks < steps; ++ks, ++it) {
-      const uint32_t st = it % S;
-      mbar_wait(full + 8 * st, (it / S) & 1);
-      const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
-      const uint64_t da = smem_desc(as + wg * 64 * 128, 16, 1024), db = smem_desc(bs, 16, 1024);
-      wg_fence();
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+      for (int ks = 0; ks < steps; ++ks, ++it) {
+        const uint32_t st = it % S;
+        mbar_wait(full + 8 * st, (it / S) & 1);
+        const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
+        const uint64_t da = smem_desc(as + wg * 64 * 128, 16, 1024), db = smem_desc(bs, 16, 1024);
+        wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk)
-        Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
-      wg_commit();
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the previous step's MMAs are done
+        for (int kk = 0; kk < kBK / 16; ++kk)
+          Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
+        wg_commit();
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the previous step's MMAs are done
+        fence_regs(acc);
+        if (ks > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+      }
+      wg_wait_all();
       fence_regs(acc);
-      if (ks > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+      if (steps > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
+      gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
     }
-    wg_wait_all();
-    fence_regs(acc);
-    if (steps > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
-    gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
   }
 #else
   __trap();  // not an sm_90a build: the host does not launch this kernel
