@@ -306,6 +306,9 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
   if (T == 0 || H == 0) return out;
   KILN_CHECK(E <= kernels::kPermuteMaxExperts, op, ": E = ", E, " experts; the CUDA permutation takes at most ",
              kernels::kPermuteMaxExperts);
+  // The tile kernels scan the offsets in shared memory (2 E + 1 ints); the decode kernel takes E <= 4096.
+  KILN_CHECK(use_decode(P, E) || E <= kernels::kGmmMaxGroups, op, ": E = ", E, " experts with ", P,
+             " routed rows; the CUDA tile kernels take at most ", kernels::kGmmMaxGroups, " experts");
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
 

@@ -2,6 +2,7 @@
 #include "cuda/moe_sm90.h"
 
 #include <algorithm>
+#include <climits>
 #include <type_traits>
 
 #include "cuda/kernels/grouped_mm_sm90.cuh"
@@ -29,6 +30,7 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   // B: weight rows b_sn apart (2 N of them with act: gate, then up), one slot per group.
   tp.b_slots = p.b_sg != 0 && p.G > 1;
   const int64_t b_rows = p.act ? 2 * static_cast<int64_t>(p.N) : p.N;
+  if (b_rows + 128 > INT_MAX) return false;  // box coordinates are int32
   const uint64_t b_dims[3] = {u(p.K), u(b_rows), tp.b_slots ? u(p.G) : 1};
   const uint64_t b_strides[2] = {u(p.b_sn) * 2, tp.b_slots ? u(p.b_sg) * 2 : u(p.b_sn) * 2 * u(b_rows)};
   if (p.a_sm < 0 || p.b_sn < 0 || p.a_sg < 0 || p.b_sg < 0) return false;

@@ -495,6 +495,26 @@ TEST(CudaMoeForward, GraphCaptureAndReplay) {
   }
 }
 
+// More experts than the tile kernels' offsets scan holds (E > 2048) with many routed rows: a clear error
+// before anything runs; with one token (the decode kernel) the block still runs.
+TEST(CudaMoeForward, TooManyExpertsForTheTilesIsAnError) {
+  KILN_REQUIRE_CUDA();
+  const int64_t E = 3000, H = 8, I = 8;
+  const Tensor router = test::random_tensor({E, H}, DType::BF16, -1, 1, kGpu);
+  const Tensor gate_up = test::random_tensor({E, 2 * I, H}, DType::BF16, -0.3, 0.3, kGpu);
+  const Tensor down = test::random_tensor({E, H, I}, DType::BF16, -0.3, 0.3, kGpu);
+  const Tensor many = test::random_tensor({800, H}, DType::BF16, -1, 1, kGpu);  // 6400 rows > 2 E: tiles
+  EXPECT_TRUE(test::throws_error([&] { (void)moe_forward(many, router, gate_up, down, 8, true); },
+                                 {"moe_forward", "E = 3000", "at most 2048"}));
+  const Tensor one = test::random_tensor({1, H}, DType::BF16, -1, 1, kGpu);
+  const Tensor out = moe_forward(one, router, gate_up, down, 8, true);
+  const MoeRouting r = moe_route(one, router, 8, true);
+  Tensor ref = empty({1, H}, DType::BF16);
+  cpu::moe_experts(ref, one.to(kCPU), r.experts.to(kCPU), r.weights.to(kCPU), gate_up.to(kCPU), down.to(kCPU));
+  EXPECT_TRUE(test::all_close(out.to(kCPU), ref, test::Tolerance{1.6e-2, 1e-3}));
+  EXPECT_NO_THROW(synchronize(kGpu));
+}
+
 // ---- FP8 experts ----
 
 // value x scale per element, f32 on the CPU ([E, R, K], scales [E, ceil(R / bn), ceil(K / bk)]).

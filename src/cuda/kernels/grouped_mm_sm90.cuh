@@ -226,7 +226,10 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // PP (ping-pong): each math warpgroup takes every other tile of the block whole instead (two m64 MMAs per
 // K step), so one warpgroup's epilogue runs while the other multiplies.
 constexpr int kTmaThreads = 384;
-constexpr int kTmaCopyRegs = 40, kTmaMathRegs = 232;  // 128 x 40 + 256 x 232 <= 64K registers
+// Registers per thread after the split (setmaxnreg): 128 x 40 + 256 x 232 = 64512, exactly the 384 x 168 the
+// kernel is compiled for (__launch_bounds__(384, 1)); asking for more than the block holds would stall.
+constexpr int kTmaCopyRegs = 40, kTmaMathRegs = 232;
+static_assert(128 * kTmaCopyRegs + 256 * kTmaMathRegs <= 384 * 168, "the split fits the block's registers");
 template <int BN>
 constexpr int tma_stages() {
   return BN == 128 ? 6 : 4;  // 6 x 32 KB or 4 x 48 KB
