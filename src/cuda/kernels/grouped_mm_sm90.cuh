@@ -1,14 +1,16 @@
-// Hopper (sm_90a) tile kernel of grouped_mm and of the MoE expert products (kernels/grouped_mm.cuh describes
+// Hopper (sm_90a) tile kernels of grouped_mm and of the MoE expert products (kernels/grouped_mm.cuh describes
 // the modes and GmmArgs): the RowGroups and Batched forms with 16-bit inputs and 16-byte rows, on warpgroup
-// MMA. The launcher (cuda/moe_sm90.cu) takes it where it applies; everything else runs gmm_tile_kernel.
+// MMA. The launcher (cuda/moe_sm90.cu) takes them where they apply; everything else runs gmm_tile_kernel.
+// Two kernels: gmm_tma_kernel (below; the default where its operands fit tensor maps and A needs no row
+// gather) and gmm_wgmma_kernel (the cp.async kernel: here).
 //
-// Block = two warpgroups (256 threads) over a 128 x BN product tile, BN = 128 (the default) or 256 (opt-in:
-// GroupedMmPath::TiledWide); with act, BN / 2 output columns: the gate columns and the matching up columns
-// side by side in the product. Warpgroup w owns rows 64w..64w+63. K advances in steps of 64 (one 128-byte
-// swizzled row, kernels/wgmma.cuh) through a cp.async ring (BN = 128: three stages, two blocks per SM;
-// 256: four, one block per SM) filled (stages - 2) steps ahead; A rows are gathered through a_rows as they
-// load (x is never permuted). Per step each warpgroup issues four m64nBNk16 MMAs with both operands in
-// shared memory and waits only for the previous step's, so loads, MMAs and the next step's barrier
+// gmm_wgmma_kernel. Block = two warpgroups (256 threads) over a 128 x BN product tile, BN = 128 or 256
+// (opt-in: GroupedMmPath::TiledWide); with act, BN / 2 output columns: the gate columns and the matching up
+// columns side by side in the product. Warpgroup w owns rows 64w..64w+63. K advances in steps of 64 (one
+// 128-byte swizzled row, kernels/wgmma.cuh) through a cp.async ring (BN = 128: three stages, two blocks per
+// SM; 256: four, one block per SM) filled (stages - 2) steps ahead; A rows are gathered through a_rows as
+// they load (x is never permuted). Per step each warpgroup issues four m64nBNk16 MMAs with both operands
+// in shared memory and waits only for the previous step's, so loads, MMAs and the next step's barrier
 // overlap. The epilogue works on the accumulators in registers: SiLU-mul pairs gate column j with up
 // column j + BN / 2, held by the same thread.
 // Group and tile selection on the device as in gmm_tile_kernel (the offsets scanned in shared memory).
@@ -223,8 +225,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // (m-tile slot, n-tile), n fastest, so the blocks at work at one time share A tiles and a few groups' B.
 // Both roles walk the same list (the offsets are scanned once per block, as gmm_row_tile does); the ring
 // runs on from one tile into the next, so the next tile's loads overlap this tile's epilogue.
-// PP (ping-pong): each math warpgroup takes every other tile of the block whole instead (two m64 MMAs per
-// K step), so one warpgroup's epilogue runs while the other multiplies.
+// PP (ping-pong, opt-in: GroupedMmPath::TiledTmaPingpong; not yet run on a GPU): each math warpgroup takes
+// every other tile of the block whole instead (two m64 MMAs per K step), so one warpgroup's epilogue runs
+// while the other multiplies.
 constexpr int kTmaThreads = 384;
 // Registers per thread after the split (setmaxnreg): 128 x 40 + 256 x 232 = 64512, exactly the 384 x 168 the
 // kernel is compiled for (__launch_bounds__(384, 1)); asking for more than the block holds would stall.
