@@ -57,6 +57,16 @@ constexpr size_t smem_bytes(int groups) {
   return static_cast<size_t>(stages<BN>()) * stage_bytes<BN>() + 1024 + static_cast<size_t>(2 * groups + 1) * 4;
 }
 
+// The four m64nBNk16 MMAs of one 64-wide K step, both operands in shared memory (128-byte swizzle): 64
+// A rows from a_addr, BN B rows from b_addr.
+template <class T, int BN>
+__device__ __forceinline__ void mma_k64(float (&acc)[BN / 2], uint32_t a_addr, uint32_t b_addr) {
+  const uint64_t da = smem_desc(a_addr, 16, 1024), db = smem_desc(b_addr, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kBK / 16; ++kk)
+    Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
+}
+
 // The epilogue from registers, shared by both kernels: thread tid (< 256) of the two warpgroups that hold
 // the 128 x BN product tile of rows [m0, m1) (rows past m1 are not stored) and output columns from n0.
 // acc[4j + i] is row 16 warp + lane/4 + 8 (i / 2), column 8j + 2 (lane % 4) + i % 2. A thread's two rows are
@@ -191,12 +201,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
     __syncthreads();  // every thread's step is in; every warpgroup is done with step - 2's stage
     if (step + kAhead < steps) issue(step + kAhead);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    const uint32_t as = ring + (step % kStages) * kStage, bs = as + kATileBytes;
-    const uint64_t da = smem_desc(as + wg * 64 * 128, 16, 1024), db = smem_desc(bs, 16, 1024);
+    const uint32_t as = ring + (step % kStages) * kStage;
     wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk)
-      Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
+    mma_k64<T, BN>(acc, as + wg * 64 * 128, as + kATileBytes);
     wg_commit();
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // step - 1 is done
     fence_regs(acc);
@@ -375,15 +382,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
       for (int ks = 0; ks < steps; ++ks, ++it) {
         const uint32_t st = it % S;
         mbar_wait(full + 8 * st, (it / S) & 1);
-        const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
-        const uint64_t da0 = smem_desc(as, 16, 1024), da1 = smem_desc(as + 64 * 128, 16, 1024);
-        const uint64_t db = smem_desc(bs, 16, 1024);
+        const uint32_t as = ring + st * kStage;
         wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
-          Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc[0], da0 + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
-          Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc[1], da1 + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
-        }
+        mma_k64<T, BN>(acc[0], as, as + kATileBytes);             // rows 0..63
+        mma_k64<T, BN>(acc[1], as + 64 * 128, as + kATileBytes);  // rows 64..127
         wg_commit();
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         fence_regs(acc[0]);
@@ -415,12 +417,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
       for (int ks = 0; ks < steps; ++ks, ++it) {
         const uint32_t st = it % S;
         mbar_wait(full + 8 * st, (it / S) & 1);
-        const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
-        const uint64_t da = smem_desc(as + wg * 64 * 128, 16, 1024), db = smem_desc(bs, 16, 1024);
+        const uint32_t as = ring + st * kStage;
         wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk)
-          Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
+        mma_k64<T, BN>(acc, as + wg * 64 * 128, as + kATileBytes);
         wg_commit();
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the previous step's MMAs are done
         fence_regs(acc);
