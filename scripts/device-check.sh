@@ -6,6 +6,11 @@
 # ops_table_ab.md and bench.log from the benchmark.
 #
 #   scripts/device-check.sh [--filter REGEX] [--repeats N] [--ab "VAR=VALUE ..."]... [--no-tests]
+#                           [--smoke EXE[:GTEST_FILTER]]...
+#
+# --smoke runs a test executable of the release build (e.g. kiln_cuda_moe_tests:'*GroupedMm*') under a 60 s
+# limit before anything else: a new kernel that hangs or fails there costs a minute, not the call. If a
+# smoke run fails, the --ab variants are dropped (the suite and the default benchmark still run).
 #
 # e.g. scripts/device-check.sh --filter 'decode_attention|grouped_mm|^moe/' --repeats 30 \
 #        --ab "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"
@@ -14,17 +19,42 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 bench_args=()
+ab_args=()
+smokes=()
 TESTS=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --filter|--repeats|--ab) bench_args+=("$1" "$2"); shift 2 ;;  # --ab may repeat
+    --filter|--repeats) bench_args+=("$1" "$2"); shift 2 ;;
+    --ab) ab_args+=("$1" "$2"); shift 2 ;;  # may repeat
+    --smoke) smokes+=("$2"); shift 2 ;;     # may repeat
     --no-tests) TESTS=0; shift ;;
-    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
     *) echo "device-check.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
 done
 W=$(mktemp -d)
 rc=0
+if [ ${#smokes[@]} -gt 0 ]; then
+  t=$(date +%s)
+  if ! { cmake -G Ninja -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF \
+           $(scripts/device-cmake-args.sh) && cmake --build build-gpu -j 16; } > "$W/smoke-build.log" 2>&1; then
+    grep -E "error" -A3 "$W/smoke-build.log" | head -40
+    echo "== smoke: build FAILED"
+    exit 1
+  fi
+  for s in "${smokes[@]}"; do
+    exe=${s%%:*}; filter=${s#*:}; [ "$filter" = "$s" ] && filter='*'
+    timeout 60 "build-gpu/tests/$exe" --gtest_filter="$filter" > "$W/smoke.log" 2>&1
+    r=$?
+    echo "== smoke $s: rc=$r ($(grep -E '^\[  (PASSED|FAILED) ' "$W/smoke.log" | tr '\n' ' '))"
+    if [ $r -ne 0 ]; then
+      grep -E "Failure|FAILED" -A4 "$W/smoke.log" | head -30
+      ab_args=()
+      rc=1
+    fi
+  done
+  echo "== smoke: $(( $(date +%s) - t )) s"
+fi
 if [ "$TESTS" = 1 ]; then
   t=$(date +%s)
   OUT=$W/test TEST_TIMEOUT=${TEST_TIMEOUT:-200} scripts/device-test.sh release > "$W/test.log" 2>&1 || rc=1
@@ -34,7 +64,7 @@ if [ "$TESTS" = 1 ]; then
   echo "== tests: rc=$rc, $(( $(date +%s) - t )) s"
 fi
 t=$(date +%s)
-OUT=$W/bench scripts/device-bench.sh "${bench_args[@]}" > "$OUT/bench.log" 2>&1 || rc=1
+OUT=$W/bench scripts/device-bench.sh "${bench_args[@]}" "${ab_args[@]}" > "$OUT/bench.log" 2>&1 || rc=1
 for f in kiln_ops.json kiln_ops_ab.json torch_ops.json ops_table.md ops_table_ab.md; do
   [ -f "$W/bench/$f" ] && cp "$W/bench/$f" "$OUT/$f"
 done
