@@ -148,21 +148,27 @@ __device__ __forceinline__ int gmm_upper_bound(const int* s, int n, int r) {
   return lo;
 }
 
-// RowGroups: the group g and rows [m0, m1) of this block's m-tile slot (blockIdx.y) for tiles of BM rows.
-// The offsets are sanitised and scanned in dyn (2 G + 1 ints of shared memory: s, then the m-tiles per
-// group and the tail pseudo-group); g == G is the rows past the last offset, written as 0. False when the
-// slot has no tile (the grid bounds the slots, ceil(M / BM) + G + 1).
+// RowGroups, tiles of BM rows: the offsets sanitised and scanned in dyn (2 G + 1 ints of shared memory: s,
+// then the m-tiles per group and the tail pseudo-group, as an inclusive scan: tiles[G] is the m-tile count);
+// `report`: this block records invalid offsets. Every thread of the block calls.
 template <int THREADS, int BM>
-__device__ bool gmm_row_tile(const GmmArgs& p, int* dyn, int* warp_tmp, int& g, int& m0, int& m1) {
+__device__ void gmm_scan_row_tiles(const GmmArgs& p, int* dyn, int* warp_tmp, bool report) {
   int* s = dyn;
   int* tiles = dyn + p.G;
-  gmm_load_offsets<THREADS>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
+  gmm_load_offsets<THREADS>(p.offs, p.G, p.M, s, warp_tmp, p.err, report);
   for (int q = static_cast<int>(threadIdx.x); q <= p.G; q += THREADS) {
     const int lo = q > 0 ? s[q - 1] : 0, hi = q < p.G ? s[q] : p.M;
     tiles[q] = (hi - lo + BM - 1) / BM;
   }
   gmm_block_scan<THREADS>(tiles, p.G + 1, ScanSum{}, 0, warp_tmp);
-  const int slot = static_cast<int>(blockIdx.y);
+}
+
+// The group g and rows [m0, m1) of m-tile slot `slot` from gmm_scan_row_tiles' dyn; g == G is the rows past
+// the last offset, written as 0. False when the slot has no tile.
+template <int BM>
+__device__ __forceinline__ bool gmm_row_tile_at(const GmmArgs& p, const int* dyn, int slot, int& g, int& m0, int& m1) {
+  const int* s = dyn;
+  const int* tiles = dyn + p.G;
   g = gmm_upper_bound(tiles, p.G + 1, slot);
   if (g > p.G) return false;
   const int tile = slot - (g > 0 ? tiles[g - 1] : 0);
@@ -170,6 +176,14 @@ __device__ bool gmm_row_tile(const GmmArgs& p, int* dyn, int* warp_tmp, int& g, 
   m0 = lo + tile * BM;
   m1 = m0 + BM < hi ? m0 + BM : hi;
   return true;
+}
+
+// RowGroups: the group g and rows [m0, m1) of this block's m-tile slot (blockIdx.y) for tiles of BM rows
+// (the grid bounds the slots, ceil(M / BM) + G + 1; false when the slot has no tile).
+template <int THREADS, int BM>
+__device__ bool gmm_row_tile(const GmmArgs& p, int* dyn, int* warp_tmp, int& g, int& m0, int& m1) {
+  gmm_scan_row_tiles<THREADS, BM>(p, dyn, warp_tmp, blockIdx.x == 0 && blockIdx.y == 0);
+  return gmm_row_tile_at<BM>(p, dyn, static_cast<int>(blockIdx.y), g, m0, m1);
 }
 
 // ---- shared epilogue pieces ------------------------------------------------------------------------------

@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // not stored; K past the end reads as zero.
 // Persistent: the grid has at most one block per SM, and block b takes tiles b, b + grid, ... of the list
 // (m-tile slot, n-tile), n fastest, so the blocks at work at one time share A tiles and a few groups' B.
-// Both roles walk the same list (the offsets are scanned once per block, as gmm_row_tile does); the ring
+// Both roles walk the same list (the offsets are scanned once per block: gmm_scan_row_tiles); the ring
 // runs on from one tile into the next, so the next tile's loads overlap this tile's epilogue.
 // PP (ping-pong, opt-in: GroupedMmPath::TiledTmaPingpong; not yet run on a GPU): each math warpgroup takes
 // every other tile of the block whole instead (two m64 MMAs per K step), so one warpgroup's epilogue runs
@@ -271,8 +271,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
   const uint32_t raw = smem_addr(sm_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;
   const uint32_t full = ring + S * kStage, empty = full + 8 * S;
-  int* const s = reinterpret_cast<int*>(sm_raw + (empty + 8 * S - raw));  // sanitised offsets [G]
-  int* const tiles = s + tp.p.G;                                          // m-tiles per group, scanned [G + 1]
+  int* const dyn = reinterpret_cast<int*>(sm_raw + (empty + 8 * S - raw));  // gmm_scan_row_tiles' 2 G + 1 ints
   const GmmArgs& p = tp.p;
   const int tid = static_cast<int>(threadIdx.x);
 
@@ -290,13 +289,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
   const bool rows = p.mode == GmmMode::RowGroups;
   int total;
   if (rows) {
-    gmm_load_offsets<kTmaThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0);
-    for (int q = tid; q <= p.G; q += kTmaThreads) {
-      const int lo = q > 0 ? s[q - 1] : 0, hi = q < p.G ? s[q] : p.M;
-      tiles[q] = (hi - lo + kBM - 1) / kBM;
-    }
-    gmm_block_scan<kTmaThreads>(tiles, p.G + 1, ScanSum{}, 0, warp_tmp);
-    total = tiles[p.G] * tp.ntiles;
+    gmm_scan_row_tiles<kTmaThreads, kBM>(p, dyn, warp_tmp, blockIdx.x == 0);
+    total = dyn[2 * p.G] * tp.ntiles;  // the m-tile count, times the n-tiles
   } else {
     total = p.G * tp.mtiles * tp.ntiles;
   }
@@ -309,10 +303,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
     const int mt = t / tp.ntiles;
     n0 = static_cast<int64_t>(t % tp.ntiles) * ncols;
     if (rows) {
-      g = gmm_upper_bound(tiles, p.G + 1, mt);
-      const int lo = g > 0 ? s[g - 1] : 0, hi = g < p.G ? s[g] : p.M;
-      m0 = lo + (mt - (g > 0 ? tiles[g - 1] : 0)) * kBM;
-      m1 = m0 + kBM < hi ? m0 + kBM : hi;
+      gmm_row_tile_at<kBM>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
     } else {
       g = mt / tp.mtiles;
       m0 = (mt % tp.mtiles) * kBM;
