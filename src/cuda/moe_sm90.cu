@@ -19,6 +19,7 @@ template <int BN, bool PP>
 bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op) {
   namespace k90 = kernels::gmm90;
   if (p.a_rows != nullptr || p.K <= 0) return false;
+  if (p.a_sm < 0 || p.b_sn < 0 || p.a_sg < 0 || p.b_sg < 0) return false;  // tensor maps take no negative strides
   const bool batched = p.mode == kernels::GmmMode::Batched;
   k90::GmmTmaParams tp{};
   tp.p = p;
@@ -33,7 +34,6 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   if (b_rows + 128 > INT_MAX) return false;  // box coordinates are int32
   const uint64_t b_dims[3] = {u(p.K), u(b_rows), tp.b_slots ? u(p.G) : 1};
   const uint64_t b_strides[2] = {u(p.b_sn) * 2, tp.b_slots ? u(p.b_sg) * 2 : u(p.b_sn) * 2 * u(b_rows)};
-  if (p.a_sm < 0 || p.b_sn < 0 || p.a_sg < 0 || p.b_sg < 0) return false;
   if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, k90::kBM) ||
       !encode_tensor_map_3d(&tp.tb, p.b, bf16, b_dims, b_strides, 64, BN / 2))
     return false;
