@@ -16,7 +16,9 @@
 #                "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"); may be given several times:
 #                kiln_ops_ab.json (every variant's cases) and ops_table_ab.md (scripts/bench_variants.py: the
 #                default, each variant and PyTorch side by side) from the same PyTorch run (then no png, and
-#                build.log only on failure)
+#                build.log only on failure). "build:NAME=VALUE" instead builds kiln a second time (build-gpu-ab<i>)
+#                with the preprocessor definition -DNAME=VALUE in CMAKE_CUDA_FLAGS and runs that binary as the
+#                variant (compile-time switches, e.g. "build:KILN_GEMV_L2_PREFETCH=128")
 #   OPS_TIMEOUT=S  seconds each `kiln bench ops` run may take (default 400; a hang shows as rc=124)
 #
 # Copy $OUT/kiln_ops.json and torch_ops.json to bench/results/<gpu>-<date>-{kiln,torch}_ops.json and the
@@ -79,7 +81,19 @@ variant_args=()
 for i in "${!AB[@]}"; do
   t=$(date +%s)
   echo "== kiln bench ops ${args[*]} with ${AB[$i]}" | tee -a "$OUT/kiln_ops.log"
-  timeout "${OPS_TIMEOUT:-400}" env ${AB[$i]} "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops_ab$i.json" "${args[@]}" \
+  exe="$BUILD/bin/kiln"
+  envs=${AB[$i]}
+  if [ "${AB[$i]#build:}" != "${AB[$i]}" ]; then
+    exe="$BUILD-ab$i/bin/kiln"
+    envs=""
+    { cmake -G Ninja -S . -B "$BUILD-ab$i" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF \
+        $(scripts/device-cmake-args.sh) "-DCMAKE_CUDA_FLAGS=-D${AB[$i]#build:}" &&
+      cmake --build "$BUILD-ab$i" -j 16 --target kiln_cli; } > "$OUT/build-ab.log" 2>&1 || {
+      grep -E "error" -A3 "$OUT/build-ab.log" | head -20; kiln_rc=1; }
+    rm -f "$OUT/build-ab.log"
+    echo "== built the variant: $(( $(date +%s) - t )) s"
+  fi
+  timeout "${OPS_TIMEOUT:-400}" env $envs "$exe" bench ops --json "$OUT/kiln_ops_ab$i.json" "${args[@]}" \
     >> "$OUT/kiln_ops.log" 2>&1 || kiln_rc=1
   [ -s "$OUT/kiln_ops_ab$i.json" ] || echo '{"cases": []}' > "$OUT/kiln_ops_ab$i.json"
   variant_args+=("${AB[$i]}=$OUT/kiln_ops_ab$i.json")

@@ -45,13 +45,17 @@ DecodeTuning tuning_from_env() {
     if (key == "keys") t.min_split_keys = val;
     else if (key == "bps") t.blocks_per_sm = val;
     else if (key == "blocks") t.max_blocks = val;
+    else if (key == "l2") t.l2_prefetch = val;
     else if (key == "kernel" && (text == "cp.async" || text == "tma"))
       t.kernel = text == "tma" ? DecodeKernel::Tma : DecodeKernel::CpAsync;
-    else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma)"));
+    else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma, "
+                        "l2=0|128)"));
     pos = end + 1;
   }
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0,
-             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive and blocks >= 0, got \"",
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
+                 (t.l2_prefetch == 0 || t.l2_prefetch == 128),
+             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0 and l2 0 or 128, "
+             "got \"",
              spec, "\"");
   return t;
 }
@@ -250,7 +254,8 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
         const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(hkv * row_tiles),
                         static_cast<unsigned>(b));
         const size_t smem = static_cast<size_t>(attn::decode_smem_elems<D>()) * sizeof(uint16_t);
-        auto kernel = attn::decode_attention_kernel<Tag, D>;
+        auto kernel = tune.l2_prefetch == 128 ? attn::decode_attention_kernel<Tag, D, 128>
+                                              : attn::decode_attention_kernel<Tag, D, 0>;
         set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev.index, "decode_attention");
         launch_dependent(kernel, grid, dim3(attn::kThreads), smem, stream, dev.index, "decode_attention", p);
       }
@@ -318,9 +323,10 @@ void set_prefill_max_blocks(int n) {
 int64_t decode_tma_launches() { return tma_launches().load(std::memory_order_relaxed); }
 
 void set_decode_tuning(const DecodeTuning& t) {
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0,
-             "set_decode_tuning: min_split_keys must be a positive multiple of 64, blocks_per_sm positive and "
-             "max_blocks >= 0");
+  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
+                 (t.l2_prefetch == 0 || t.l2_prefetch == 128),
+             "set_decode_tuning: min_split_keys must be a positive multiple of 64, blocks_per_sm positive, "
+             "max_blocks >= 0 and l2_prefetch 0 or 128");
   std::lock_guard<std::mutex> lock(tuning_mu());
   tuning_ref() = t;
 }

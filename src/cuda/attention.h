@@ -26,13 +26,17 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //                     and caches that fit tensor maps, else CpAsync), opt-in until measured faster;
 //   max_blocks        the TMA kernel's persistent grid: at most this many blocks (0: one per
 //                     multiprocessor); blocks_per_sm applies to the cp.async kernel only.
-// Set for tests and benchmarks by set_decode_tuning, or KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8".
+//   l2_prefetch       the cp.async kernel's K/V copies ask L2 to fetch the 128-byte block around each miss
+//                     (128, the default: 1-3% faster at L >= 2048 on the H200) or give no hint (0).
+// Set for tests and benchmarks by set_decode_tuning, or
+// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128".
 enum class DecodeKernel { CpAsync, Tma };
 struct DecodeTuning {
   int min_split_keys = 64;
   int blocks_per_sm = 2;
   DecodeKernel kernel = DecodeKernel::CpAsync;
   int max_blocks = 0;
+  int l2_prefetch = 128;
 };
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);

@@ -286,23 +286,24 @@ enum class DecodeKernel { CpAsync, Tma };
 struct Tuning {
   int min_split_keys, blocks_per_sm;
   DecodeKernel kernel;
-  int max_blocks;
+  int max_blocks, l2_prefetch;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
-// The default; longer splits; fewer blocks (so fewer splits); the TMA kernel (Hopper) by default and
-// on a persistent grid of three blocks (each block takes many items, its ring running on from one into the
-// next).
-const Tuning kTunings[] = {{64, 2, DecodeKernel::CpAsync, 0},
-                           {256, 1, DecodeKernel::CpAsync, 0},
-                           {64, 1, DecodeKernel::CpAsync, 0},
-                           {64, 2, DecodeKernel::Tma, 0},
-                           {256, 1, DecodeKernel::Tma, 3}};
+// The default (128-byte L2 prefetch); longer splits; fewer blocks (so fewer splits) without the prefetch
+// hint; more blocks than fit at once; the TMA kernel (Hopper) by default and on a persistent grid of three
+// blocks (each block takes many items, its ring running on from one into the next).
+const Tuning kTunings[] = {{64, 2, DecodeKernel::CpAsync, 0, 128},
+                           {256, 1, DecodeKernel::CpAsync, 0, 128},
+                           {64, 1, DecodeKernel::CpAsync, 0, 0},
+                           {64, 6, DecodeKernel::CpAsync, 0, 128},
+                           {64, 2, DecodeKernel::Tma, 0, 128},
+                           {256, 1, DecodeKernel::Tma, 3, 128}};
 std::string tuning_name(const Tuning& t) {
   return str(t.kernel == DecodeKernel::Tma ? "TMA kernel" : "cp.async kernel", ", keys ", t.min_split_keys, ", ",
-             t.blocks_per_sm, " blocks/SM, ", t.max_blocks, " blocks");
+             t.blocks_per_sm, " blocks/SM, ", t.max_blocks, " blocks, L2 prefetch ", t.l2_prefetch);
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {

@@ -115,7 +115,7 @@ __device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float
 // sum) goes to global memory for decode_combine_kernel. (Combining the splits of short caches inside a
 // thread-block cluster, through distributed shared memory, was measured 5-17% slower than this pair of
 // kernels on the H200 and was removed.)
-template <class Tag, int D>
+template <class Tag, int D, int Pf = 0>
 __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention_kernel(DecodeParams p) {
   constexpr int ld = D + kPad;
   constexpr int kChunks = D / 8;                    // 16-byte pieces per row
@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
     for (int j = 0; j < kTileKeys / kRowsPerPass; ++j) {
       const bool valid = key + j * kRowsPerPass < ke;
       const int64_t step = static_cast<int64_t>(j) * kRowsPerPass;
-      cp_async16(kd + j * kRowsPerPass * ld, valid ? kp + step * L.k_row : kbase, valid);
-      cp_async16(vd + j * kRowsPerPass * ld, valid ? vp + step * L.v_row : vbase, valid);
+      cp_async16_pf<Pf>(kd + j * kRowsPerPass * ld, valid ? kp + step * L.k_row : kbase, valid);
+      cp_async16_pf<Pf>(vd + j * kRowsPerPass * ld, valid ? vp + step * L.v_row : vbase, valid);
     }
   };
 #pragma unroll

@@ -232,9 +232,11 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // (m-tile slot, n-tile), n fastest, so the blocks at work at one time share A tiles and a few groups' B.
 // Both roles walk the same list (the offsets are scanned once per block: gmm_scan_row_tiles); the ring
 // runs on from one tile into the next, so the next tile's loads overlap this tile's epilogue.
-// PP (ping-pong, opt-in: GroupedMmPath::TiledTmaPingpong; not yet run on a GPU): each math warpgroup takes
-// every other tile of the block whole instead (two m64 MMAs per K step), so one warpgroup's epilogue runs
-// while the other multiplies.
+// PP (ping-pong, opt-in: GroupedMmPath::TiledTmaPingpong): each math warpgroup takes every other tile of
+// the block whole instead (two m64 MMAs per K step), so one warpgroup's epilogue runs while the other
+// multiplies. Correct on the H200 but slower than the default: 0.98-1.01x of it at T512 gate_up, 0.5-0.95x
+// at the down products and at T4096 (grouped_mm geomean against PyTorch 0.70 forced onto every product,
+// against 1.03 for Auto).
 constexpr int kTmaThreads = 384;
 // Registers per thread after the split (setmaxnreg): 128 x 40 + 256 x 232 = 64512, exactly the 384 x 168 the
 // kernel is compiled for (__launch_bounds__(384, 1)); asking for more than the block holds would stall.
