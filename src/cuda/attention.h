@@ -27,9 +27,12 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //   max_blocks        the TMA kernel's persistent grid: at most this many blocks (0: one per
 //                     multiprocessor); blocks_per_sm applies to the cp.async kernel only.
 //   l2_prefetch       the cp.async kernel's K/V copies ask L2 to fetch the 128-byte block around each miss
-//                     (128, the default: 1-3% faster at L >= 2048 on the H200) or give no hint (0).
+//                     (128, the default: 1-3% faster at L >= 2048 on the H200) or give no hint (0);
+//   fold              the cp.async kernel's splits are folded by the last block of each (sequence, KV head,
+//                     row tile) to store its partial (a per-stream counter), not by a second kernel.
+//                     Opt-in: not yet measured.
 // Set for tests and benchmarks by set_decode_tuning, or
-// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128".
+// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,fold=1".
 enum class DecodeKernel { CpAsync, Tma };
 struct DecodeTuning {
   int min_split_keys = 64;
@@ -37,11 +40,14 @@ struct DecodeTuning {
   DecodeKernel kernel = DecodeKernel::CpAsync;
   int max_blocks = 0;
   int l2_prefetch = 128;
+  bool fold = false;
 };
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);
 // Decode calls that took the TMA kernel so far in this process (tests check that it ran).
 int64_t decode_tma_launches();
+// Decode calls whose splits the decode kernel folded itself (DecodeTuning::fold) so far in this process.
+int64_t decode_fold_launches();
 
 // Which tensor-core kernel runs prefill without a mask: Auto takes the Hopper wgmma kernel
 // (kernels/flash_attention_sm90.cuh) when this build has sm_90a code, the device has compute capability

@@ -31,6 +31,10 @@ struct DecodeParams {
   int splits, row_tiles;
   int lq, rows;  // queries per sequence; rows of a KV group (Hq / Hkv * Lq), both < 2^31 (checked)
   bool q_vec;    // q rows can be read in 16-byte pieces (contiguous channels, 8-element strides, aligned)
+  // splits > 1 on the cp.async kernel: null, decode_combine_kernel folds the partials; else one zero counter
+  // per (sequence, KV head x row tile) block row, and the block that stores the last partial of its row
+  // folds them itself (and sets the counter back to zero for the next launch). Opt-in: DecodeTuning::fold.
+  int* tickets;
   DeviceErrorRecord* err;
 };
 
@@ -103,6 +107,53 @@ __device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float
       *reinterpret_cast<float4*>(p.part_o + (out_row * p.splits + split) * D + c) = acc;
       if (c == 0) p.part_ml[out_row * p.splits + split] = make_float2(mx, lsum);
     }
+  }
+}
+
+// The splits of one block row folded by the block that stored the row's last partial (DecodeParams::tickets):
+// the partials were written by the other blocks of the row before their fence and ticket, so after this
+// block's own ticket and fence they are all in L2 (read past L1 with ld.global.cg). `ml` is shared memory
+// for the rows' (max, sum) pairs of every split (nrows x splits float2); the block's 128 threads then take
+// (row, 4-channel piece) pairs. A split that saw no key has max -inf and sum 0 and adds nothing.
+template <class Tag, int D>
+__device__ __forceinline__ void decode_fold_splits(const DecodeParams& p, float2* ml, int nrows, int row0, int b,
+                                                   int hk) {
+  const am::Layout& L = p.L;
+  const int tid = static_cast<int>(threadIdx.x), S = p.splits, group = static_cast<int>(L.gk);
+  auto out_row_of = [&](int rr) {
+    const int row = row0 + rr, g = p.lq == 1 ? row : row / p.lq, t = row - g * p.lq;
+    return (static_cast<int64_t>(b) * L.heads + static_cast<int64_t>(hk) * group + g) * p.lq + t;
+  };
+  for (int i = tid; i < nrows * S; i += kThreads) {
+    const int rr = i / S, sp = i % S;
+    ml[i] = __ldcg(p.part_ml + out_row_of(rr) * S + sp);
+  }
+  __syncthreads();
+  constexpr int kQuads = D / 4;
+  for (int i = tid; i < nrows * kQuads; i += kThreads) {
+    const int rr = i / kQuads, c = (i % kQuads) * 4;
+    const float2* mr = ml + rr * S;
+    float mx = -INFINITY;
+    for (int sp = 0; sp < S; ++sp) mx = fmaxf(mx, mr[sp].x);
+    const int64_t out_row = out_row_of(rr);
+    const float* po = p.part_o + out_row * S * D + c;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float total = 0.f;
+#pragma unroll 8
+    for (int sp = 0; sp < S; ++sp) {
+      const float4 o = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(sp) * D));
+      const float f = mr[sp].x == -INFINITY ? 0.f : exp2f(mr[sp].x - mx);
+      total += mr[sp].y * f;
+      acc.x += o.x * f;
+      acc.y += o.y * f;
+      acc.z += o.z * f;
+      acc.w += o.w * f;
+    }
+    const float inv = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
+    uint2 packed;
+    packed.x = Mma<Tag>::pack(acc.x * inv, acc.y * inv);
+    packed.y = Mma<Tag>::pack(acc.z * inv, acc.w * inv);
+    *reinterpret_cast<uint2*>(p.out + out_row * D + c) = packed;
   }
 }
 
@@ -230,6 +281,22 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
   // Merge the four warps through shared memory, within the ring (no copy is in flight any more).
   float* red = reinterpret_cast<float*>(ks);
   decode_merge_store<Tag, D>(st, red, red + 4 * 16 * D, p, nrows, row0, b, hk, split, [] { __syncthreads(); });
+  if (p.splits == 1 || p.tickets == nullptr) return;
+  // Folded combine: the block that takes the row's last ticket merges every split's partial.
+  __shared__ int last;
+  __syncthreads();  // every thread's partial stores are issued
+  if (tid == 0) {
+    __threadfence();  // ... and visible device-wide before the ticket
+    int* ticket = p.tickets + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+    last = atomicAdd(ticket, 1) == p.splits - 1;
+    if (last) {
+      *ticket = 0;      // ready for the next launch (which starts after this grid completes)
+      __threadfence();  // the other blocks' partials are read after their tickets
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  decode_fold_splits<Tag, D>(p, reinterpret_cast<float2*>(ks), nrows, row0, b, hk);
 }
 
 // The splits of decode_attention_kernel folded: one block per output row (contiguous [rows, D]), warp w
