@@ -139,10 +139,11 @@ __device__ __forceinline__ void decode_fold_splits(const DecodeParams& p, float2
     const float* po = p.part_o + out_row * S * D + c;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     float total = 0.f;
-#pragma unroll 8
+#pragma unroll 16
     for (int sp = 0; sp < S; ++sp) {
       const float4 o = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(sp) * D));
-      const float f = mr[sp].x == -INFINITY ? 0.f : exp2f(mr[sp].x - mx);
+      if (mr[sp].x == -INFINITY) continue;  // as the combine kernel: an empty split's o is not read into the sum
+      const float f = exp2f(mr[sp].x - mx);
       total += mr[sp].y * f;
       acc.x += o.x * f;
       acc.y += o.y * f;
@@ -163,7 +164,8 @@ __device__ __forceinline__ void decode_fold_splits(const DecodeParams& p, float2
 // sized by Lmax, so a captured graph stays valid as lengths grow), in 64-key tiles; warp w takes keys
 // 16w..16w+15 of each tile with its own softmax state, and the four warps merge at the end. Query t sees
 // keys <= n - Lq + t. With one split the block writes the output; with several, its f32 partial (o, max,
-// sum) goes to global memory for decode_combine_kernel. (Combining the splits of short caches inside a
+// sum) goes to global memory for decode_combine_kernel, or (DecodeParams::tickets) the last block of the row
+// to store one folds them (decode_fold_splits). (Combining the splits of short caches inside a
 // thread-block cluster, through distributed shared memory, was measured 5-17% slower than this pair of
 // kernels on the H200 and was removed.)
 template <class Tag, int D, int Pf = 0>
@@ -283,14 +285,16 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
   decode_merge_store<Tag, D>(st, red, red + 4 * 16 * D, p, nrows, row0, b, hk, split, [] { __syncthreads(); });
   if (p.splits == 1 || p.tickets == nullptr) return;
   // Folded combine: the block that takes the row's last ticket merges every split's partial.
-  __shared__ int last;
+  int& last = *reinterpret_cast<int*>(qs);  // the q tile is in registers since the first tile
   __syncthreads();  // every thread's partial stores are issued
   if (tid == 0) {
     __threadfence();  // ... and visible device-wide before the ticket
     int* ticket = p.tickets + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
     last = atomicAdd(ticket, 1) == p.splits - 1;
     if (last) {
-      *ticket = 0;      // ready for the next launch (which starts after this grid completes)
+      // Ready for the next launch: it may start before this grid ends (dependent launch) but touches its
+      // tickets only after its pdl_wait, which waits for this grid to complete (the rule of kernels/pdl.cuh).
+      atomicExch(ticket, 0);
       __threadfence();  // the other blocks' partials are read after their tickets
     }
   }
