@@ -202,11 +202,12 @@ Tensor deq_weight(const Fp8Weight& w) {
 }
 
 void check_linear(int64_t m, int64_t n, int64_t k, ScaleRecipe r, DType dt, bool with_bias, int64_t x_off,
-                  Fp8Path path, int64_t bn = 128, int64_t bk = 128) {
+                  Fp8Path path, int64_t bn = 128, int64_t bk = 128, Fp8Path* took = nullptr, double x_mult = 1.0) {
   SCOPED_TRACE(str("M=", m, " N=", n, " K=", k, " ", rname(r), " ", dtype_name(dt), with_bias ? " bias" : "",
                    x_off ? " x offset 1" : "", " blocks ", bn, "x", bk, " path ", cuda::fp8_path_name(path)));
   const Weight w = make_weight(n, k, r, bn, bk);
-  const Tensor xc = test::random_tensor({m, k}, dt, -1, 1);
+  const Tensor xc = x_mult == 1.0 ? test::random_tensor({m, k}, dt, -1, 1)
+                                  : mul(test::random_tensor({m, k}, DType::F64, -1, 1), x_mult).to(dt);
   const Tensor xg = placed(xc, x_off, kGpu);
   const Tensor bc = with_bias ? test::random_tensor({n}, dt) : Tensor();
   const Tensor bg = with_bias ? bc.to(kGpu) : Tensor();
@@ -242,7 +243,9 @@ void check_linear(int64_t m, int64_t n, int64_t k, ScaleRecipe r, DType dt, bool
     EXPECT_TRUE(test::linear_close(y, ref, scale, dt, k)) << "took " << cuda::fp8_path_name(taken);
   }
   if (path == Fp8Path::Auto && m <= 16) EXPECT_EQ(taken, Fp8Path::Gemv);
-  if (path != Fp8Path::Auto && path != Fp8Path::CublasLt) EXPECT_EQ(taken, path);
+  if (path == Fp8Path::GemvMma) EXPECT_TRUE(taken == Fp8Path::GemvMma || taken == Fp8Path::Gemv);
+  else if (path != Fp8Path::Auto && path != Fp8Path::CublasLt) EXPECT_EQ(taken, path);
+  if (took) *took = taken;
 }
 
 TEST(CudaFp8Linear, DefaultPathMatchesCpu) {
@@ -271,6 +274,78 @@ TEST(CudaFp8Linear, EveryPathMatchesCpu) {
         check_linear(m, 100, 480, ScaleRecipe::BlockWise, dt, true, 0, Fp8Path::Auto, 32, bk);
         check_linear(m, 100, 480, ScaleRecipe::BlockWise, dt, false, 0, Fp8Path::Fallback, 32, bk);
       }
+}
+
+// The tensor-core kernel (Fp8Path::GemvMma): where it applies it must run (16-bit activations, 1..8 rows, K a
+// multiple of 64 and of the scale block, aligned rows), and elsewhere the CUDA-core kernel takes the call.
+TEST(CudaFp8Linear, TensorCorePathMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  struct NK {
+    int64_t n, k;
+  };
+  for (const NK s : {NK{256, 1024}, NK{100, 512}, NK{48, 4096}, NK{1, 64}, NK{4100, 192}, NK{136, 14336}})
+    for (int64_t m : {1, 2, 3, 5, 8})
+      for (ScaleRecipe r : kRecipes)
+        for (DType dt : {DType::BF16, DType::F16}) {
+          Fp8Path took = Fp8Path::Auto;
+          check_linear(m, s.n, s.k, r, dt, m % 2 == 1, 0, Fp8Path::GemvMma, 128, 128, &took);
+          EXPECT_EQ(took, Fp8Path::GemvMma) << "M=" << m << " N=" << s.n << " K=" << s.k;
+        }
+  // Where it does not apply: f32 activations, 9 rows, K not a multiple of 64, a 32-wide scale block, x
+  // misaligned.
+  Fp8Path took = Fp8Path::Auto;
+  check_linear(2, 256, 1024, ScaleRecipe::BlockWise, DType::F32, true, 0, Fp8Path::GemvMma, 128, 128, &took);
+  EXPECT_EQ(took, Fp8Path::Gemv);
+  check_linear(9, 256, 1024, ScaleRecipe::BlockWise, DType::BF16, true, 0, Fp8Path::GemvMma, 128, 128, &took);
+  EXPECT_EQ(took, Fp8Path::Gemv);
+  check_linear(1, 256, 1040, ScaleRecipe::RowWise, DType::BF16, true, 0, Fp8Path::GemvMma, 128, 128, &took);
+  EXPECT_EQ(took, Fp8Path::Gemv);
+  check_linear(1, 100, 480, ScaleRecipe::BlockWise, DType::BF16, true, 0, Fp8Path::GemvMma, 32, 32, &took);
+  EXPECT_EQ(took, Fp8Path::Gemv);
+  check_linear(1, 256, 1024, ScaleRecipe::BlockWise, DType::BF16, true, 1, Fp8Path::GemvMma, 128, 128, &took);
+  EXPECT_EQ(took, Fp8Path::Gemv);
+  // Activations far from 1: the kernel scales each row by a power of two into f16's range and back.
+  for (double mult : {0x1p100, 0x1p-100, 3e4, 1e-30})
+    for (DType dt : {DType::BF16, DType::F16}) {
+      if (dt == DType::F16 && (mult > 6e4 || mult < 1e-7)) continue;  // not f16 values
+      SCOPED_TRACE(str("activations times ", mult));
+      check_linear(3, 200, 512, ScaleRecipe::BlockWise, dt, false, 0, Fp8Path::GemvMma, 128, 128, &took, mult);
+      EXPECT_EQ(took, Fp8Path::GemvMma);
+    }
+}
+
+// Non-finite activations on the tensor-core path: a row holding NaN gives NaN everywhere, a row holding inf
+// gives what the definition gives (inf of either sign, or NaN where the signs meet), the other rows are
+// unaffected.
+TEST(CudaFp8Linear, TensorCorePathNonFiniteActivations) {
+  KILN_REQUIRE_CUDA();
+  const int64_t n = 64, k = 256;
+  const Weight w = make_weight(n, k, ScaleRecipe::BlockWise);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = test::random_tensor({3, k}, DType::F32, -1, 1);
+    std::vector<float> xv = x.contiguous().to_vector<float>();
+    xv[5] = NAN;               // row 0
+    xv[k + 17] = INFINITY;     // row 1
+    x = from_vector<float>(xv, Shape{3, k}).to(dt);
+    const Tensor scales2d = w.gpu.scales.reshape({w.gpu.scales.size(0), w.gpu.scales.size(1)}).contiguous();
+    Fp8Path taken = Fp8Path::Auto;
+    const Tensor y = cuda::linear_fp8(x.to(kGpu), w.gpu.values, scales2d, 128, 128, ScaleRecipe::BlockWise, nullptr,
+                                      Fp8Path::GemvMma, &taken)
+                         .to(DType::F32)
+                         .cpu();
+    EXPECT_EQ(taken, Fp8Path::GemvMma);
+    const Tensor ref = linear(x, w.cpu).to(DType::F32);
+    const std::vector<float> yv = y.contiguous().to_vector<float>(), rv = ref.contiguous().to_vector<float>();
+    for (int64_t j = 0; j < n; ++j) {
+      EXPECT_TRUE(std::isnan(yv[j])) << "row 0, column " << j;
+      const float got = yv[n + j], want = rv[n + j];
+      EXPECT_TRUE((std::isnan(got) && std::isnan(want)) || got == want) << "row 1, column " << j << ": " << got
+                                                                          << " against " << want;
+    }
+    EXPECT_TRUE(test::linear_close(y.narrow(0, 2, 1).to(dt), ref.narrow(0, 2, 1).to(dt),
+                                   test::linear_abs_scale(x.narrow(0, 2, 1), deq_weight(w.cpu), std::nullopt), dt, k));
+  }
 }
 
 TEST(CudaFp8Linear, PublicOpAnd3dInput) {
