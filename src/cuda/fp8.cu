@@ -475,7 +475,12 @@ Tensor linear_fp8(const Tensor& x2, const Tensor& w, const Tensor& scales, int64
       if (taken) *taken = Fp8Path::GemvMma;
       return y;
     }
-    path = Fp8Path::Gemv;
+    // Where it does not apply, Auto's choice.
+    if (m > kernels::kGemvMaxRows && linear_cublaslt(y, x2, w, scales, bn, bk, recipe, bias)) {
+      if (taken) *taken = Fp8Path::CublasLt;
+      return y;
+    }
+    path = gemv_ok && m <= 64 ? Fp8Path::Gemv : Fp8Path::Fallback;
   }
   if (path == Fp8Path::Gemv && gemv_ok) {
     linear_gemv(y, x2, w, scales, bn, bk, bias);

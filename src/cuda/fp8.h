@@ -25,7 +25,7 @@ enum class Fp8Path {
   CublasLt,  // cuBLASLt FP8 (scaled_mm) / activation quantised to FP8 + cuBLASLt (linear, block-wise weights)
   Fallback,  // the exact definition on the device: dequantise in f32, then f32 matrix products
   // linear(Fp8Weight) with f16/bf16 activations, M <= 8, K a multiple of 64 (and of the scale block): the
-  // tensor-core kernel of kernels/fp8_mma.cuh (opt-in, not yet measured); elsewhere as Gemv. scaled_mm: Gemv.
+  // tensor-core kernels of kernels/fp8_mma.cuh (opt-in, not yet measured); elsewhere as Auto. scaled_mm: Gemv.
   GemvMma,
 };
 const char* fp8_path_name(Fp8Path p);

@@ -15,8 +15,10 @@
 // accumulators. A scaled bf16 activation within 2^-28 of its row's maximum keeps all 8 bits of its mantissa
 // (f16 has 11); smaller ones round to the f16 grid, far below the output's precision. The sums are f32
 // throughout: per 64-element step an MMA sum, times the weight block's scale, added to the f32 accumulator;
-// the result times 2^-e, plus bias, rounded once to x's dtype. A row whose maximum is inf or NaN is converted
-// unscaled, so inf and NaN propagate as in the definition; NaN weights are f16 NaNs.
+// the result times 2^-e, plus bias, rounded once to x's dtype. The scale comes from the finite activations
+// (inf and NaN keep their values through it), so inf and NaN propagate as in the definition; NaN weights are
+// f16 NaNs. The accumulator holds the result times 2^e: a row of activations near 2^-100 against weight
+// scales near 2^100 could overflow it where the definition stays finite.
 //
 // Layout (stage 2). Block = 8 warps. A warp owns 16 weight rows and a share of K: `split` warps of a group
 // take the 64-wide K steps of the group's 16 rows in turn (step i goes to warp i % split), and their sums
@@ -82,9 +84,9 @@ __device__ __forceinline__ float fp8_mma_x_to_f32(uint16_t bits) {
   else return __half2float(__ushort_as_half(bits));
 }
 
-// Stage 1, one block per activation row: the row's largest magnitude m (NaN counts as inf), e with m * 2^e in
-// [2^14, 2^15) (0 when m is 0, inf or NaN; clamped to [-126, 126]), the row times 2^e as f16 into xh
-// [rows, k] and 2^-e into inv[row].
+// Stage 1, one block per activation row: the row's largest finite magnitude m, e with m * 2^e in [2^14, 2^15)
+// (0 when m is 0; clamped to 126), the row times 2^e as f16 into xh [rows, k] (inf and NaN stay what they
+// are) and 2^-e into inv[row].
 template <class X>
 __global__ void __launch_bounds__(kFp8MmaThreads) fp8_mma_stage_x_kernel(const X* __restrict__ x, int64_t ldx, int k,
                                                                          uint16_t* __restrict__ xh,
@@ -104,8 +106,8 @@ __global__ void __launch_bounds__(kFp8MmaThreads) fp8_mma_stage_x_kernel(const X
     for (int j = 0; j < 4; ++j) {
       const float lo = fabsf(fp8_mma_x_to_f32<X>(static_cast<uint16_t>(words[j] & 0xFFFFu)));
       const float hi = fabsf(fp8_mma_x_to_f32<X>(static_cast<uint16_t>(words[j] >> 16)));
-      mx = fmaxf(mx, lo != lo ? INFINITY : lo);  // fmaxf would drop a NaN
-      mx = fmaxf(mx, hi != hi ? INFINITY : hi);
+      if (lo < INFINITY) mx = fmaxf(mx, lo);  // finite values only (false for inf and NaN)
+      if (hi < INFINITY) mx = fmaxf(mx, hi);
     }
   }
 #pragma unroll
@@ -117,9 +119,9 @@ __global__ void __launch_bounds__(kFp8MmaThreads) fp8_mma_stage_x_kernel(const X
 #pragma unroll
     for (int w = 0; w < kFp8MmaWarps; ++w) all = fmaxf(all, red[w]);
     int e = 0;
-    if (all > 0.f && all < INFINITY) {
-      e = 14 - ilogbf(all);
-      e = e > 126 ? 126 : (e < -126 ? -126 : e);
+    if (all > 0.f) {
+      e = 14 - ilogbf(all);  // >= 14 - 127
+      e = e > 126 ? 126 : e;
     }
     scale_s = ldexpf(1.f, e);
     inv[m] = ldexpf(1.f, -e);
@@ -189,18 +191,28 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 2) fp8_gemv_mma_kernel(const F
         nxt[u][0] = nxt[u][1] = make_uint4(0, 0, 0, 0);
       }
     }
-#pragma unroll
-    for (int u = 0; u < kFp8MmaU; ++u) {
-      const int s = step + u * split;
-      if (s >= steps) break;
+    // Activations and scales of step u: loaded one step ahead of its MMAs.
+    auto load_xs = [&](int s, uint4& xa, uint4& xb, float& sc0, float& sc1) {
       const int e0 = s * kFp8MmaStep;
       const int kb = a.kshift >= 0 ? e0 >> a.kshift : e0 / a.kblk;
-      const float sc0 = __ldg(s0 + kb * a.ws_sk), sc1 = __ldg(s1 + kb * a.ws_sk);
-      uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
+      sc0 = __ldg(s0 + kb * a.ws_sk);
+      sc1 = __ldg(s1 + kb * a.ws_sk);
+      xa = xb = make_uint4(0, 0, 0, 0);
       if (has_x) {
         xa = __ldg(xrow + e0 / 8);
         xb = __ldg(xrow + e0 / 8 + 1);
       }
+    };
+    uint4 xa_n, xb_n;
+    float sc0_n, sc1_n;
+    load_xs(step, xa_n, xb_n, sc0_n, sc1_n);  // step < steps here
+#pragma unroll
+    for (int u = 0; u < kFp8MmaU; ++u) {
+      const int s = step + u * split;
+      if (s >= steps) break;  // uniform over the warp
+      const uint4 xa = xa_n, xb = xb_n;
+      const float sc0 = sc0_n, sc1 = sc1_n;
+      if (u + 1 < kFp8MmaU && s + split < steps) load_xs(s + split, xa_n, xb_n, sc0_n, sc1_n);
       const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
       const uint32_t q0[4] = {cur[u][0].x, cur[u][0].y, cur[u][0].z, cur[u][0].w};
       const uint32_t q1[4] = {cur[u][1].x, cur[u][1].y, cur[u][1].z, cur[u][1].w};
