@@ -44,6 +44,24 @@ constexpr int decode_smem_elems() {
   return (16 + 2 * kDecodeStages * kTileKeys) * (D + kPad);
 }
 
+// acc += f * o and total += f * l: one partial (o, l) of a merge, weighted by f = 2^(its max - the merged max).
+__device__ __forceinline__ void merge_partial(float4& acc, float& total, const float4& o, float l, float f) {
+  total += l * f;
+  acc.x += o.x * f;
+  acc.y += o.y * f;
+  acc.z += o.z * f;
+  acc.w += o.w * f;
+}
+// Four output channels acc / total rounded to 16 bits at dst (0 where no key was visible: total 0).
+template <class Tag>
+__device__ __forceinline__ void store_normalized(uint16_t* dst, const float4& acc, float total) {
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  uint2 packed;
+  packed.x = Mma<Tag>::pack(acc.x * inv, acc.y * inv);
+  packed.y = Mma<Tag>::pack(acc.z * inv, acc.w * inv);
+  *reinterpret_cast<uint2*>(dst) = packed;
+}
+
 // The four warps' states of one 16-row tile (warp w of the block held keys 16w..16w+15 of every tile)
 // merged through shared memory and stored: the output itself with one split, else the split's f32
 // partial (o, max, sum). `red_o` (4 x 16 x D floats) and `red_ml` (128 floats) are shared memory that no
@@ -88,21 +106,12 @@ __device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const float f = mw[w] == -INFINITY ? 0.f : exp2f(mw[w] - mx);
-      const float4 o = *reinterpret_cast<const float4*>(red_o + (w * 16 + rr) * D + c);
-      acc.x += o.x * f;
-      acc.y += o.y * f;
-      acc.z += o.z * f;
-      acc.w += o.w * f;
-      lsum += red_l[w * 16 + rr] * f;
+      merge_partial(acc, lsum, *reinterpret_cast<const float4*>(red_o + (w * 16 + rr) * D + c), red_l[w * 16 + rr], f);
     }
     const int row = row0 + rr, g = p.lq == 1 ? row : row / p.lq, t = row - g * p.lq;
     const int64_t out_row = (static_cast<int64_t>(b) * L.heads + static_cast<int64_t>(hk) * group + g) * p.lq + t;
     if (p.splits == 1) {
-      const float inv = lsum > 0.f ? 1.f / lsum : 0.f;  // no visible key: 0
-      uint2 packed;
-      packed.x = Mma<Tag>::pack(acc.x * inv, acc.y * inv);
-      packed.y = Mma<Tag>::pack(acc.z * inv, acc.w * inv);
-      *reinterpret_cast<uint2*>(p.out + out_row * D + c) = packed;
+      store_normalized<Tag>(p.out + out_row * D + c, acc, lsum);
     } else {
       *reinterpret_cast<float4*>(p.part_o + (out_row * p.splits + split) * D + c) = acc;
       if (c == 0) p.part_ml[out_row * p.splits + split] = make_float2(mx, lsum);
@@ -143,18 +152,9 @@ __device__ __forceinline__ void decode_fold_splits(const DecodeParams& p, float2
     for (int sp = 0; sp < S; ++sp) {
       const float4 o = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(sp) * D));
       if (mr[sp].x == -INFINITY) continue;  // as the combine kernel: an empty split's o is not read into the sum
-      const float f = exp2f(mr[sp].x - mx);
-      total += mr[sp].y * f;
-      acc.x += o.x * f;
-      acc.y += o.y * f;
-      acc.z += o.z * f;
-      acc.w += o.w * f;
+      merge_partial(acc, total, o, mr[sp].y, exp2f(mr[sp].x - mx));
     }
-    const float inv = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
-    uint2 packed;
-    packed.x = Mma<Tag>::pack(acc.x * inv, acc.y * inv);
-    packed.y = Mma<Tag>::pack(acc.z * inv, acc.w * inv);
-    *reinterpret_cast<uint2*>(p.out + out_row * D + c) = packed;
+    store_normalized<Tag>(p.out + out_row * D + c, acc, total);
   }
 }
 
@@ -362,19 +362,9 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(uint16_
   for (int w = 0; w < kWarps; ++w) {
     const float2 wm = w_ml[w];
     if (wm.x == -INFINITY) continue;
-    const float f = exp2f(wm.x - gmx);
-    const float4 a = w_o[w][lane];
-    gtotal += wm.y * f;
-    sum.x += a.x * f;
-    sum.y += a.y * f;
-    sum.z += a.z * f;
-    sum.w += a.w * f;
+    merge_partial(sum, gtotal, w_o[w][lane], wm.y, exp2f(wm.x - gmx));
   }
-  const float inv = gtotal > 0.f ? 1.f / gtotal : 0.f;  // no visible key: 0
-  uint2 packed;
-  packed.x = Mma<Tag>::pack(sum.x * inv, sum.y * inv);
-  packed.y = Mma<Tag>::pack(sum.z * inv, sum.w * inv);
-  reinterpret_cast<uint2*>(out + r * D)[lane] = packed;
+  store_normalized<Tag>(out + r * D + 4 * lane, sum, gtotal);
 }
 
 }  // namespace kiln::cuda::attn
