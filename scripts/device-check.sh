@@ -6,11 +6,15 @@
 # ops_table_ab.md and bench.log from the benchmark.
 #
 #   scripts/device-check.sh [--filter REGEX] [--repeats N] [--ab "VAR=VALUE ..."]... [--no-tests]
-#                           [--smoke EXE[:GTEST_FILTER]]...
+#                           [--smoke EXE[:GTEST_FILTER]]... [--ncu "CASE_REGEX@KERNEL_REGEX[@ENV=V]"]...
 #
 # --smoke runs a test executable of the release build (e.g. kiln_cuda_moe_tests:'*GroupedMm*') under a 60 s
 # limit before anything else: a new kernel that hangs or fails there costs a minute, not the call. If a
 # smoke run fails, the --ab variants are dropped (the suite and the default benchmark still run).
+#
+# --ncu profiles one launch of the kernels matching KERNEL_REGEX while `kiln bench ops --filter CASE_REGEX`
+# runs (optionally under one environment setting), after the benchmark: Nsight Compute's speed-of-light,
+# memory, occupancy, scheduler and warp-state sections go to the end of bench.log (clocks not locked).
 #
 # e.g. scripts/device-check.sh --filter 'decode_attention|grouped_mm|^moe/' --repeats 30 \
 #        --ab "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"
@@ -21,14 +25,16 @@ mkdir -p "$OUT"
 bench_args=()
 ab_args=()
 smokes=()
+ncus=()
 TESTS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter|--repeats) bench_args+=("$1" "$2"); shift 2 ;;
     --ab) ab_args+=("$1" "$2"); shift 2 ;;  # may repeat
     --smoke) smokes+=("$2"); shift 2 ;;     # may repeat
+    --ncu) ncus+=("$2"); shift 2 ;;         # may repeat
     --no-tests) TESTS=0; shift ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
     *) echo "device-check.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
 done
@@ -71,4 +77,18 @@ done
 grep -E "^== |SUMMARY" "$OUT/bench.log"
 [ -f "$OUT/ops_table_ab.md" ] && awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table_ab.md"  # the family geomeans
 echo "== bench: $(( $(date +%s) - t )) s"
+NCU=${NCU:-/usr/local/cuda/bin/ncu}
+for n in "${ncus[@]}"; do
+  t=$(date +%s)
+  case_re=${n%%@*}; rest=${n#*@}; kern_re=${rest%%@*}; envs=""
+  [ "$rest" != "$kern_re" ] && envs=${rest#*@}
+  {
+    echo "== ncu: case '$case_re', kernel '$kern_re' ${envs:+with $envs}"
+    timeout 180 env $envs "$NCU" --clock-control none -k "regex:$kern_re" --launch-skip 3 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats \
+      --section WarpStateStats --section LaunchStats \
+      build-gpu/bin/kiln bench ops --filter "$case_re" --repeats 3 2>&1 | grep -v "^==PROF==" | tail -150
+  } >> "$OUT/bench.log"
+  echo "== ncu '$case_re' '$kern_re' ${envs}: $(( $(date +%s) - t )) s"
+done
 exit $rc
