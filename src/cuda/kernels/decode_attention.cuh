@@ -67,29 +67,15 @@ __device__ __forceinline__ void store_normalized(uint16_t* dst, const float4& ac
 // partial (o, max, sum). `red_o` (4 x 16 x D floats) and `red_ml` (128 floats) are shared memory that no
 // warp reads any more once `sync` (a barrier over the four warps, threads 0..127) has passed; every thread
 // of the four warps calls.
+// The second half of decode_merge_store: the four warps' (max, sum, o) of rows 0..nrows-1 are in red_ml
+// (max [4][16], then sum [4][16]) and red_o ([4][16][D]); after `sync` they are merged and stored.
 template <class Tag, int D, class Sync>
-__device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float* red_o, float* red_ml,
-                                                   const DecodeParams& p, int nrows, int row0, int b, int hk,
-                                                   int split, Sync sync) {
+__device__ __forceinline__ void decode_merge_red_store(float* red_o, float* red_ml, const DecodeParams& p, int nrows,
+                                                       int row0, int b, int hk, int split, Sync sync) {
   const am::Layout& L = p.L;
-  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  sync();
+  const int tid = static_cast<int>(threadIdx.x);
   float* red_m = red_ml;          // [4][16]
   float* red_l = red_m + 4 * 16;  // [4][16]
-  const int t4 = lane % 4;
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int row = lane / 4 + 8 * rr;
-    if (row >= nrows) continue;
-    if (t4 == 0) {
-      red_m[warp * 16 + row] = st.m[rr];
-      red_l[warp * 16 + row] = st.l[rr];
-    }
-#pragma unroll
-    for (int nn = 0; nn < D / 8; ++nn)
-      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + 8 * nn + 2 * t4) =
-          make_float2(st.o[nn][2 * rr], st.o[nn][2 * rr + 1]);
-  }
   sync();
   constexpr int kQuads = D / 4;  // float4 pieces per row
   const int group = static_cast<int>(L.gk);
@@ -117,6 +103,31 @@ __device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float
       if (c == 0) p.part_ml[out_row * p.splits + split] = make_float2(mx, lsum);
     }
   }
+}
+
+template <class Tag, int D, class Sync>
+__device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float* red_o, float* red_ml,
+                                                   const DecodeParams& p, int nrows, int row0, int b, int hk,
+                                                   int split, Sync sync) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  sync();
+  float* red_m = red_ml;          // [4][16]
+  float* red_l = red_m + 4 * 16;  // [4][16]
+  const int t4 = lane % 4;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int row = lane / 4 + 8 * rr;
+    if (row >= nrows) continue;
+    if (t4 == 0) {
+      red_m[warp * 16 + row] = st.m[rr];
+      red_l[warp * 16 + row] = st.l[rr];
+    }
+#pragma unroll
+    for (int nn = 0; nn < D / 8; ++nn)
+      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + 8 * nn + 2 * t4) =
+          make_float2(st.o[nn][2 * rr], st.o[nn][2 * rr + 1]);
+  }
+  decode_merge_red_store<Tag, D>(red_o, red_ml, p, nrows, row0, b, hk, split, sync);
 }
 
 // The splits of one block row folded by the block that stored the row's last partial (DecodeParams::tickets):
@@ -156,6 +167,31 @@ __device__ __forceinline__ void decode_fold_splits(const DecodeParams& p, float2
     }
     store_normalized<Tag>(p.out + out_row * D + c, acc, total);
   }
+}
+
+// After the block's partial is stored (splits > 1): with tickets, the block that takes its row's last ticket
+// folds every split (decode_fold_splits). `flag` (one int) and `ml` (nrows x splits float2) are shared
+// memory nothing else uses any more; every thread of the block calls.
+template <class Tag, int D>
+__device__ __forceinline__ void decode_fold_if_last(const DecodeParams& p, int* flag, float2* ml, int nrows, int row0,
+                                                    int b, int hk) {
+  if (p.splits == 1 || p.tickets == nullptr) return;
+  int& last = *flag;
+  __syncthreads();  // every thread's partial stores are issued
+  if (threadIdx.x == 0) {
+    __threadfence();  // ... and visible device-wide before the ticket
+    int* ticket = p.tickets + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+    last = atomicAdd(ticket, 1) == p.splits - 1;
+    if (last) {
+      // Ready for the next launch: it may start before this grid ends (dependent launch) but touches its
+      // tickets only after its pdl_wait, which waits for this grid to complete (the rule of kernels/pdl.cuh).
+      atomicExch(ticket, 0);
+      __threadfence();  // the other blocks' partials are read after their tickets
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  decode_fold_splits<Tag, D>(p, ml, nrows, row0, b, hk);
 }
 
 // Decode: grid (split, KV head x row tile, sequence). A block serves 16 rows of one KV group, rows being the
@@ -283,24 +319,7 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
   // Merge the four warps through shared memory, within the ring (no copy is in flight any more).
   float* red = reinterpret_cast<float*>(ks);
   decode_merge_store<Tag, D>(st, red, red + 4 * 16 * D, p, nrows, row0, b, hk, split, [] { __syncthreads(); });
-  if (p.splits == 1 || p.tickets == nullptr) return;
-  // Folded combine: the block that takes the row's last ticket merges every split's partial.
-  int& last = *reinterpret_cast<int*>(qs);  // the q tile is in registers since the first tile
-  __syncthreads();  // every thread's partial stores are issued
-  if (tid == 0) {
-    __threadfence();  // ... and visible device-wide before the ticket
-    int* ticket = p.tickets + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
-    last = atomicAdd(ticket, 1) == p.splits - 1;
-    if (last) {
-      // Ready for the next launch: it may start before this grid ends (dependent launch) but touches its
-      // tickets only after its pdl_wait, which waits for this grid to complete (the rule of kernels/pdl.cuh).
-      atomicExch(ticket, 0);
-      __threadfence();  // the other blocks' partials are read after their tickets
-    }
-  }
-  __syncthreads();
-  if (!last) return;
-  decode_fold_splits<Tag, D>(p, reinterpret_cast<float2*>(ks), nrows, row0, b, hk);
+  decode_fold_if_last<Tag, D>(p, reinterpret_cast<int*>(qs), reinterpret_cast<float2*>(ks), nrows, row0, b, hk);
 }
 
 // The splits of decode_attention_kernel folded: one block per output row (contiguous [rows, D]), warp w
