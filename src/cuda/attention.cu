@@ -19,6 +19,7 @@
 #include "cuda/device_error.h"
 #include "cuda/kernels/attention_general.cuh"
 #include "cuda/kernels/decode_attention.cuh"
+#include "cuda/kernels/decode_attention_regs.cuh"
 #include "cuda/kernels/decode_attention_sm90.cuh"
 #include "cuda/kernels/flash_attention.cuh"
 #include "cuda/launch.h"
@@ -48,9 +49,9 @@ DecodeTuning tuning_from_env() {
     else if (key == "blocks") t.max_blocks = val;
     else if (key == "l2") t.l2_prefetch = val;
     else if (key == "fold") t.fold = val != 0;
-    else if (key == "kernel" && (text == "cp.async" || text == "tma"))
-      t.kernel = text == "tma" ? DecodeKernel::Tma : DecodeKernel::CpAsync;
-    else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma, "
+    else if (key == "kernel" && (text == "cp.async" || text == "tma" || text == "regs"))
+      t.kernel = text == "tma" ? DecodeKernel::Tma : text == "regs" ? DecodeKernel::Regs : DecodeKernel::CpAsync;
+    else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma|regs, "
                         "l2=0|128, fold=0|1)"));
     pos = end + 1;
   }
@@ -72,6 +73,10 @@ DecodeTuning& tuning_ref() {
 }
 
 std::atomic<int64_t>& tma_launches() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+std::atomic<int64_t>& regs_launches() {
   static std::atomic<int64_t> n{0};
   return n;
 }
@@ -275,7 +280,9 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   const bool tma = tune.kernel == DecodeKernel::Tma && p.q_vec && wgmma_available(dev.index) &&
                    base * max_splits + blocks < (int64_t{1} << 31) &&
                    encode_decode_maps(&tp.tk, &tp.k_slot, &tp.tv, &tp.v_slot, k, v, L);
-  // The cp.async kernel's grid: (split, KV head x row tile, sequence).
+  // The register kernel (opt-in): KV groups of at most 8 rows, q rows it can load whole.
+  const bool regs = !tma && tune.kernel == DecodeKernel::Regs && p.q_vec && rows <= attn::kRegsMaxRows;
+  // The cp.async and register kernels' grid: (split, KV head x row tile, sequence).
   if (!tma && (hkv * row_tiles > 65535 || b > 65535)) return false;
   if (tma) {
     // The split count minimises the rounds of items times an item's tiles (plus about one tile's time for
@@ -306,7 +313,8 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
     p.part_o = nullptr;
     p.part_ml = nullptr;
   }
-  // The folded combine (opt-in): the cp.async kernel's last block of each row merges the splits.
+  if (regs) regs_launches().fetch_add(1, std::memory_order_relaxed);
+  // The folded combine (opt-in): the cp.async or register kernel's last block of each row merges the splits.
   if (!tma && p.splits > 1 && tune.fold) {
     p.tickets = decode_tickets(dev.index, stream, b * hkv * row_tiles);
     if (p.tickets) fold_launches().fetch_add(1, std::memory_order_relaxed);
@@ -325,6 +333,10 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
         set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, dev.index, "decode_attention");
         launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(d90::kThreads), smem, stream, dev.index,
                          "decode_attention", tp);
+      } else if (regs) {
+        const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(hkv), static_cast<unsigned>(b));
+        launch_dependent(attn::decode_attention_regs_kernel<Tag, D>, grid, dim3(attn::kThreads), 0, stream,
+                         dev.index, "decode_attention", p);
       } else {
         const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(hkv * row_tiles),
                         static_cast<unsigned>(b));
@@ -397,6 +409,7 @@ void set_prefill_max_blocks(int n) {
 
 int64_t decode_tma_launches() { return tma_launches().load(std::memory_order_relaxed); }
 int64_t decode_fold_launches() { return fold_launches().load(std::memory_order_relaxed); }
+int64_t decode_regs_launches() { return regs_launches().load(std::memory_order_relaxed); }
 
 void set_decode_tuning(const DecodeTuning& t) {
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&

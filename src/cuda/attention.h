@@ -24,6 +24,9 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //   kernel            CpAsync (the default): kernels/decode_attention.cuh; Tma: the Hopper TMA kernel
 //                     (kernels/decode_attention_sm90.cuh; compute capability 9.0, q rows in 16-byte pieces
 //                     and caches that fit tensor maps, else CpAsync), opt-in until measured faster;
+//                     Regs (opt-in, not yet run on a GPU): kernels/decode_attention_regs.cuh, K and V
+//                     loaded straight into MMA fragments, for KV groups of at most 8 query rows (Hq / Hkv x
+//                     Lq) with q rows in 16-byte pieces, else CpAsync; same grid and splits as CpAsync;
 //   max_blocks        the TMA kernel's persistent grid: at most this many blocks (0: one per
 //                     multiprocessor); blocks_per_sm applies to the cp.async kernel only.
 //   l2_prefetch       the cp.async kernel's K/V copies ask L2 to fetch the 128-byte block around each miss
@@ -32,8 +35,8 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //                     row tile) to store its partial (a per-stream counter), not by a second kernel.
 //                     Opt-in: not yet measured.
 // Set for tests and benchmarks by set_decode_tuning, or
-// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,fold=1".
-enum class DecodeKernel { CpAsync, Tma };
+// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,fold=1" (kernel=cp.async|tma|regs).
+enum class DecodeKernel { CpAsync, Tma, Regs };
 struct DecodeTuning {
   int min_split_keys = 64;
   int blocks_per_sm = 2;
@@ -48,6 +51,8 @@ void set_decode_tuning(const DecodeTuning& t);
 int64_t decode_tma_launches();
 // Decode calls whose splits the decode kernel folded itself (DecodeTuning::fold) so far in this process.
 int64_t decode_fold_launches();
+// Decode calls that took the register kernel (DecodeKernel::Regs) so far in this process.
+int64_t decode_regs_launches();
 
 // Which tensor-core kernel runs prefill without a mask: Auto takes the Hopper wgmma kernel
 // (kernels/flash_attention_sm90.cuh) when this build has sm_90a code, the device has compute capability

@@ -1,0 +1,210 @@
+// Split-KV decode attention with K and V loaded straight into tensor-core fragments (no shared-memory ring,
+// no per-tile barrier): the work of decode_attention_kernel (decode_attention.cuh) for KV groups of at most 8
+// rows (rows = Hq / Hkv query heads x Lq queries), with the same grid, splits, partials and folded or
+// separate combine. Opt-in (DecodeTuning::kernel = Regs, KILN_DECODE_TUNING=kernel=regs); not yet run on a
+// GPU.
+//
+// Why: the matrix-vector kernels, which load weights into registers with 16-byte loads and keep many warps
+// streaming independently, reach 4.46 TB/s on the H200; the cp.async decode kernel streams about 3.5 TB/s
+// inside the kernel. Here each warp streams its own keys in 16-key chunks, the next chunk's loads in flight
+// while the current one multiplies.
+//
+// Math, per warp and 16-key chunk, with the keys as the MMA's rows and the query rows as its 8 columns:
+//   S^T (16 keys x 8 rows) = K (16 x D) Q^T (D x 8): m16n8k16 MMAs over D / 16 steps. Lane (g = lane / 4,
+//     t = lane % 4) loads keys g and g + 8 at channels 32 j + 8 t .. + 7 (16 bytes, j < D / 32); in step
+//     2 j + h its K slots (2t, 2t + 1, 2t + 8, 2t + 9) stand for channels 32 j + 8 t + 4 h + (0, 1, 2, 3),
+//     and q (B, column g = query row g) is loaded with the same permutation once per block.
+//   Online softmax per query row (a column: rows 2t, 2t + 1 of the lane), maxima over the 8 lanes of a
+//     quad position by shuffles; P rounded to 16 bits.
+//   P^T to the B layout (lane (g, t) needs row g at keys 2t, 2t + 1, 2t + 8, 2t + 9): four shuffles of
+//     packed pairs.
+//   O^T (D x 8) += V^T (D x 16 keys) P^T: D / 16 MMAs whose rows are channels permuted so that lane g's
+//     16-byte V loads (keys 2t, 2t + 1, 2t + 8, 2t + 9, channels D/8 g .. D/8 g + D/8 - 1) feed them: row g of
+//     m-tile i is channel D/8 g + 2 i, row g + 8 is channel D/8 g + 2 i + 1 (byte permutes pair the keys).
+// The four warps take chunks w, w + 4, ... of the block's keys; their states meet in shared memory as in
+// decode_attention_kernel (decode_merge_red_store). Keys past the split's end are neither loaded nor seen
+// (their registers are zero, their scores -inf).
+#pragma once
+
+#include "cuda/kernels/decode_attention.cuh"
+#include "cuda/kernels/gemv.cuh"
+
+namespace kiln::cuda::attn {
+
+constexpr int kRegsMaxRows = 8;  // query rows per KV group this kernel takes (the MMA's N)
+
+template <class Tag, int D>
+__global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(DecodeParams p) {
+  constexpr int KS = D / 16;  // MMA steps of S, and m-tiles of O
+  constexpr int KL = D / 32;  // 16-byte K loads per key and lane
+  constexpr int VL = D / 64;  // 16-byte V loads per key and lane
+  __shared__ __align__(16) float red_o[4 * 16 * D];
+  __shared__ float red_ml[128];
+  __shared__ int flag;
+  pdl_allow_dependents();
+  const am::Layout& L = p.L;
+  const int split = static_cast<int>(blockIdx.x), hk = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int group = static_cast<int>(L.gk), nrows = p.rows;  // nrows <= 8 (checked by the host)
+  const uint16_t* qb = p.q + b * L.bq[0] + static_cast<int64_t>(hk) * group * L.hq;
+  const uint16_t* kbase = p.k + b * L.bk[0] + hk * L.hk;
+  const uint16_t* vbase = p.v + b * L.bv[0] + hk * L.hv;
+
+  kernels::pdl_wait();  // q, the caches and the lengths come from earlier kernels
+  int n = p.lengths[b];
+  // q as B fragments: column g = query row g (query head g / Lq, query g % Lq); rows past nrows are zero.
+  uint32_t qf[KS][2];
+  {
+    const int row = g < nrows ? g : 0;
+    const int gq = p.lq == 1 ? row : row / p.lq, tq = row - gq * p.lq;
+    const uint4* qp = reinterpret_cast<const uint4*>(qb + static_cast<int64_t>(gq) * L.hq +
+                                                     static_cast<int64_t>(tq) * L.q_row + 8 * t);
+#pragma unroll
+    for (int j = 0; j < KL; ++j) {
+      const uint4 v = g < nrows ? __ldg(qp + 4 * j) : make_uint4(0, 0, 0, 0);  // channels 32 j + 8 t ..
+      qf[2 * j][0] = v.x;
+      qf[2 * j][1] = v.y;
+      qf[2 * j + 1][0] = v.z;
+      qf[2 * j + 1][1] = v.w;
+    }
+  }
+  if (n < 0 || n > L.lkv) {
+    if (split == 0 && hk == 0 && tid == 0)
+      report_device_error(p.err, DeviceErrorCode::IndexOutOfRange, OpId::DecodeAttention, n, L.lkv + 1);
+    n = 0;
+  }
+  const int per = (n + p.splits - 1) / p.splits;
+  const int chunk = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
+  const int kb = split * chunk;
+  const int ke = kb + chunk < n ? kb + chunk : n;
+  const int nch = ke > kb ? (ke - kb + 15) / 16 : 0;  // 16-key chunks of the block
+  // One past the last key each of the lane's two query rows (2t, 2t + 1) sees in this split.
+  int e[2];
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int row = 2 * t + c;
+    const int64_t lim = row < nrows ? am::key_end(p.lq == 1 ? 0 : row % p.lq, p.lq, n, true, true) : ke;
+    e[c] = lim < ke ? static_cast<int>(lim) : ke;
+  }
+
+  // Chunk c's keys into registers: K of keys g, g + 8; V of keys 2t, 2t + 1, 2t + 8, 2t + 9.
+  auto load = [&](int c, uint4 (&kr)[2][KL], uint4 (&vr)[4][VL]) {
+    const int k0 = kb + 16 * c;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int key = k0 + g + 8 * i;
+      const uint4* kp = reinterpret_cast<const uint4*>(kbase + static_cast<int64_t>(key) * L.k_row + 8 * t);
+#pragma unroll
+      for (int j = 0; j < KL; ++j)
+        kr[i][j] = key < ke ? kernels::gemv_load_stream(kp + 4 * j) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = k0 + 2 * t + (i & 1) + 8 * (i >> 1);
+      const uint4* vp = reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(key) * L.v_row + (D / 8) * g);
+#pragma unroll
+      for (int j = 0; j < VL; ++j)
+        vr[i][j] = key < ke ? kernels::gemv_load_stream(vp + j) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto word = [](const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; };
+
+  float o[KS][4];
+#pragma unroll
+  for (int i = 0; i < KS; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  uint4 kc[2][KL], vc[4][VL];
+  int c = warp;
+  if (c < nch) load(c, kc, vc);
+  for (; c < nch; c += 4) {
+    uint4 kn[2][KL], vn[4][VL];
+    if (c + 4 < nch) load(c + 4, kn, vn);
+    // S^T = K Q^T.
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < KL; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t a[4] = {word(kc[0][j], 2 * h), word(kc[1][j], 2 * h), word(kc[0][j], 2 * h + 1),
+                               word(kc[1][j], 2 * h + 1)};
+        Mma<Tag>::mma(s, a, qf[2 * j + h][0], qf[2 * j + h][1]);
+      }
+    // s: (key g, row 2t), (key g, row 2t + 1), (key g + 8, row 2t), (key g + 8, row 2t + 1).
+    const int k0 = kb + 16 * c;
+    s[0] = k0 + g < e[0] ? s[0] * p.scale_log2 : -INFINITY;
+    s[1] = k0 + g < e[1] ? s[1] * p.scale_log2 : -INFINITY;
+    s[2] = k0 + g + 8 < e[0] ? s[2] * p.scale_log2 : -INFINITY;
+    s[3] = k0 + g + 8 < e[1] ? s[3] * p.scale_log2 : -INFINITY;
+    float mx0 = fmaxf(s[0], s[2]), mx1 = fmaxf(s[1], s[3]);
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xFFFFFFFFu, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xFFFFFFFFu, mx1, off));
+    }
+    const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
+    const float base0 = mn0 == -INFINITY ? 0.f : mn0, base1 = mn1 == -INFINITY ? 0.f : mn1;
+    const float corr0 = exp2f(m[0] - base0), corr1 = exp2f(m[1] - base1);
+    const float p0 = exp2f(s[0] - base0), p1 = exp2f(s[1] - base1), p2 = exp2f(s[2] - base0),
+                p3 = exp2f(s[3] - base1);
+    l[0] = l[0] * corr0 + (p0 + p2);
+    l[1] = l[1] * corr1 + (p1 + p3);
+    m[0] = mn0;
+    m[1] = mn1;
+#pragma unroll
+    for (int i = 0; i < KS; ++i) {
+      o[i][0] *= corr0;
+      o[i][1] *= corr1;
+      o[i][2] *= corr0;
+      o[i][3] *= corr1;
+    }
+    // P^T in the B layout: lane (g, t) takes row g at keys 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) from the
+    // lanes that hold keys 2t and 2t + 1 (quad rows 2t, 2t + 1) at quad position g / 2.
+    const uint32_t u01 = Mma<Tag>::pack(p0, p1), u23 = Mma<Tag>::pack(p2, p3);  // rows (2t, 2t + 1)
+    const int src_a = 8 * t + g / 2, src_b = src_a + 4;
+    const uint32_t a01 = __shfl_sync(0xFFFFFFFFu, u01, src_a), b01 = __shfl_sync(0xFFFFFFFFu, u01, src_b);
+    const uint32_t a23 = __shfl_sync(0xFFFFFFFFu, u23, src_a), b23 = __shfl_sync(0xFFFFFFFFu, u23, src_b);
+    const uint32_t sel = g & 1 ? 0x7632u : 0x5410u;  // the high or the low halves of both
+    const uint32_t pb0 = __byte_perm(a01, b01, sel), pb1 = __byte_perm(a23, b23, sel);
+    // O^T += V^T P^T.
+#pragma unroll
+    for (int i = 0; i < KS; ++i) {
+      const uint32_t w0 = word(vc[0][i / 4], i % 4), w1 = word(vc[1][i / 4], i % 4);
+      const uint32_t w2 = word(vc[2][i / 4], i % 4), w3 = word(vc[3][i / 4], i % 4);
+      const uint32_t a[4] = {__byte_perm(w0, w1, 0x5410u), __byte_perm(w0, w1, 0x7632u),
+                             __byte_perm(w2, w3, 0x5410u), __byte_perm(w2, w3, 0x7632u)};
+      Mma<Tag>::mma(o[i], a, pb0, pb1);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < KL; ++j) kc[i][j] = kn[i][j];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < VL; ++j) vc[i][j] = vn[i][j];
+  }
+  // The warp's state into shared memory: sums over the 8 lanes of a quad position, then rows 2t, 2t + 1.
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    l[0] += __shfl_xor_sync(0xFFFFFFFFu, l[0], off);
+    l[1] += __shfl_xor_sync(0xFFFFFFFFu, l[1], off);
+  }
+  float* red_m = red_ml;
+  float* red_l = red_ml + 4 * 16;
+#pragma unroll
+  for (int cc = 0; cc < 2; ++cc) {
+    const int row = 2 * t + cc;
+    if (row >= nrows) continue;
+    if (g == 0) {
+      red_m[warp * 16 + row] = m[cc];
+      red_l[warp * 16 + row] = l[cc];
+    }
+#pragma unroll
+    for (int i = 0; i < KS; ++i)  // channels D/8 g + 2 i (C rows g) and + 1 (C rows g + 8)
+      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + (D / 8) * g + 2 * i) = make_float2(o[i][cc], o[i][2 + cc]);
+  }
+  decode_merge_red_store<Tag, D>(red_o, red_ml, p, nrows, 0, b, hk, split, [] { __syncthreads(); });
+  decode_fold_if_last<Tag, D>(p, &flag, reinterpret_cast<float2*>(red_o), nrows, 0, b, hk);
+}
+
+}  // namespace kiln::cuda::attn
