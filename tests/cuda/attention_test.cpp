@@ -331,6 +331,7 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
       check_decode({2, 8, 8, 64, 130, {130, 17}}, dt, lq);
     }
     check_decode({2, 32, 8, 128, 4097, {4097, 2000}}, dt, 1);
+    check_decode({2, 8, 4, 128, 700, {700, 65}}, dt, 2);  // D = 128, Lq = 2 in groups of 4 rows
     check_decode({1, 64, 8, 128, 4097, {4096}}, dt, 2);
     check_decode({2, 8, 2, 128, 32768, {32768, 30001}}, dt, 1);
     check_decode({1, 4, 1, 128, 16384, {16384}}, dt, 1);  // one KV head: the most splits (128)

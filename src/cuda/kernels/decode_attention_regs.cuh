@@ -19,11 +19,13 @@
 //   P^T to the B layout (lane (g, t) needs row g at keys 2t, 2t + 1, 2t + 8, 2t + 9): four shuffles of
 //     packed pairs.
 //   O^T (D x 8) += V^T (D x 16 keys) P^T: D / 16 MMAs whose rows are channels permuted so that lane g's
-//     16-byte V loads (keys 2t, 2t + 1, 2t + 8, 2t + 9, channels D/8 g .. D/8 g + D/8 - 1) feed them: row g of
-//     m-tile i is channel D/8 g + 2 i, row g + 8 is channel D/8 g + 2 i + 1 (byte permutes pair the keys).
+//     16-byte V loads (keys 2t, 2t + 1, 2t + 8, 2t + 9; load j: channels 64 j + 8 g .. + 7, so the 8 lanes of
+//     a key read 128 contiguous bytes) feed them: row g of m-tile i is channel 64 (i / 4) + 8 g + 2 (i % 4),
+//     row g + 8 the next channel (byte permutes pair the keys).
 // The four warps take chunks w, w + 4, ... of the block's keys; their states meet in shared memory as in
 // decode_attention_kernel (decode_merge_red_store). Keys past the split's end are neither loaded nor seen
-// (their registers are zero, their scores -inf).
+// (their registers are zero, their scores -inf). The loads carry no L2 prefetch hint
+// (DecodeTuning::l2_prefetch is the cp.async kernel's; this one follows the build's KILN_GEMV_L2_PREFETCH).
 #pragma once
 
 #include "cuda/kernels/decode_attention.cuh"
@@ -61,7 +63,9 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
                                                      static_cast<int64_t>(tq) * L.q_row + 8 * t);
 #pragma unroll
     for (int j = 0; j < KL; ++j) {
-      const uint4 v = g < nrows ? __ldg(qp + 4 * j) : make_uint4(0, 0, 0, 0);  // channels 32 j + 8 t ..
+      // Channels 32 j + 8 t ..; a plain load, which stays after pdl_wait's memory clobber (a non-volatile
+      // asm load such as __ldg's may be hoisted above it).
+      const uint4 v = g < nrows ? qp[4 * j] : make_uint4(0, 0, 0, 0);
       qf[2 * j][0] = v.x;
       qf[2 * j][1] = v.y;
       qf[2 * j + 1][0] = v.z;
@@ -101,10 +105,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int key = k0 + 2 * t + (i & 1) + 8 * (i >> 1);
-      const uint4* vp = reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(key) * L.v_row + (D / 8) * g);
+      const uint4* vp = reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(key) * L.v_row + 8 * g);
 #pragma unroll
-      for (int j = 0; j < VL; ++j)
-        vr[i][j] = key < ke ? kernels::gemv_load_stream(vp + j) : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < VL; ++j)  // channels 64 j + 8 g .. + 7: the 8 lanes of a key read 128 whole bytes
+        vr[i][j] = key < ke ? kernels::gemv_load_stream(vp + 8 * j) : make_uint4(0, 0, 0, 0);
     }
   };
   auto word = [](const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; };
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   if (c < nch) load(c, kc, vc);
   for (; c < nch; c += 4) {
     uint4 kn[2][KL], vn[4][VL];
-    if (c + 4 < nch) load(c + 4, kn, vn);
+    load(c + 4, kn, vn);  // past the last chunk every key is >= ke: zeros, nothing read
     // S^T = K Q^T.
     float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -200,8 +204,9 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
       red_l[warp * 16 + row] = l[cc];
     }
 #pragma unroll
-    for (int i = 0; i < KS; ++i)  // channels D/8 g + 2 i (C rows g) and + 1 (C rows g + 8)
-      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + (D / 8) * g + 2 * i) = make_float2(o[i][cc], o[i][2 + cc]);
+    for (int i = 0; i < KS; ++i)  // channels 64 (i / 4) + 8 g + 2 (i % 4) (C rows g) and + 1 (C rows g + 8)
+      *reinterpret_cast<float2*>(red_o + (warp * 16 + row) * D + 64 * (i / 4) + 8 * g + 2 * (i % 4)) =
+          make_float2(o[i][cc], o[i][2 + cc]);
   }
   decode_merge_red_store<Tag, D>(red_o, red_ml, p, nrows, 0, b, hk, split, [] { __syncthreads(); });
   decode_fold_if_last<Tag, D>(p, &flag, reinterpret_cast<float2*>(red_o), nrows, 0, b, hk);
