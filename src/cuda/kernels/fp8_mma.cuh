@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kFp8MmaThreads) fp8_mma_stage_x_kernel(const X
   const int vecs = k / 8;
   float mx = 0.f;
   for (int i = tid; i < vecs; i += kFp8MmaThreads) {
-    const uint4 v = __ldg(xr + i);
+    const uint4 v = xr[i];  // plain loads: they stay after pdl_wait (written by an earlier kernel)
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kFp8MmaThreads) fp8_mma_stage_x_kernel(const X
   const float sc = scale_s;
   uint4* out = reinterpret_cast<uint4*>(xh + static_cast<int64_t>(m) * k);
   for (int i = tid; i < vecs; i += kFp8MmaThreads) {
-    uint4 v = __ldg(xr + i);
+    uint4 v = xr[i];
     uint32_t* words = reinterpret_cast<uint32_t*>(&v);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 2) fp8_gemv_mma_kernel(const F
       sc1 = __ldg(s1 + kb * a.ws_sk);
       xa = xb = make_uint4(0, 0, 0, 0);
       if (has_x) {
-        xa = __ldg(xrow + e0 / 8);
-        xb = __ldg(xrow + e0 / 8 + 1);
+        xa = xrow[e0 / 8];  // plain loads: stage 1 wrote them, and they stay after pdl_wait
+        xb = xrow[e0 / 8 + 1];
       }
     };
     uint4 xa_n, xb_n;
