@@ -63,9 +63,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
                                                      static_cast<int64_t>(tq) * L.q_row + 8 * t);
 #pragma unroll
     for (int j = 0; j < KL; ++j) {
-      // Channels 32 j + 8 t ..; a plain load, which stays after pdl_wait's memory clobber (a non-volatile
-      // asm load such as __ldg's may be hoisted above it).
-      const uint4 v = g < nrows ? qp[4 * j] : make_uint4(0, 0, 0, 0);
+      const uint4 v = g < nrows ? qp[4 * j] : make_uint4(0, 0, 0, 0);  // channels 32 j + 8 t ..
       qf[2 * j][0] = v.x;
       qf[2 * j][1] = v.y;
       qf[2 * j + 1][0] = v.z;

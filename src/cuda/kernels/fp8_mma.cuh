@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kFp8MmaThreads) fp8_mma_stage_x_kernel(const X
   const int vecs = k / 8;
   float mx = 0.f;
   for (int i = tid; i < vecs; i += kFp8MmaThreads) {
-    const uint4 v = xr[i];  // plain loads: they stay after pdl_wait (written by an earlier kernel)
+    const uint4 v = xr[i];  // after pdl_wait: x is written by an earlier kernel
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 2) fp8_gemv_mma_kernel(const F
       sc1 = __ldg(s1 + kb * a.ws_sk);
       xa = xb = make_uint4(0, 0, 0, 0);
       if (has_x) {
-        xa = xrow[e0 / 8];  // plain loads: stage 1 wrote them, and they stay after pdl_wait
+        xa = xrow[e0 / 8];  // written by stage 1: read after pdl_wait
         xb = xrow[e0 / 8 + 1];
       }
     };
