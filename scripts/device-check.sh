@@ -8,9 +8,10 @@
 #   scripts/device-check.sh [--filter REGEX] [--repeats N] [--ab "VAR=VALUE ..."]... [--no-tests]
 #                           [--smoke EXE[:GTEST_FILTER]]... [--ncu "CASE_REGEX@KERNEL_REGEX[@ENV=V]"]...
 #
-# --smoke runs a test executable of the release build (e.g. kiln_cuda_moe_tests:'*GroupedMm*') under a 60 s
-# limit before anything else: a new kernel that hangs or fails there costs a minute, not the call. If a
-# smoke run fails, the --ab variants are dropped (the suite and the default benchmark still run).
+# --smoke runs a test executable of the release build (e.g. kiln_cuda_moe_tests:'*GroupedMm*') under a
+# limit of SMOKE_TIMEOUT seconds (default 60) before anything else: a new kernel that hangs or fails there
+# costs a minute, not the call. If a smoke run fails, the --ab variants are dropped (the suite and the
+# default benchmark still run).
 #
 # --ncu profiles one launch of the kernels matching KERNEL_REGEX while `kiln bench ops --filter CASE_REGEX`
 # runs (optionally under one environment setting), after the benchmark: Nsight Compute's speed-of-light,
@@ -50,7 +51,7 @@ if [ ${#smokes[@]} -gt 0 ]; then
   fi
   for s in "${smokes[@]}"; do
     exe=${s%%:*}; filter=${s#*:}; [ "$filter" = "$s" ] && filter='*'
-    timeout 60 "build-gpu/tests/$exe" --gtest_filter="$filter" > "$W/smoke.log" 2>&1
+    timeout "${SMOKE_TIMEOUT:-60}" "build-gpu/tests/$exe" --gtest_filter="$filter" > "$W/smoke.log" 2>&1
     r=$?
     echo "== smoke $s: rc=$r ($(grep -E '^\[  (PASSED|FAILED) ' "$W/smoke.log" | tr '\n' ' '))"
     if [ $r -ne 0 ]; then
