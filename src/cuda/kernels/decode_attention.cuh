@@ -44,6 +44,23 @@ constexpr int decode_smem_elems() {
   return (16 + 2 * kDecodeStages * kTileKeys) * (D + kPad);
 }
 
+// A block's keys [kb, ke) of a sequence whose current length is n: n is checked against Lmax (a length out
+// of range is reported once, by the block whose `reporter` is true, and taken as 0), then split into
+// p.splits chunks of whole 64-key tiles.
+struct SplitRange {
+  int n, kb, ke;
+};
+__device__ __forceinline__ SplitRange decode_split_range(const DecodeParams& p, int n, int split, bool reporter) {
+  if (n < 0 || n > p.L.lkv) {
+    if (reporter) report_device_error(p.err, DeviceErrorCode::IndexOutOfRange, OpId::DecodeAttention, n, p.L.lkv + 1);
+    n = 0;
+  }
+  const int per = (n + p.splits - 1) / p.splits;
+  const int chunk = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
+  const int kb = split * chunk;
+  return {n, kb, kb + chunk < n ? kb + chunk : n};
+}
+
 // acc += f * o and total += f * l: one partial (o, l) of a merge, weighted by f = 2^(its max - the merged max).
 __device__ __forceinline__ void merge_partial(float4& acc, float& total, const float4& o, float l, float f) {
   total += l * f;
@@ -249,15 +266,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
       qv[j] = rr < nrows ? *reinterpret_cast<const uint4*>(qb + q_off(rr) + (i % kChunks) * 8) : make_uint4(0, 0, 0, 0);
     }
   }
-  if (n < 0 || n > L.lkv) {
-    if (split == 0 && rt == 0 && hk == 0 && tid == 0)
-      report_device_error(p.err, DeviceErrorCode::IndexOutOfRange, OpId::DecodeAttention, n, L.lkv + 1);
-    n = 0;
-  }
-  const int per = (n + p.splits - 1) / p.splits;
-  const int chunk = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
-  const int kb = split * chunk;
-  const int ke = kb + chunk < n ? kb + chunk : n;
+  const SplitRange range = decode_split_range(p, n, split, split == 0 && rt == 0 && hk == 0 && tid == 0);
+  n = range.n;
+  const int kb = range.kb, ke = range.ke;
   const int tiles = ke > kb ? (ke - kb + kTileKeys - 1) / kTileKeys : 0;
   // Tile t of the block's keys into ring stage `stage`: keys at or past ke are zero-filled, not read.
   auto issue = [&](int t, int stage) {

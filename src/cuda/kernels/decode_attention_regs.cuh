@@ -70,15 +70,9 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
       qf[2 * j + 1][1] = v.w;
     }
   }
-  if (n < 0 || n > L.lkv) {
-    if (split == 0 && hk == 0 && tid == 0)
-      report_device_error(p.err, DeviceErrorCode::IndexOutOfRange, OpId::DecodeAttention, n, L.lkv + 1);
-    n = 0;
-  }
-  const int per = (n + p.splits - 1) / p.splits;
-  const int chunk = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
-  const int kb = split * chunk;
-  const int ke = kb + chunk < n ? kb + chunk : n;
+  const SplitRange range = decode_split_range(p, n, split, split == 0 && hk == 0 && tid == 0);
+  n = range.n;
+  const int kb = range.kb, ke = range.ke;
   const int nch = ke > kb ? (ke - kb + 15) / 16 : 0;  // 16-key chunks of the block
   // One past the last key each of the lane's two query rows (2t, 2t + 1) sees in this split.
   int e[2];
