@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <type_traits>
 
@@ -87,6 +89,15 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
   // 33.5 MB of K/V (L8192, 8 KV heads) it was 1-3% slower than head by head.
   const int64_t kv_bytes = 2 * L.lkv * L.d * 2 * (L.heads / L.gk) * L.outer;
   p.tiles_major = L.causal && kv_bytes <= (int64_t{32} << 20);
+  // KILN_PREFILL_ORDER=tiles|heads forces one order (A/B measurements; both are exact).
+  static const int order = [] {
+    const char* v = std::getenv("KILN_PREFILL_ORDER");
+    if (!v || !*v || std::strcmp(v, "auto") == 0) return 0;
+    if (std::strcmp(v, "tiles") == 0) return 1;
+    if (std::strcmp(v, "heads") == 0) return 2;
+    throw Error(str("KILN_PREFILL_ORDER: expected auto, tiles or heads, got \"", v, "\""));
+  }();
+  if (order != 0) p.tiles_major = order == 1;
   KILN_CHECK(items < (int64_t{1} << 31), "scaled_dot_product_attention: too many query tiles (", items, ")");
   // The operands must fit tensor maps (otherwise the mma.sync kernel runs).
   attn::sm90::TmaParams tp{};
