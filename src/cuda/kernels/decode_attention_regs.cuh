@@ -83,24 +83,31 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
     e[c] = lim < ke ? static_cast<int>(lim) : ke;
   }
 
-  // Chunk c's keys into registers: K of keys g, g + 8; V of keys 2t, 2t + 1, 2t + 8, 2t + 9.
+  // Chunk c's keys into registers: K of keys g, g + 8; V of keys 2t, 2t + 1, 2t + 8, 2t + 9. A key at or past
+  // ke reads key 0 of the head instead (in bounds even if the load is executed speculatively) and is zeroed.
   auto load = [&](int c, uint4 (&kr)[2][KL], uint4 (&vr)[4][VL]) {
     const int k0 = kb + 16 * c;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int key = k0 + g + 8 * i;
-      const uint4* kp = reinterpret_cast<const uint4*>(kbase + static_cast<int64_t>(key) * L.k_row + 8 * t);
+      const bool ok = key < ke;
+      const uint4* kp = reinterpret_cast<const uint4*>(kbase + (ok ? static_cast<int64_t>(key) * L.k_row : 0) + 8 * t);
 #pragma unroll
-      for (int j = 0; j < KL; ++j)
-        kr[i][j] = key < ke ? kernels::gemv_load_stream(kp + 4 * j) : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < KL; ++j) {
+        const uint4 v = kernels::gemv_load_stream(kp + 4 * j);
+        kr[i][j] = ok ? v : make_uint4(0, 0, 0, 0);
+      }
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int key = k0 + 2 * t + (i & 1) + 8 * (i >> 1);
-      const uint4* vp = reinterpret_cast<const uint4*>(vbase + static_cast<int64_t>(key) * L.v_row + 8 * g);
+      const bool ok = key < ke;
+      const uint4* vp = reinterpret_cast<const uint4*>(vbase + (ok ? static_cast<int64_t>(key) * L.v_row : 0) + 8 * g);
 #pragma unroll
-      for (int j = 0; j < VL; ++j)  // channels 64 j + 8 g .. + 7: the 8 lanes of a key read 128 whole bytes
-        vr[i][j] = key < ke ? kernels::gemv_load_stream(vp + 8 * j) : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < VL; ++j) {  // channels 64 j + 8 g .. + 7: the 8 lanes of a key read 128 whole bytes
+        const uint4 v = kernels::gemv_load_stream(vp + 8 * j);
+        vr[i][j] = ok ? v : make_uint4(0, 0, 0, 0);
+      }
     }
   };
   auto word = [](const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; };
@@ -114,7 +121,18 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   if (c < nch) load(c, kc, vc);
   for (; c < nch; c += 4) {
     uint4 kn[2][KL], vn[4][VL];
-    load(c + 4, kn, vn);  // past the last chunk every key is >= ke: zeros, nothing read
+    if (c + 4 < nch) {
+      load(c + 4, kn, vn);
+    } else {  // the warp's last chunk: nothing more to read
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < KL; ++j) kn[i][j] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < VL; ++j) vn[i][j] = make_uint4(0, 0, 0, 0);
+    }
     // S^T = K Q^T.
     float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll

@@ -184,9 +184,9 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 2) fp8_gemv_mma_kernel(const F
 #pragma unroll
     for (int u = 0; u < kFp8MmaU; ++u) {
       const int s = step + (kFp8MmaU + u) * split;
-      if (s < steps) {
-        nxt[u][0] = gemv_load_stream(reinterpret_cast<const uint4*>(w0 + static_cast<int64_t>(s) * kFp8MmaStep));
-        nxt[u][1] = gemv_load_stream(reinterpret_cast<const uint4*>(w1 + static_cast<int64_t>(s) * kFp8MmaStep));
+      if (s < steps) {  // volatile loads: never executed speculatively past the row's end
+        nxt[u][0] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w0 + static_cast<int64_t>(s) * kFp8MmaStep));
+        nxt[u][1] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w1 + static_cast<int64_t>(s) * kFp8MmaStep));
       } else {
         nxt[u][0] = nxt[u][1] = make_uint4(0, 0, 0, 0);
       }
