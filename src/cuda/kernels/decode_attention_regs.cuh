@@ -116,31 +116,16 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
 #pragma unroll
   for (int i = 0; i < KS; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  uint4 kc[2][KL], vc[4][VL];
-  int c = warp;
-  if (c < nch) load(c, kc, vc);
-  for (; c < nch; c += 4) {
-    uint4 kn[2][KL], vn[4][VL];
-    if (c + 4 < nch) {
-      load(c + 4, kn, vn);
-    } else {  // the warp's last chunk: nothing more to read
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < KL; ++j) kn[i][j] = make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < VL; ++j) vn[i][j] = make_uint4(0, 0, 0, 0);
-    }
+  // Chunk c (its keys in kr / vr) into the state.
+  auto step = [&](int c, const uint4 (&kr)[2][KL], const uint4 (&vr)[4][VL]) {
     // S^T = K Q^T.
     float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int j = 0; j < KL; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint32_t a[4] = {word(kc[0][j], 2 * h), word(kc[1][j], 2 * h), word(kc[0][j], 2 * h + 1),
-                               word(kc[1][j], 2 * h + 1)};
+        const uint32_t a[4] = {word(kr[0][j], 2 * h), word(kr[1][j], 2 * h), word(kr[0][j], 2 * h + 1),
+                               word(kr[1][j], 2 * h + 1)};
         Mma<Tag>::mma(s, a, qf[2 * j + h][0], qf[2 * j + h][1]);
       }
     // s: (key g, row 2t), (key g, row 2t + 1), (key g + 8, row 2t), (key g + 8, row 2t + 1).
@@ -182,20 +167,35 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
     // O^T += V^T P^T.
 #pragma unroll
     for (int i = 0; i < KS; ++i) {
-      const uint32_t w0 = word(vc[0][i / 4], i % 4), w1 = word(vc[1][i / 4], i % 4);
-      const uint32_t w2 = word(vc[2][i / 4], i % 4), w3 = word(vc[3][i / 4], i % 4);
+      const uint32_t w0 = word(vr[0][i / 4], i % 4), w1 = word(vr[1][i / 4], i % 4);
+      const uint32_t w2 = word(vr[2][i / 4], i % 4), w3 = word(vr[3][i / 4], i % 4);
       const uint32_t a[4] = {__byte_perm(w0, w1, 0x5410u), __byte_perm(w0, w1, 0x7632u),
                              __byte_perm(w2, w3, 0x5410u), __byte_perm(w2, w3, 0x7632u)};
       Mma<Tag>::mma(o[i], a, pb0, pb1);
     }
+  };
+  auto zero = [](uint4 (&kr)[2][KL], uint4 (&vr)[4][VL]) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int j = 0; j < KL; ++j) kc[i][j] = kn[i][j];
+      for (int j = 0; j < KL; ++j) kr[i][j] = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < VL; ++j) vc[i][j] = vn[i][j];
+      for (int j = 0; j < VL; ++j) vr[i][j] = make_uint4(0, 0, 0, 0);
+  };
+  // Two register buffers in turn (no copies): the next chunk's loads in flight while a chunk multiplies.
+  uint4 kx[2][KL], vx[4][VL], ky[2][KL], vy[4][VL];
+  int c = warp;
+  if (c < nch) load(c, kx, vx);
+  for (; c < nch; c += 8) {
+    if (c + 4 < nch) load(c + 4, ky, vy);
+    else zero(ky, vy);
+    step(c, kx, vx);
+    if (c + 4 >= nch) break;
+    if (c + 8 < nch) load(c + 8, kx, vx);
+    else zero(kx, vx);
+    step(c + 4, ky, vy);
   }
   // The warp's state into shared memory: sums over the 8 lanes of a quad position, then rows 2t, 2t + 1.
 #pragma unroll
