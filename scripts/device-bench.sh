@@ -18,7 +18,7 @@
 #                default, each variant and PyTorch side by side) from the same PyTorch run (then no png, and
 #                build.log only on failure). "build:NAME=VALUE" instead builds kiln a second time (build-gpu-ab<i>)
 #                with the preprocessor definition -DNAME=VALUE in CMAKE_CUDA_FLAGS and runs that binary as the
-#                variant (compile-time switches, e.g. "build:KILN_GEMV_L2_PREFETCH=128")
+#                variant (compile-time switches, e.g. "build:KILN_PREFILL_PINGPONG=0")
 #   OPS_TIMEOUT=S  seconds each `kiln bench ops` run may take (default 400; a hang shows as rc=124)
 #
 # Copy $OUT/kiln_ops.json and torch_ops.json to bench/results/<gpu>-<date>-{kiln,torch}_ops.json and the

@@ -459,6 +459,13 @@ Tensor linear_fp8(const Tensor& x2, const Tensor& w, const Tensor& scales, int64
   }
   if (path == Fp8Path::Auto) path = forced_fp8_path();
   const bool gemv_ok = w.dtype() == DType::F8E4M3 && (w.stride(1) == 1 || k <= 1) && k < (int64_t{1} << 30);
+  if (path == Fp8Path::GemvMma) {
+    if (gemv_ok && linear_gemv_mma(y, x2, w, scales, bn, bk, bias)) {
+      if (taken) *taken = Fp8Path::GemvMma;
+      return y;
+    }
+    path = Fp8Path::Auto;  // where it does not apply, Auto's choice
+  }
   if (path == Fp8Path::Auto) {
     // Past 16 rows: cuBLASLt on quantised activations; where it cannot run, the matrix-vector kernel up to 64
     // rows (4 reads of an FP8 weight cost less than the f32 dequantisation), the f32 fallback beyond.
@@ -470,18 +477,6 @@ Tensor linear_fp8(const Tensor& x2, const Tensor& w, const Tensor& scales, int64
     return y;
   }
   if (path == Fp8Path::CublasLt) path = gemv_ok && m <= 64 ? Fp8Path::Gemv : Fp8Path::Fallback;
-  if (path == Fp8Path::GemvMma) {
-    if (gemv_ok && linear_gemv_mma(y, x2, w, scales, bn, bk, bias)) {
-      if (taken) *taken = Fp8Path::GemvMma;
-      return y;
-    }
-    // Where it does not apply, Auto's choice.
-    if (m > kernels::kGemvMaxRows && linear_cublaslt(y, x2, w, scales, bn, bk, recipe, bias)) {
-      if (taken) *taken = Fp8Path::CublasLt;
-      return y;
-    }
-    path = gemv_ok && m <= 64 ? Fp8Path::Gemv : Fp8Path::Fallback;
-  }
   if (path == Fp8Path::Gemv && gemv_ok) {
     linear_gemv(y, x2, w, scales, bn, bk, bias);
     if (taken) *taken = Fp8Path::Gemv;

@@ -24,8 +24,8 @@
 //     row g + 8 the next channel (byte permutes pair the keys).
 // The four warps take chunks w, w + 4, ... of the block's keys; their states meet in shared memory as in
 // decode_attention_kernel (decode_merge_red_store). Keys past the split's end are neither loaded nor seen
-// (their registers are zero, their scores -inf). The loads carry no L2 prefetch hint
-// (DecodeTuning::l2_prefetch is the cp.async kernel's; this one follows the build's KILN_GEMV_L2_PREFETCH).
+// (their registers are zero, their scores -inf). The loads carry no L2 prefetch hint (DecodeTuning::l2_prefetch
+// is the cp.async kernel's).
 #pragma once
 
 #include "cuda/kernels/decode_attention.cuh"
