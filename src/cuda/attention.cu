@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <mutex>
 #include <set>
@@ -48,11 +47,10 @@ DecodeTuning tuning_from_env() {
     else if (key == "bps") t.blocks_per_sm = val;
     else if (key == "blocks") t.max_blocks = val;
     else if (key == "l2") t.l2_prefetch = val;
-    else if (key == "fold") t.fold = val != 0;
     else if (key == "kernel" && (text == "cp.async" || text == "tma" || text == "regs"))
       t.kernel = text == "tma" ? DecodeKernel::Tma : text == "regs" ? DecodeKernel::Regs : DecodeKernel::CpAsync;
     else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma|regs, "
-                        "l2=0|128, fold=0|1)"));
+                        "l2=0|128)"));
     pos = end + 1;
   }
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
@@ -80,74 +78,6 @@ std::atomic<int64_t>& regs_launches() {
   static std::atomic<int64_t> n{0};
   return n;
 }
-std::atomic<int64_t>& fold_launches() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-
-// Zeroed counters for the folded split combine (DecodeParams::tickets), n of them, or null when none can be had
-// (the caller then launches the combine kernel). Eager launches share one buffer per (device, stream): the
-// launches of a stream run one after another and each leaves its counters at zero. (A stream destroyed with
-// a decode launch still pending, whose handle a new stream gets at once, would share that buffer.) A launch
-// captured into a graph gets counters of its own, because the graph may be replayed on another stream while
-// the capturing stream runs eager steps. The memory is never freed (graphs keep its address): cudaMalloc'd
-// 64 KB slabs, zeroed on a private non-blocking stream, in relaxed capture mode so that this works while a
-// graph is captured.
-int* zeroed_ints(int64_t n) {
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  void* ptr = nullptr;
-  cudaError_t e = cudaMalloc(&ptr, static_cast<size_t>(n) * sizeof(int));
-  if (e == cudaSuccess) {
-    cudaStream_t s = nullptr;
-    e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (e == cudaSuccess) {
-      e = cudaMemsetAsync(ptr, 0, static_cast<size_t>(n) * sizeof(int), s);
-      const cudaError_t e2 = cudaStreamSynchronize(s);
-      if (e == cudaSuccess) e = e2;
-      cudaStreamDestroy(s);
-    }
-  }
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;  // (a buffer allocated before the failure is left alone: it is tiny)
-  }
-  return static_cast<int*>(ptr);
-}
-
-int* decode_tickets(int device, cudaStream_t stream, int64_t n) {
-  constexpr int64_t kSlab = 16384;  // ints
-  static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, std::pair<int*, int64_t>> eager;  // buffer, capacity
-  static std::map<int, std::pair<int*, int64_t>> slab;                             // captured: next, left
-  if (n <= 0 || n > kSlab) return nullptr;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  if (status == cudaStreamCaptureStatusNone) {
-    auto& [buf, cap] = eager[{device, stream}];
-    if (cap < n) {  // the old buffer may still be in use by a launch in flight: left as it is
-      buf = zeroed_ints(std::max<int64_t>(n, 1024));
-      cap = buf ? std::max<int64_t>(n, 1024) : 0;
-    }
-    return buf;
-  }
-  auto& [next, left] = slab[device];
-  if (left < n) {
-    next = zeroed_ints(kSlab);
-    left = next ? kSlab : 0;
-    if (!next) return nullptr;
-  }
-  int* got = next;
-  next += n;
-  left -= n;
-  return got;
-}
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool mult8(int64_t s) { return s % 8 == 0; }
 
@@ -262,7 +192,6 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   p.lq = static_cast<int>(L.lq);
   p.row_tiles = static_cast<int>(row_tiles);
   p.err = err;
-  p.tickets = nullptr;
   // 16-byte q loads: contiguous channels, every row start a multiple of 8 elements, an aligned base.
   p.q_vec = L.q_col == 1 && aligned16(q.data_ptr()) && mult8(L.q_row) && (L.heads == 1 || mult8(L.hq)) &&
             (L.outer == 1 || mult8(L.bq[0]));
@@ -280,7 +209,7 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   const bool tma = tune.kernel == DecodeKernel::Tma && p.q_vec && wgmma_available(dev.index) &&
                    base * max_splits + blocks < (int64_t{1} << 31) &&
                    encode_decode_maps(&tp.tk, &tp.k_slot, &tp.tv, &tp.v_slot, k, v, L);
-  // The register kernel (opt-in): KV groups of at most 8 rows, q rows it can load whole.
+  // The register kernel (the default): KV groups of at most 8 rows, q rows it can load whole.
   const bool regs = !tma && tune.kernel == DecodeKernel::Regs && p.q_vec && rows <= attn::kRegsMaxRows;
   // The cp.async and register kernels' grid: (split, KV head x row tile, sequence).
   if (!tma && (hkv * row_tiles > 65535 || b > 65535)) return false;
@@ -314,11 +243,6 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
     p.part_ml = nullptr;
   }
   if (regs) regs_launches().fetch_add(1, std::memory_order_relaxed);
-  // The folded combine (opt-in): the cp.async or register kernel's last block of each row merges the splits.
-  if (!tma && p.splits > 1 && tune.fold) {
-    p.tickets = decode_tickets(dev.index, stream, b * hkv * row_tiles);
-    if (p.tickets) fold_launches().fetch_add(1, std::memory_order_relaxed);
-  }
   with_tag(q.dtype(), [&](auto tag) {
     using Tag = decltype(tag);
     auto go = [&](auto d_const) {
@@ -347,7 +271,7 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
         launch_dependent(kernel, grid, dim3(attn::kThreads), smem, stream, dev.index, "decode_attention", p);
       }
       check_launch("decode_attention");
-      if (p.splits == 1 || p.tickets != nullptr) return;
+      if (p.splits == 1) return;
       // The splits folded by one block per output row, launched as a dependent of the decode kernel.
       launch_dependent(attn::decode_combine_kernel<Tag, D>, dim3(static_cast<unsigned>(out_rows)),
                        dim3(attn::kCombineThreads), 0, stream, dev.index, "decode_attention (combine)", p.out,
@@ -408,7 +332,6 @@ void set_prefill_max_blocks(int n) {
 }
 
 int64_t decode_tma_launches() { return tma_launches().load(std::memory_order_relaxed); }
-int64_t decode_fold_launches() { return fold_launches().load(std::memory_order_relaxed); }
 int64_t decode_regs_launches() { return regs_launches().load(std::memory_order_relaxed); }
 
 void set_decode_tuning(const DecodeTuning& t) {

@@ -21,36 +21,32 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 // launched as a dependent.
 //   min_split_keys    at least this many keys per split (a multiple of 64);
 //   blocks_per_sm     the grid aims at this many blocks per multiprocessor (two fit, by shared memory).
-//   kernel            CpAsync (the default): kernels/decode_attention.cuh; Tma: the Hopper TMA kernel
-//                     (kernels/decode_attention_sm90.cuh; compute capability 9.0, q rows in 16-byte pieces
-//                     and caches that fit tensor maps, else CpAsync), opt-in until measured faster;
-//                     Regs (opt-in, not yet run on a GPU): kernels/decode_attention_regs.cuh, K and V
-//                     loaded straight into MMA fragments, for KV groups of at most 8 query rows (Hq / Hkv x
-//                     Lq) with q rows in 16-byte pieces, else CpAsync; same grid and splits as CpAsync;
+//   kernel            Regs (the default): kernels/decode_attention_regs.cuh, K and V loaded straight into
+//                     MMA fragments, for KV groups of at most 8 query rows (Hq / Hkv x Lq) with q rows in
+//                     16-byte pieces, else CpAsync; same grid and splits as CpAsync. CpAsync:
+//                     kernels/decode_attention.cuh, K/V through a shared-memory ring (any group size). Tma:
+//                     the Hopper TMA kernel (kernels/decode_attention_sm90.cuh; compute capability 9.0, q rows
+//                     in 16-byte pieces and caches that fit tensor maps, else CpAsync), opt-in: slower.
+//                     On the H200 Regs was up to 8% faster than CpAsync at 11 of 12 benchmark shapes
+//                     (docs/benchmarks.md, eleventh run);
 //   max_blocks        the TMA kernel's persistent grid: at most this many blocks (0: one per
-//                     multiprocessor); blocks_per_sm applies to the cp.async kernel only.
+//                     multiprocessor); blocks_per_sm applies to the cp.async and register kernels.
 //   l2_prefetch       the cp.async kernel's K/V copies ask L2 to fetch the 128-byte block around each miss
-//                     (128, the default: 1-3% faster at L >= 2048 on the H200) or give no hint (0);
-//   fold              the cp.async kernel's splits are folded by the last block of each (sequence, KV head,
-//                     row tile) to store its partial (a per-stream counter), not by a second kernel.
-//                     Opt-in: not yet measured.
+//                     (128, the default: 1-3% faster at L >= 2048 on the H200) or give no hint (0).
 // Set for tests and benchmarks by set_decode_tuning, or
-// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,fold=1" (kernel=cp.async|tma|regs).
+// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128" (kernel=regs|cp.async|tma).
 enum class DecodeKernel { CpAsync, Tma, Regs };
 struct DecodeTuning {
   int min_split_keys = 64;
   int blocks_per_sm = 2;
-  DecodeKernel kernel = DecodeKernel::CpAsync;
+  DecodeKernel kernel = DecodeKernel::Regs;
   int max_blocks = 0;
   int l2_prefetch = 128;
-  bool fold = false;
 };
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);
 // Decode calls that took the TMA kernel so far in this process (tests check that it ran).
 int64_t decode_tma_launches();
-// Decode calls whose splits the decode kernel folded itself (DecodeTuning::fold) so far in this process.
-int64_t decode_fold_launches();
 // Decode calls that took the register kernel (DecodeKernel::Regs) so far in this process.
 int64_t decode_regs_launches();
 

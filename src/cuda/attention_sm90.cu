@@ -84,11 +84,18 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
   p.q_tiles = (L.lq + attn::sm90::kBM - 1) / attn::sm90::kBM;
   const int64_t items = p.q_tiles * L.heads * L.outer;
   if (items == 0) return true;
-  // Causal: every head's heaviest tiles first, while all K/V fit in L2 at once (at most 32 MB: the H200 has
-  // 50); otherwise head by head. On the H200 the first order took L2048 from 0.79x to 0.94x PyTorch; at
-  // 33.5 MB of K/V (L8192, 8 KV heads) it was 1-3% slower than head by head.
+  // Persistent: one block per multiprocessor (shared memory allows one); items past the grid's first come from
+  // a device counter that starts at zero, or for at most two rounds in a fixed order.
+  const int limit = prefill_max_blocks();  // read once: another thread may change it
+  const int max_blocks = limit > 0 ? limit : multiprocessor_count(dev);
+  const int64_t blocks = std::min<int64_t>(items, max_blocks);
+  // Causal with more items than blocks: every head's heaviest tiles first, while all K/V fit in L2 at once
+  // (at most 32 MB: the H200 has 50); otherwise head by head. On the H200 the first order took L2048 from
+  // 0.79x to 0.94x PyTorch; at 33.5 MB of K/V (L8192, 8 KV heads) it was 1-3% slower than head by head.
+  // With one item per block the order only places the items: head by head spreads the heavy ones over the
+  // machine, 1.5-3% faster at L512 with 32 query heads (docs/benchmarks.md, eleventh run).
   const int64_t kv_bytes = 2 * L.lkv * L.d * 2 * (L.heads / L.gk) * L.outer;
-  p.tiles_major = L.causal && kv_bytes <= (int64_t{32} << 20);
+  p.tiles_major = L.causal && kv_bytes <= (int64_t{32} << 20) && items > blocks;
   // KILN_PREFILL_ORDER=tiles|heads forces one order (A/B measurements; both are exact).
   static const int order = [] {
     const char* v = std::getenv("KILN_PREFILL_ORDER");
@@ -110,11 +117,6 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
     return false;
   tp.p = p;
   tp.items = static_cast<int>(items);
-  // Persistent: one block per multiprocessor (shared memory allows one); items past the grid's first come from
-  // a device counter that starts at zero, or for at most two rounds in a fixed order.
-  const int limit = prefill_max_blocks();  // read once: another thread may change it
-  const int max_blocks = limit > 0 ? limit : multiprocessor_count(dev);
-  const int64_t blocks = std::min<int64_t>(items, max_blocks);
   Tensor counter;
   if (blocks * 2 < items) {  // up to two rounds the fixed order needs no counter (and no memset before the launch)
     counter = empty({1}, DType::I32, out.device());

@@ -10,7 +10,6 @@
 
 #include "core/dispatch.h"
 #include "cuda/kernels/fp8.cuh"
-#include "cuda/kernels/fp8_mma.cuh"
 #include "cuda/launch.h"
 #include "kiln/ops.h"
 
@@ -26,10 +25,9 @@ Fp8Path path_from_env() {
   const char* v = std::getenv("KILN_FP8_PATH");
   if (!v || !*v || std::strcmp(v, "auto") == 0) return Fp8Path::Auto;
   if (std::strcmp(v, "gemv") == 0) return Fp8Path::Gemv;
-  if (std::strcmp(v, "gemv-mma") == 0) return Fp8Path::GemvMma;
   if (std::strcmp(v, "cublaslt") == 0) return Fp8Path::CublasLt;
   if (std::strcmp(v, "fallback") == 0) return Fp8Path::Fallback;
-  throw Error(str("fp8: KILN_FP8_PATH=", v, " is not one of auto, gemv, gemv-mma, cublaslt, fallback"));
+  throw Error(str("fp8: KILN_FP8_PATH=", v, " is not one of auto, gemv, cublaslt, fallback"));
 }
 
 std::atomic<Fp8Path>& forced_path() {
@@ -162,71 +160,6 @@ void linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& w, const Tenso
   });
 }
 
-// The tensor-core kernels (kernels/fp8_mma.cuh) where they apply: f16/bf16 activations in 1..8 rows with
-// 16-byte aligned rows, K > 0 a multiple of 64 and of nothing finer than the scale blocks, 16-byte aligned
-// weight rows. False, having enqueued nothing, otherwise.
-bool linear_gemv_mma(const Tensor& y, const Tensor& x2, const Tensor& w, const Tensor& scales, int64_t bn, int64_t bk,
-                     const Tensor* bias) {
-  const int64_t m = x2.size(0), k = x2.size(1), n = w.size(0);
-  const DType t = x2.dtype();
-  if (t != DType::F16 && t != DType::BF16) return false;
-  if (m < 1 || m > kernels::kFp8MmaMaxRows || k <= 0 || k % kernels::kFp8MmaStep != 0) return false;
-  const int64_t kblk = std::min<int64_t>(bk, k);
-  if (kblk < k && kblk % kernels::kFp8MmaStep != 0) return false;
-  const int64_t ldx = m > 1 ? x2.stride(0) : k, ldw = n > 1 ? w.stride(0) : k;
-  if (x2.stride(1) != 1 || w.stride(1) != 1 || !aligned16(x2.data_ptr()) || (ldx * 2) % 16 != 0 ||
-      !aligned16(w.data_ptr()) || ldw % 16 != 0)
-    return false;
-  Tensor bias_c;
-  if (bias) bias_c = bias->contiguous();
-  const Device dev = y.device();
-  DeviceGuard guard(dev);
-  const cudaStream_t stream = stream_of(dev);
-  // The staged activations [m, k] as f16 bits, then m floats (k is a multiple of 64: 16-byte aligned).
-  Tensor scratch = empty({m * k + 2 * kernels::kFp8MmaMaxRows}, DType::F16, dev);
-  uint16_t* xh = static_cast<uint16_t*>(scratch.data_ptr());
-  float* inv = reinterpret_cast<float*>(xh + m * k);
-  kernels::Fp8MmaArgs a;
-  a.xh = xh;
-  a.inv = inv;
-  a.rows = static_cast<int>(m);
-  a.w = static_cast<const uint8_t*>(w.data_ptr());
-  a.ldw = ldw;
-  a.n = n;
-  a.k = static_cast<int>(k);
-  a.ws = scales.data<const float>();
-  a.bn = bn;
-  a.ws_sn = scales.size(1);
-  a.ws_sk = 1;
-  a.kblk = static_cast<int>(kblk);
-  a.kshift = kshift_of(a.kblk, a.k);
-  a.bias = bias ? bias_c.data_ptr() : nullptr;
-  a.y = y.data_ptr();
-  a.ldy = n;
-  // Warps per 16-row group: more while the grid is under two blocks per multiprocessor and each warp keeps at
-  // least two batches of K steps.
-  const int64_t n16 = (n + 15) / 16, steps = k / kernels::kFp8MmaStep;
-  const int64_t want = 2 * static_cast<int64_t>(multiprocessor_count(dev.index));
-  int split = 1;
-  auto blocks_at = [&](int s) { return (n16 + kernels::kFp8MmaWarps / s - 1) / (kernels::kFp8MmaWarps / s); };
-  while (split < kernels::kFp8MmaWarps && blocks_at(split) < want && steps >= int64_t{4} * split * kernels::kFp8MmaU)
-    split *= 2;
-  a.split = split;
-  const int64_t blocks = blocks_at(split);
-  KILN_CHECK(blocks <= INT_MAX, "fp8 gemv (tensor cores): N = ", n, " needs too many blocks");
-  auto go = [&](auto tag) {
-    using X = typename decltype(tag)::type;
-    launch_dependent(kernels::fp8_mma_stage_x_kernel<X>, dim3(static_cast<unsigned>(m)),
-                     dim3(kernels::kFp8MmaThreads), 0, stream, dev.index, "fp8 gemv (tensor cores, activations)",
-                     static_cast<const X*>(x2.data_ptr()), ldx, static_cast<int>(k), xh, inv);
-    launch_dependent(kernels::fp8_gemv_mma_kernel<X>, dim3(static_cast<unsigned>(blocks)),
-                     dim3(kernels::kFp8MmaThreads), 0, stream, dev.index, "fp8 gemv (tensor cores)", a);
-  };
-  if (t == DType::BF16) go(TypeTag<BFloat16>{});
-  else go(TypeTag<Half>{});
-  return true;
-}
-
 // The activations quantised to e4m3, then one cuBLASLt FP8 product: per 1 x 128 block against the weight's
 // 128 x 128 block scales (the DeepSeek-V3 recipe), or per row against per-channel scales (a tensor-wise weight
 // scale broadcast to a vector on the device). Changes the numerics: each activation is rounded to e4m3 (3
@@ -293,7 +226,6 @@ const char* fp8_path_name(Fp8Path p) {
     case Fp8Path::Gemv: return "gemv";
     case Fp8Path::CublasLt: return "cublaslt";
     case Fp8Path::Fallback: return "fallback";
-    case Fp8Path::GemvMma: return "gemv-mma";
   }
   return "?";
 }
@@ -370,7 +302,6 @@ std::optional<Tensor> scaled_mm(const Tensor& a, const Tensor& b, const Tensor& 
                                 Fp8Path* taken) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   if (path == Fp8Path::Auto) path = forced_fp8_path();
-  if (path == Fp8Path::GemvMma) path = Fp8Path::Gemv;  // the tensor-core kernel is linear's only
   if (path == Fp8Path::Fallback) return std::nullopt;
   const Device dev = a.device();
   Tensor out = empty({M, N}, out_dtype, dev);
@@ -459,13 +390,6 @@ Tensor linear_fp8(const Tensor& x2, const Tensor& w, const Tensor& scales, int64
   }
   if (path == Fp8Path::Auto) path = forced_fp8_path();
   const bool gemv_ok = w.dtype() == DType::F8E4M3 && (w.stride(1) == 1 || k <= 1) && k < (int64_t{1} << 30);
-  if (path == Fp8Path::GemvMma) {
-    if (gemv_ok && linear_gemv_mma(y, x2, w, scales, bn, bk, bias)) {
-      if (taken) *taken = Fp8Path::GemvMma;
-      return y;
-    }
-    path = Fp8Path::Auto;  // where it does not apply, Auto's choice
-  }
   if (path == Fp8Path::Auto) {
     // Past 16 rows: cuBLASLt on quantised activations; where it cannot run, the matrix-vector kernel up to 64
     // rows (4 reads of an FP8 weight cost less than the f32 dequantisation), the f32 fallback beyond.

@@ -24,14 +24,11 @@ enum class Fp8Path {
   Gemv,      // the FP8 matrix-vector kernel (kernels/fp8.cuh), 1..16 rows per launch
   CublasLt,  // cuBLASLt FP8 (scaled_mm) / activation quantised to FP8 + cuBLASLt (linear, block-wise weights)
   Fallback,  // the exact definition on the device: dequantise in f32, then f32 matrix products
-  // linear(Fp8Weight) with f16/bf16 activations, M <= 8, K a multiple of 64 (and of the scale block): the
-  // tensor-core kernels of kernels/fp8_mma.cuh (opt-in, not yet measured); elsewhere as Auto. scaled_mm: Gemv.
-  GemvMma,
 };
 const char* fp8_path_name(Fp8Path p);
 
 // Forces the path of every CUDA scaled_mm and linear(Fp8Weight) (Auto: the heuristic), process-wide; initial
-// value from KILN_FP8_PATH (auto, gemv, gemv-mma, cublaslt, fallback). A forced path that cannot take a call (layout,
+// value from KILN_FP8_PATH (auto, gemv, cublaslt, fallback). A forced path that cannot take a call (layout,
 // dtype) falls back to Fallback for that call.
 void set_forced_fp8_path(Fp8Path p);
 Fp8Path forced_fp8_path();

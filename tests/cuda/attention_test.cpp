@@ -287,33 +287,26 @@ struct Tuning {
   int min_split_keys, blocks_per_sm;
   DecodeKernel kernel;
   int max_blocks, l2_prefetch;
-  bool fold;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
-// The default (128-byte L2 prefetch); longer splits; fewer blocks (so fewer splits) without the prefetch
-// hint; more blocks than fit at once; the splits folded by the decode kernel's last block of each row (the
-// default grid and longer splits); the register kernel (KV groups of at most 8 rows; others take the
-// cp.async kernel) with the separate and the folded combine; the TMA kernel (Hopper) by default and on a
-// persistent grid of three blocks (each block takes many items, its ring running on from one into the next).
-const Tuning kTunings[] = {{64, 2, DecodeKernel::CpAsync, 0, 128, false},
-                           {256, 1, DecodeKernel::CpAsync, 0, 128, false},
-                           {64, 1, DecodeKernel::CpAsync, 0, 0, false},
-                           {64, 6, DecodeKernel::CpAsync, 0, 128, false},
-                           {64, 2, DecodeKernel::CpAsync, 0, 128, true},
-                           {256, 1, DecodeKernel::CpAsync, 0, 0, true},
-                           {64, 2, DecodeKernel::Regs, 0, 128, false},
-                           {256, 1, DecodeKernel::Regs, 0, 128, true},
-                           {64, 2, DecodeKernel::Tma, 0, 128, false},
-                           {256, 1, DecodeKernel::Tma, 3, 128, false}};
+// The register kernel (the default; KV groups of at most 8 rows, others take the cp.async kernel) with the
+// default and with longer splits; the cp.async kernel with the 128-byte L2 prefetch, with longer splits, with
+// fewer blocks (so fewer splits) and no prefetch hint, and with more blocks than fit at once; the TMA kernel
+// (Hopper) by default and on a persistent grid of three blocks (each block takes many items, its ring running
+// on from one into the next).
+const Tuning kTunings[] = {{64, 2, DecodeKernel::Regs, 0, 128},    {256, 1, DecodeKernel::Regs, 0, 128},
+                           {64, 2, DecodeKernel::CpAsync, 0, 128}, {256, 1, DecodeKernel::CpAsync, 0, 128},
+                           {64, 1, DecodeKernel::CpAsync, 0, 0},   {64, 6, DecodeKernel::CpAsync, 0, 128},
+                           {64, 2, DecodeKernel::Tma, 0, 128},     {256, 1, DecodeKernel::Tma, 3, 128}};
 std::string tuning_name(const Tuning& t) {
   const char* kernel = t.kernel == DecodeKernel::Tma    ? "TMA kernel"
                        : t.kernel == DecodeKernel::Regs ? "register kernel"
                                                         : "cp.async kernel";
-  return str(kernel, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM, ", t.max_blocks, " blocks, L2 prefetch ", t.l2_prefetch,
-             t.fold ? ", folded combine" : "");
+  return str(kernel, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM, ", t.max_blocks,
+             " blocks, L2 prefetch ", t.l2_prefetch);
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
@@ -323,8 +316,7 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
     TuningScope scope(tune);
     SCOPED_TRACE(tuning_name(tune));
 #if KILN_HAVE_CUDA
-    const int64_t tma_before = cuda::decode_tma_launches(), fold_before = cuda::decode_fold_launches();
-    const int64_t regs_before = cuda::decode_regs_launches();
+    const int64_t tma_before = cuda::decode_tma_launches(), regs_before = cuda::decode_regs_launches();
 #endif
     for (int64_t lq = 1; lq <= 8; ++lq) {
       check_decode({3, 32, 4, 128, 600, {1, 100, 513}}, dt, lq);
@@ -347,7 +339,6 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
     // On Hopper the TMA tunings must run the TMA kernel, not fall back to the cp.async one unnoticed.
     if (tune.kernel == DecodeKernel::Tma && cuda::wgmma_available(kGpu.index))
       EXPECT_GT(cuda::decode_tma_launches(), tma_before) << "the TMA kernel never ran";
-    if (tune.fold) EXPECT_GT(cuda::decode_fold_launches(), fold_before) << "the folded combine never ran";
     if (tune.kernel == DecodeKernel::Regs)
       EXPECT_GT(cuda::decode_regs_launches(), regs_before) << "the register kernel never ran";
 #endif

@@ -31,10 +31,6 @@ struct DecodeParams {
   int splits, row_tiles;
   int lq, rows;  // queries per sequence; rows of a KV group (Hq / Hkv * Lq), both < 2^31 (checked)
   bool q_vec;    // q rows can be read in 16-byte pieces (contiguous channels, 8-element strides, aligned)
-  // splits > 1 on the cp.async kernel: null, decode_combine_kernel folds the partials; else one zero counter
-  // per (sequence, KV head x row tile) block row, and the block that stores the last partial of its row
-  // folds them itself (and sets the counter back to zero for the next launch). Opt-in: DecodeTuning::fold.
-  int* tickets;
   DeviceErrorRecord* err;
 };
 
@@ -147,80 +143,16 @@ __device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float
   decode_merge_red_store<Tag, D>(red_o, red_ml, p, nrows, row0, b, hk, split, sync);
 }
 
-// The splits of one block row folded by the block that stored the row's last partial (DecodeParams::tickets):
-// the partials were written by the other blocks of the row before their fence and ticket, so after this
-// block's own ticket and fence they are all in L2 (read past L1 with ld.global.cg). `ml` is shared memory
-// for the rows' (max, sum) pairs of every split (nrows x splits float2); the block's 128 threads then take
-// (row, 4-channel piece) pairs. A split that saw no key has max -inf and sum 0 and adds nothing.
-template <class Tag, int D>
-__device__ __forceinline__ void decode_fold_splits(const DecodeParams& p, float2* ml, int nrows, int row0, int b,
-                                                   int hk) {
-  const am::Layout& L = p.L;
-  const int tid = static_cast<int>(threadIdx.x), S = p.splits, group = static_cast<int>(L.gk);
-  auto out_row_of = [&](int rr) {
-    const int row = row0 + rr, g = p.lq == 1 ? row : row / p.lq, t = row - g * p.lq;
-    return (static_cast<int64_t>(b) * L.heads + static_cast<int64_t>(hk) * group + g) * p.lq + t;
-  };
-  for (int i = tid; i < nrows * S; i += kThreads) {
-    const int rr = i / S, sp = i % S;
-    ml[i] = __ldcg(p.part_ml + out_row_of(rr) * S + sp);
-  }
-  __syncthreads();
-  constexpr int kQuads = D / 4;
-  for (int i = tid; i < nrows * kQuads; i += kThreads) {
-    const int rr = i / kQuads, c = (i % kQuads) * 4;
-    const float2* mr = ml + rr * S;
-    float mx = -INFINITY;
-    for (int sp = 0; sp < S; ++sp) mx = fmaxf(mx, mr[sp].x);
-    const int64_t out_row = out_row_of(rr);
-    const float* po = p.part_o + out_row * S * D + c;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float total = 0.f;
-#pragma unroll 16
-    for (int sp = 0; sp < S; ++sp) {
-      const float4 o = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(sp) * D));
-      if (mr[sp].x == -INFINITY) continue;  // as the combine kernel: an empty split's o is not read into the sum
-      merge_partial(acc, total, o, mr[sp].y, exp2f(mr[sp].x - mx));
-    }
-    store_normalized<Tag>(p.out + out_row * D + c, acc, total);
-  }
-}
-
-// After the block's partial is stored (splits > 1): with tickets, the block that takes its row's last ticket
-// folds every split (decode_fold_splits). `flag` (one int) and `ml` (nrows x splits float2) are shared
-// memory nothing else uses any more; every thread of the block calls.
-template <class Tag, int D>
-__device__ __forceinline__ void decode_fold_if_last(const DecodeParams& p, int* flag, float2* ml, int nrows, int row0,
-                                                    int b, int hk) {
-  if (p.splits == 1 || p.tickets == nullptr) return;
-  int& last = *flag;
-  __syncthreads();  // every thread's partial stores are issued
-  if (threadIdx.x == 0) {
-    __threadfence();  // ... and visible device-wide before the ticket
-    int* ticket = p.tickets + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
-    last = atomicAdd(ticket, 1) == p.splits - 1;
-    if (last) {
-      // Ready for the next launch: it may start before this grid ends (dependent launch) but touches its
-      // tickets only after its pdl_wait, which waits for this grid to complete (the rule of kernels/pdl.cuh).
-      atomicExch(ticket, 0);
-      __threadfence();  // the other blocks' partials are read after their tickets
-    }
-  }
-  __syncthreads();
-  if (!last) return;
-  decode_fold_splits<Tag, D>(p, ml, nrows, row0, b, hk);
-}
-
 // Decode: grid (split, KV head x row tile, sequence). A block serves 16 rows of one KV group, rows being the
 // group's G = Hq / Hkv query heads times Lq queries (row = g * Lq + t), so K and V are read once for all of
 // them. Its keys are [split * chunk, ...), chunk from the sequence's current length (read here: the grid is
 // sized by Lmax, so a captured graph stays valid as lengths grow), in 64-key tiles; warp w takes keys
 // 16w..16w+15 of each tile with its own softmax state, and the four warps merge at the end. Query t sees
 // keys <= n - Lq + t. With one split the block writes the output; with several, its f32 partial (o, max,
-// sum) goes to global memory for decode_combine_kernel, or (DecodeParams::tickets) the last block of the row
-// to store one folds them (decode_fold_splits). (Combining the splits of short caches inside a
-// thread-block cluster, through distributed shared memory, was measured 5-17% slower than this pair of
-// kernels on the H200 and was removed.)
+// sum) goes to global memory for decode_combine_kernel. (Two alternatives to that second kernel were
+// measured slower on the H200 and removed: combining the splits of short caches inside a thread-block
+// cluster through distributed shared memory, 5-17%; folding them in the last block of each row to store its
+// partial, with per-row tickets, 1.07-2.1x.)
 template <class Tag, int D, int Pf = 0>
 __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention_kernel(DecodeParams p) {
   constexpr int ld = D + kPad;
@@ -330,7 +262,6 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
   // Merge the four warps through shared memory, within the ring (no copy is in flight any more).
   float* red = reinterpret_cast<float*>(ks);
   decode_merge_store<Tag, D>(st, red, red + 4 * 16 * D, p, nrows, row0, b, hk, split, [] { __syncthreads(); });
-  decode_fold_if_last<Tag, D>(p, reinterpret_cast<int*>(qs), reinterpret_cast<float2*>(ks), nrows, row0, b, hk);
 }
 
 // The splits of decode_attention_kernel folded: one block per output row (contiguous [rows, D]), warp w

@@ -1,13 +1,15 @@
 // Split-KV decode attention with K and V loaded straight into tensor-core fragments (no shared-memory ring,
 // no per-tile barrier): the work of decode_attention_kernel (decode_attention.cuh) for KV groups of at most 8
-// rows (rows = Hq / Hkv query heads x Lq queries), with the same grid, splits, partials and folded or
-// separate combine. Opt-in (DecodeTuning::kernel = Regs, KILN_DECODE_TUNING=kernel=regs); not yet run on a
-// GPU.
+// rows (rows = Hq / Hkv query heads x Lq queries), with the same grid, splits, partials and combine kernel.
+// The default where it applies (DecodeTuning::kernel = Regs; KILN_DECODE_TUNING=kernel=cp.async forces the
+// other).
 //
 // Why: the matrix-vector kernels, which load weights into registers with 16-byte loads and keep many warps
-// streaming independently, reach 4.46 TB/s on the H200; the cp.async decode kernel streams about 3.5 TB/s
+// streaming independently, reach 4.46 TB/s on the H200; the cp.async decode kernel streams about 3.4 TB/s
 // inside the kernel. Here each warp streams its own keys in 16-key chunks, the next chunk's loads in flight
-// while the current one multiplies.
+// while the current one multiplies. Measured on the H200 against the cp.async kernel (docs/benchmarks.md,
+// eleventh run): up to 8% faster at 11 of the 12 benchmark shapes, 0.7% slower at the twelfth (Hq32/Hkv8
+// L8192), and 3.5 TB/s of K/V at L32768 with 8 KV heads.
 //
 // Math, per warp and 16-key chunk, with the keys as the MMA's rows and the query rows as its 8 columns:
 //   S^T (16 keys x 8 rows) = K (16 x D) Q^T (D x 8): m16n8k16 MMAs over D / 16 steps. Lane (g = lane / 4,
@@ -42,7 +44,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   constexpr int VL = D / 64;  // 16-byte V loads per key and lane
   __shared__ __align__(16) float red_o[4 * 16 * D];
   __shared__ float red_ml[128];
-  __shared__ int flag;
   pdl_allow_dependents();
   const am::Layout& L = p.L;
   const int split = static_cast<int>(blockIdx.x), hk = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
@@ -219,7 +220,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
           make_float2(o[i][cc], o[i][2 + cc]);
   }
   decode_merge_red_store<Tag, D>(red_o, red_ml, p, nrows, 0, b, hk, split, [] { __syncthreads(); });
-  decode_fold_if_last<Tag, D>(p, &flag, reinterpret_cast<float2*>(red_o), nrows, 0, b, hk);
 }
 
 }  // namespace kiln::cuda::attn
