@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "core/dispatch.h"
 #include "cuda/kernels/fp8.cuh"
@@ -83,15 +84,27 @@ int kshift_of(int kblk, int k) {
   return s;
 }
 
-template <class X, class O, class B, int MT>
+std::atomic<int>& gemv_config() {
+  static std::atomic<int> c{[] {
+    const char* v = std::getenv("KILN_FP8_GEMV_CONFIG");
+    if (!v || !*v) return 0;
+    const int c = std::atoi(v);
+    if (c < 0 || c >= kernels::kFp8GemvConfigs || std::strspn(v, "0123456789") != std::strlen(v))
+      throw Error(str("fp8: KILN_FP8_GEMV_CONFIG=", v, " is not one of 0..", kernels::kFp8GemvConfigs - 1));
+    return c;
+  }()};
+  return c;
+}
+
+template <class X, class O, class B, int MT, int CFG = 0>
 void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream) {
-  constexpr int R = kernels::fp8_gemv_rows_per_warp<MT>();
-  const int split = split_for(g.n, g.k, R, kernels::fp8_gemv_unroll<MT, X>(), g.vec, device);
+  constexpr int R = kernels::fp8_gemv_rows_per_warp<MT, CFG>();
+  const int split = split_for(g.n, g.k, R, kernels::fp8_gemv_unroll<MT, X, CFG>(), g.vec, device);
   const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (g.n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
   // A dependent launch: weights and their scales are prefetched before the wait for x (kernels/pdl.cuh).
-  launch_dependent(kernels::fp8_gemv_kernel<X, O, B, MT>, dim3(static_cast<unsigned>(blocks)),
+  launch_dependent(kernels::fp8_gemv_kernel<X, O, B, MT, CFG>, dim3(static_cast<unsigned>(blocks)),
                    dim3(kernels::kGemvThreads), 0, stream, device, "fp8 gemv", static_cast<const X*>(g.x), g.ldx,
                    rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn, g.ws_sk, g.xs,
                    g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
@@ -108,7 +121,19 @@ void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
     if (g.xs) s.xs = g.xs + m0 * g.xs_sm;
     s.y = static_cast<O*>(g.y) + m0 * g.ldy;
     switch (rows_template(rows)) {  // the one point where the row count becomes a template argument
-      case 1: launch_gemv_mt<X, O, B, 1>(s, rows, device, stream); break;
+      case 1:
+        // Linear's decode case (16-bit activations, one row) may take another kernel shape (gemv_config).
+        if constexpr (std::is_same_v<X, O> && !std::is_same_v<X, float>) {
+          switch (gemv_config().load(std::memory_order_relaxed)) {
+            case 1: launch_gemv_mt<X, O, B, 1, 1>(s, rows, device, stream); break;
+            case 2: launch_gemv_mt<X, O, B, 1, 2>(s, rows, device, stream); break;
+            case 3: launch_gemv_mt<X, O, B, 1, 3>(s, rows, device, stream); break;
+            default: launch_gemv_mt<X, O, B, 1>(s, rows, device, stream); break;
+          }
+        } else {
+          launch_gemv_mt<X, O, B, 1>(s, rows, device, stream);
+        }
+        break;
       case 2: launch_gemv_mt<X, O, B, 2>(s, rows, device, stream); break;
       case 4: launch_gemv_mt<X, O, B, 4>(s, rows, device, stream); break;
       case 8: launch_gemv_mt<X, O, B, 8>(s, rows, device, stream); break;
@@ -219,6 +244,13 @@ void linear_fallback(const Tensor& y, const Tensor& x2, const Tensor& w, const T
 }
 
 }  // namespace
+
+void set_fp8_gemv_config(int c) {
+  KILN_CHECK(c >= 0 && c < kernels::kFp8GemvConfigs, "fp8: gemv config ", c, " is not one of 0..",
+             kernels::kFp8GemvConfigs - 1);
+  gemv_config().store(c, std::memory_order_relaxed);
+}
+int fp8_gemv_config() { return gemv_config().load(std::memory_order_relaxed); }
 
 const char* fp8_path_name(Fp8Path p) {
   switch (p) {

@@ -27,6 +27,13 @@ enum class Fp8Path {
 };
 const char* fp8_path_name(Fp8Path p);
 
+// The shape of the FP8 matrix-vector kernel for one row of 16-bit activations (linear's decode case), for
+// A/B runs: 0 (the default) 4 weight rows per warp group x 2 loads each, two blocks per multiprocessor;
+// 1: 2 x 4, three blocks; 2: 4 x 1, three blocks; 3: 2 x 2, four blocks (kernels/fp8.cuh). Process-wide;
+// initial value from KILN_FP8_GEMV_CONFIG.
+void set_fp8_gemv_config(int c);
+int fp8_gemv_config();
+
 // Forces the path of every CUDA scaled_mm and linear(Fp8Weight) (Auto: the heuristic), process-wide; initial
 // value from KILN_FP8_PATH (auto, gemv, cublaslt, fallback). A forced path that cannot take a call (layout,
 // dtype) falls back to Fallback for that call.

@@ -275,6 +275,31 @@ TEST(CudaFp8Linear, EveryPathMatchesCpu) {
       }
 }
 
+// Every shape of the one-row kernel (cuda::set_fp8_gemv_config): row counts that leave partial warp groups,
+// K that leaves partial unrolled steps, each recipe, 16-bit activations with and without bias.
+TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  struct Restore {
+    int before = cuda::fp8_gemv_config();
+    ~Restore() { cuda::set_fp8_gemv_config(before); }
+  } restore;
+  struct NK {
+    int64_t n, k;
+  };
+  for (int cfg = 0; cfg < 4; ++cfg) {
+    SCOPED_TRACE(str("config ", cfg));
+    cuda::set_fp8_gemv_config(cfg);
+    for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{64, 14336}})
+      for (ScaleRecipe r : kRecipes)
+        for (DType dt : {DType::BF16, DType::F16}) {
+          Fp8Path took = Fp8Path::Auto;
+          check_linear(1, s.n, s.k, r, dt, s.n % 2 == 1, 0, Fp8Path::Auto, 128, 128, &took);
+          EXPECT_EQ(took, Fp8Path::Gemv);
+        }
+  }
+  EXPECT_THROW(cuda::set_fp8_gemv_config(4), Error);
+}
+
 // Activations far from 1 on the matrix-vector kernel: products and sums stay in f32, so nothing is lost
 // until the output's own rounding.
 TEST(CudaFp8Linear, MatrixVectorActivationsOfExtremeMagnitude) {

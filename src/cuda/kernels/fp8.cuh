@@ -189,13 +189,21 @@ __global__ void __launch_bounds__(kQuantThreads)
 // under the 128-register cap of two blocks per SM (ptxas -v). M = 1 (decode) shares each activation chunk
 // between 4 weight rows and keeps 8 weight loads in flight per thread.
 // TUNE (H200, `kiln bench ops`): R and U per row count.
-template <int MT>
+// CFG (M = 1 with 16-bit activations only, linear's decode case; 0 elsewhere) selects another shape with
+// fewer registers, so that more blocks fit per multiprocessor: 1: R = 2, U = 4, three blocks; 2: R = 4,
+// U = 1, three blocks; 3: R = 2, U = 2, four blocks (cuda::set_fp8_gemv_config, KILN_FP8_GEMV_CONFIG).
+inline constexpr int kFp8GemvConfigs = 4;
+template <int MT, int CFG = 0>
 constexpr int fp8_gemv_rows_per_warp() {
-  return MT == 1 ? 4 : 2;
+  return CFG == 1 || CFG == 3 ? 2 : MT == 1 ? 4 : 2;
 }
-template <int MT, class X>
+template <int MT, class X, int CFG = 0>
 constexpr int fp8_gemv_unroll() {
-  return MT >= 8 || (MT >= 4 && sizeof(X) == 4) ? 1 : 2;
+  return CFG == 1 ? 4 : CFG == 2 ? 1 : CFG == 3 ? 2 : MT >= 8 || (MT >= 4 && sizeof(X) == 4) ? 1 : 2;
+}
+template <int CFG>
+constexpr int fp8_gemv_min_blocks() {
+  return CFG == 0 ? 2 : CFG == 3 ? 4 : 3;
 }
 
 // Sixteen e4m3 values (one 16-byte load) to f32, in memory order.
@@ -238,14 +246,14 @@ __device__ __forceinline__ float fp8_elem_f32(T v) {
   else return static_cast<float>(v);
 }
 
-template <class X, class O, class B, int MT>
-__global__ void __launch_bounds__(kGemvThreads, 2)
+template <class X, class O, class B, int MT, int CFG = 0>
+__global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
     fp8_gemv_kernel(const X* __restrict__ x, int64_t ldx, int rows, const Float8_e4m3fn* __restrict__ w, int64_t ldw,
                     int64_t n, int k, const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int64_t ws_sk,
                     const float* __restrict__ xs, int64_t xs_sm, int64_t xs_sk, int kblk, int kshift,
                     const B* __restrict__ bias, O* __restrict__ y, int64_t ldy, int split, bool vec) {
-  constexpr int R = fp8_gemv_rows_per_warp<MT>();
-  constexpr int U = fp8_gemv_unroll<MT, X>();
+  constexpr int R = fp8_gemv_rows_per_warp<MT, CFG>();
+  constexpr int U = fp8_gemv_unroll<MT, X, CFG>();
   __shared__ float partial[kGemvWarps * R * MT];
 
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
