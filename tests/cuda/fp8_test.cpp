@@ -286,7 +286,7 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   struct NK {
     int64_t n, k;
   };
-  for (int cfg = 0; cfg < 4; ++cfg) {
+  for (int cfg = -1; cfg < 4; ++cfg) {  // -1: auto
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
     for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{64, 14336}})
@@ -298,6 +298,7 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
         }
   }
   EXPECT_THROW(cuda::set_fp8_gemv_config(4), Error);
+  EXPECT_THROW(cuda::set_fp8_gemv_config(-2), Error);
 }
 
 // Activations far from 1 on the matrix-vector kernel: products and sums stay in f32, so nothing is lost

@@ -189,9 +189,10 @@ __global__ void __launch_bounds__(kQuantThreads)
 // under the 128-register cap of two blocks per SM (ptxas -v). M = 1 (decode) shares each activation chunk
 // between 4 weight rows and keeps 8 weight loads in flight per thread.
 // TUNE (H200, `kiln bench ops`): R and U per row count.
-// CFG (M = 1 with 16-bit activations only, linear's decode case; 0 elsewhere) selects another shape with
-// fewer registers, so that more blocks fit per multiprocessor: 1: R = 2, U = 4, three blocks; 2: R = 4,
-// U = 1, three blocks; 3: R = 2, U = 2, four blocks (cuda::set_fp8_gemv_config, KILN_FP8_GEMV_CONFIG).
+// CFG (M = 1 with 16-bit activations only, linear's decode case; 0 elsewhere) selects one of four shapes;
+// 1..3 take fewer registers, so that more blocks fit per multiprocessor: 1: R = 2, U = 4, three blocks;
+// 2: R = 4, U = 1, three blocks; 3: R = 2, U = 2, four blocks. The launcher picks one per layer shape
+// (auto_config in cuda/fp8.cu; cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
 inline constexpr int kFp8GemvConfigs = 4;
 template <int MT, int CFG = 0>
 constexpr int fp8_gemv_rows_per_warp() {
