@@ -116,7 +116,8 @@ double round_fill(int64_t n, int64_t k, bool vec, int device) {
 // its grid fills the last round of resident blocks clearly worse than config 2's.
 // TUNE (H200, `kiln bench ops --filter '^linear_fp8/e4m3/M1/'`, docs/benchmarks.md eleventh run): against
 // the former single shape (config 0) this took the 27 benchmark shapes' geomean from 11.74 to 10.02 µs,
-// within 0.6% of the best of the four shapes per case; every case as fast or faster.
+// within 0.6% of the best of the four shapes per case; every case as fast or faster. Fitted on one call and
+// confirmed by the next (10.01 against 11.73 µs, every case faster or equal).
 int auto_config(int64_t n, int64_t k, bool vec, int device) {
   if (!vec) return 0;
   if (k <= 1024) return 1;
