@@ -97,8 +97,8 @@ std::atomic<int>& gemv_config() {
   return c;
 }
 
-// The share of the resident-block slots that the last round of blocks fills, averaged over the rounds: 1 when
-// the grid is a whole number of rounds of `per_sm` blocks on every multiprocessor.
+// The share of the resident-block slots that the grid of config CFG uses over its rounds, blocks / (rounds x
+// slots): 1 when the grid is a whole number of full rounds (CFG's blocks per SM on every multiprocessor).
 template <int CFG>
 double round_fill(int64_t n, int64_t k, bool vec, int device) {
   constexpr int R = kernels::fp8_gemv_rows_per_warp<1, CFG>();
