@@ -16,6 +16,8 @@
 # --ncu profiles one launch of the kernels matching KERNEL_REGEX while `kiln bench ops --filter CASE_REGEX`
 # runs (optionally under one environment setting), after the benchmark: Nsight Compute's speed-of-light,
 # memory, occupancy, scheduler and warp-state sections go to the end of bench.log (clocks not locked).
+# NCU_STALLS=1 adds each stall reason's average warps per issued instruction and the tensor pipe's
+# utilisation (ncu --metrics with regex: names; where a name does not exist on the device ncu reports it).
 #
 # e.g. scripts/device-check.sh --filter 'decode_attention|grouped_mm|^moe/' --repeats 30 \
 #        --ab "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"
@@ -85,10 +87,12 @@ for n in "${ncus[@]}"; do
   [ "$rest" != "$kern_re" ] && envs=${rest#*@}
   {
     echo "== ncu: case '$case_re', kernel '$kern_re' ${envs:+with $envs}"
+    extra=()
+    [ "${NCU_STALLS:-0}" = 1 ] && extra=(--metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,regex:^sm__pipe_tensor_op_.*cycles_active\.avg\.pct_of_peak_sustained_active$')
     timeout 180 env $envs "$NCU" --clock-control none -k "regex:$kern_re" --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats \
-      --section WarpStateStats --section LaunchStats \
-      build-gpu/bin/kiln bench ops --filter "$case_re" --repeats 3 2>&1 | grep -v "^==PROF==" | tail -150
+      --section WarpStateStats --section LaunchStats "${extra[@]}" \
+      build-gpu/bin/kiln bench ops --filter "$case_re" --repeats 3 2>&1 | grep -v "^==PROF==" | tail -220
   } >> "$OUT/bench.log"
   echo "== ncu '$case_re' '$kern_re' ${envs}: $(( $(date +%s) - t )) s"
 done
