@@ -350,11 +350,14 @@ void dequantize_fp8(const Tensor& v, const Tensor& scales, int64_t ss0, int64_t 
   const cudaStream_t stream = stream_of(dev);
   visit_dtypes<kFloat8Types>(v.dtype(), "dequantize_fp8", [&](auto tag) {
     using F8 = typename decltype(tag)::type;
-    kernels::fp8_dequantize_kernel<F8, float><<<grid_for(M * K, kernels::kQuantThreads, dev.index),
-                                                kernels::kQuantThreads, 0, stream>>>(
-        static_cast<const F8*>(v.data_ptr()), v.stride(0), v.stride(1), M, K, scales.data<const float>(), bm, bk, ss0,
-        ss1, out.data<float>());
-    check_launch("dequantize_fp8");
+    visit_dtypes<kActTypes>(out.dtype(), "dequantize_fp8", [&](auto otag) {
+      using O = typename decltype(otag)::type;
+      kernels::fp8_dequantize_kernel<F8, O><<<grid_for(M * K, kernels::kQuantThreads, dev.index),
+                                             kernels::kQuantThreads, 0, stream>>>(
+          static_cast<const F8*>(v.data_ptr()), v.stride(0), v.stride(1), M, K, scales.data<const float>(), bm, bk,
+          ss0, ss1, static_cast<O*>(out.data_ptr()));
+      check_launch("dequantize_fp8");
+    });
   });
 }
 

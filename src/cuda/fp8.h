@@ -14,8 +14,9 @@ namespace kiln::cuda {
 // f32) over groups of bm x bk (the CPU's Grid); `tensor_wise`: one group, reduced in two kernels.
 void quantize_fp8(const Tensor& x, const Tensor& values, const Tensor& scales, int64_t bm, int64_t bk, bool tensor_wise);
 
-// out [M, K] (contiguous f32) = v * scales[(m / bm) * ss0 + (k / bk) * ss1]; v [M, K] float8, any strides;
-// scales f32 with element strides (ss0, ss1) (0 for a broadcast scale).
+// out [M, K] (contiguous f32, f16 or bf16) = v * scales[(m / bm) * ss0 + (k / bk) * ss1], the product in f32
+// rounded once to out's dtype (the bits of the f32 result converted); v [M, K] float8, any strides; scales f32
+// with element strides (ss0, ss1) (0 for a broadcast scale).
 void dequantize_fp8(const Tensor& v, const Tensor& scales, int64_t ss0, int64_t ss1, int64_t bm, int64_t bk,
                     const Tensor& out);
 

@@ -109,9 +109,11 @@ Tensor dequantize_fp8(const Fp8Tensor& q, ScaleRecipe recipe, DType dtype, bool 
 #if KILN_HAVE_CUDA
   if (q.values.is_cuda()) {
     const Tensor s = q.scales.reshape({g.sm, g.sk});
-    Tensor out = empty({M, K}, DType::F32, q.values.device());
+    // f32, f16 and bf16 written directly (the f32 product rounded once, as .to would); others through f32.
+    const bool direct = dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16;
+    Tensor out = empty({M, K}, direct ? dtype : DType::F32, q.values.device());
     cuda::dequantize_fp8(q.values, s, s.stride(0), s.stride(1), g.bm, g.bk, out);
-    return out.to(dtype);
+    return direct ? out : out.to(dtype);
   }
 #endif
   require_cpu("dequantize_fp8", q.values);

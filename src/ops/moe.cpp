@@ -172,12 +172,13 @@ void check_fp8_experts(const char* op, const Fp8Experts& e) {
              " are on different devices");
 }
 
-// One expert stack [E, R, K] dequantised to f32 (value x scale of its block).
-Tensor dequantize_stack(const Tensor& v, const Tensor& sc, int64_t bn, int64_t bk) {
+// One expert stack [E, R, K] dequantised (value x scale of its block, in f32, rounded once to dtype: on CUDA
+// written in dtype directly, so a 16-bit stack never exists in f32 as well).
+Tensor dequantize_stack(const Tensor& v, const Tensor& sc, int64_t bn, int64_t bk, DType dtype = DType::F32) {
   const int64_t E = v.size(0), R = v.size(1), K = v.size(2);
 #if KILN_HAVE_CUDA
   if (v.is_cuda()) {
-    Tensor out = empty({E, R, K}, DType::F32, v.device());
+    Tensor out = empty({E, R, K}, dtype, v.device());
     if (E == 0 || R == 0 || K == 0) return out;
     if (R % bn == 0 && v.is_contiguous() && sc.is_contiguous()) {
       // Rows of all experts in one launch: flat row m = e R + r has scale row m / bn = e R / bn + r / bn.
@@ -199,7 +200,7 @@ Tensor dequantize_stack(const Tensor& v, const Tensor& sc, int64_t bn, int64_t b
   for (int64_t e = 0; e < E; ++e)
     for (int64_t r = 0; r < R; ++r)
       for (int64_t k = 0; k < K; ++k) o[(e * R + r) * K + k] *= sp[(e * sr + r / bn) * sk + k / bk];
-  return out;
+  return out.to(dtype);
 }
 
 }  // namespace
@@ -208,8 +209,8 @@ std::pair<Tensor, Tensor> dequantize_fp8_experts(const Fp8Experts& e, DType dtyp
   check_fp8_experts("dequantize_fp8_experts", e);
   KILN_CHECK(dset(dtype) & kMoeTypes, "dequantize_fp8_experts: dtype must be ", dtype_set_str(kMoeTypes), ", got ",
              dtype_name(dtype));
-  return {dequantize_stack(e.gate_up, e.gate_up_scales, e.block_n, e.block_k).to(dtype),
-          dequantize_stack(e.down, e.down_scales, e.block_n, e.block_k).to(dtype)};
+  return {dequantize_stack(e.gate_up, e.gate_up_scales, e.block_n, e.block_k, dtype),
+          dequantize_stack(e.down, e.down_scales, e.block_n, e.block_k, dtype)};
 }
 
 Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Fp8Experts& experts, int64_t top_k,

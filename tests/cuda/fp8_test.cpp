@@ -124,9 +124,11 @@ TEST(CudaFp8, QuantiseMatchesCpuBitForBit) {
                 EXPECT_TRUE(same_bits(g.values, c.values));
                 EXPECT_TRUE(same_bits(g.scales, c.scales));
                 if (f8 == DType::F8E4M3 && s[0] * s[1] > 0) {
-                  // dequantize_fp8 on the device: the CPU's f32 bits.
-                  EXPECT_TRUE(same_bits(dequantize_fp8(g, r, DType::F32, act, block),
-                                        dequantize_fp8(c, r, DType::F32, act, block)));
+                  // dequantize_fp8 on the device: the CPU's f32 bits, and its 16-bit roundings (written
+                  // directly on the device, through f32 on the CPU).
+                  for (DType od : {DType::F32, DType::BF16, DType::F16})
+                    EXPECT_TRUE(same_bits(dequantize_fp8(g, r, od, act, block), dequantize_fp8(c, r, od, act, block)))
+                        << dtype_name(od);
                 }
               }
 }

@@ -569,10 +569,15 @@ void check_moe_fp8(int64_t T, int64_t H, int64_t I, int64_t E, int64_t k, int64_
                                                 : test::Tolerance{1.6e-2, 2e-3};
   const test::Tolerance flip = d == DType::F16 ? test::Tolerance{2e-3, 2e-3} : test::Tolerance{1.6e-2, 1.6e-2};
   EXPECT_TRUE(test::all_close_but_few(out.to(kCPU), expect, tol, d == DType::F32 ? tol : flip, 1e-2));
-  // The dequantised experts equal the CPU's value x scale exactly (f32).
+  // The dequantised experts equal the CPU's value x scale exactly (f32), and in x's dtype its rounding of it
+  // (the device writes that dtype directly).
   auto [gd, dd] = dequantize_fp8_experts(e, DType::F32);
   EXPECT_TRUE(test::equal(gd.cpu(), dequant_cpu(gu.cpu(), gus.cpu(), bn, bk)));
   EXPECT_TRUE(test::equal(dd.cpu(), dequant_cpu(dn.cpu(), dns.cpu(), bn, bk)));
+  auto [gx, dx] = dequantize_fp8_experts(e, d);
+  ASSERT_EQ(gx.dtype(), d);
+  EXPECT_TRUE(test::equal(gx.cpu(), dequant_cpu(gu.cpu(), gus.cpu(), bn, bk).to(d)));
+  EXPECT_TRUE(test::equal(dx.cpu(), dequant_cpu(dn.cpu(), dns.cpu(), bn, bk).to(d)));
 }
 
 TEST(CudaMoeForward, Fp8ExpertsMatchCpu) {
