@@ -79,7 +79,23 @@ bool tma_tiles(int device) {
 
 // Warps per weight-row group of the decode kernel: enough warps for ~32 per SM assuming every row slot
 // works (one row per group, the decode case), more only while each thread keeps >= 2 chunks of K.
+// KILN_GMM_DECODE_SPLIT=1|2|4|8 forces it, for A/B runs: the grid's last round of resident blocks is often
+// nearly empty (T1 E128 gate_up: 768 blocks on 660 slots of 5 blocks per SM; down 1024), and a larger split
+// multiplies the blocks.
+int forced_decode_split() {
+  static const int f = [] {
+    const char* v = std::getenv("KILN_GMM_DECODE_SPLIT");
+    if (!v || !*v) return 0;
+    const std::string s(v);
+    if (s != "1" && s != "2" && s != "4" && s != "8")
+      throw Error(str("KILN_GMM_DECODE_SPLIT=", s, " is not one of 1, 2, 4, 8"));
+    return std::atoi(v);
+  }();
+  return f;
+}
+
 int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool act, int device) {
+  if (const int f = forced_decode_split(); f > 0) return f;
   const int64_t cols_per_group = act ? kernels::kDecR / 2 : kernels::kDecR;
   const int64_t groups = m * ((n + cols_per_group - 1) / cols_per_group);
   const int64_t want = static_cast<int64_t>(multiprocessor_count(device)) * 32;
