@@ -6,7 +6,10 @@
 #include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -81,17 +84,52 @@ bool tma_tiles(int device) {
 // works (one row per group, the decode case), more only while each thread keeps >= 2 chunks of K.
 // KILN_GMM_DECODE_SPLIT=1|2|4|8 forces it, for A/B runs: the grid's last round of resident blocks is often
 // nearly empty (T1 E128 gate_up: 768 blocks on 660 slots of 5 blocks per SM; down 1024), and a larger split
-// multiplies the blocks.
+// multiplies the blocks. KILN_GMM_DECODE_SPLIT=fill (-1 here) picks it by that fill (decode_split_by_fill).
 int forced_decode_split() {
   static const int f = [] {
     const char* v = std::getenv("KILN_GMM_DECODE_SPLIT");
     if (!v || !*v) return 0;
     const std::string s(v);
+    if (s == "fill") return -1;
     if (s != "1" && s != "2" && s != "4" && s != "8")
-      throw Error(str("KILN_GMM_DECODE_SPLIT=", s, " is not one of 1, 2, 4, 8"));
+      throw Error(str("KILN_GMM_DECODE_SPLIT=", s, " is not fill or one of 1, 2, 4, 8"));
     return std::atoi(v);
   }();
   return f;
+}
+
+// Resident blocks per multiprocessor of a kernel (the occupancy API, cached per kernel, device and shared
+// memory size); 1 if the query fails.
+int resident_blocks(const void* kernel, int device, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, size_t>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, device, smem);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kernels::kDecThreads, smem) != cudaSuccess || n < 1) {
+    cudaGetLastError();
+    n = 1;
+  }
+  cache[key] = n;
+  return n;
+}
+
+// The split whose grid fills its rounds of resident blocks best (blocks / (rounds x slots)), among those that
+// leave every thread at least one 16-byte chunk of K; a larger split must fill more than 5% better.
+int decode_split_by_fill(const GmmArgs& p, int64_t units, int per_sm, int device) {
+  const int64_t slots = static_cast<int64_t>(per_sm) * multiprocessor_count(device);
+  int best = 1;
+  double best_fill = -1.0;
+  for (int split = 1; split <= kernels::kDecWarps; split *= 2) {
+    if (split > 1 && units < 32 * split) break;
+    const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
+    const int64_t blocks = (p.N + cols - 1) / cols * p.M;
+    const int64_t rounds = (blocks + slots - 1) / slots;
+    const double fill = static_cast<double>(blocks) / static_cast<double>(rounds * slots);
+    if (fill > best_fill + 0.05) best = split, best_fill = fill;
+  }
+  return best;
 }
 
 int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool act, int device) {
@@ -114,13 +152,17 @@ bool decode_one_row(const GmmArgs& p) { return p.row_groups != nullptr || p.M <=
 // The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
 template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
-  const int split = decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
+  const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
+  auto kernel = decode_one_row(p) ? kernels::gmm_decode_kernel<T, F8, 1> : kernels::gmm_decode_kernel<T, F8>;
+  const int split = forced_decode_split() < 0
+                        ? decode_split_by_fill(p, vec ? p.K / vec_elems : p.K,
+                                               resident_blocks(reinterpret_cast<const void*>(kernel), device, smem),
+                                               device)
+                        : decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
   const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
   const int64_t gx = (p.N + cols - 1) / cols;
   KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
-  const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
-  auto kernel = decode_one_row(p) ? kernels::gmm_decode_kernel<T, F8, 1> : kernels::gmm_decode_kernel<T, F8>;
   launch_dependent(kernel, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p, split, vec);
 }
 
