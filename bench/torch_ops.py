@@ -421,6 +421,7 @@ def cases():
     for v in (151936, 128256):
         out += [sample_case(v, 0.0, 0, 1.0), sample_case(v, 0.7, 20, 0.8), sample_case(v, 1.0, 0, 0.9)]
     out += [decode_attention_case(*h, l) for h in ATTENTION_HEADS for l in (512, 2048, 8192, 32768)]
+    out += [decode_attention_case(14, 2, 64, l) for l in (512, 2048, 8192, 32768)]  # Qwen2-0.5B's heads
     out += [prefill_attention_case(*h, l) for h in ATTENTION_HEADS for l in (512, 2048, 8192)]
     for t in (1, 512, 4096):
         for shape in MOE_SHAPES:

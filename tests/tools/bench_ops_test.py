@@ -44,7 +44,7 @@ count = {}
 for n in names:
     count[n.split("/")[0]] = count.get(n.split("/")[0], 0) + 1
 expected = {"launch": 1, "linear": 73, "linear_fp8": 27, "scaled_mm": 24, "softmax": 8, "log_softmax": 8,
-            "rms_norm": 6, "add_rms_norm": 4, "rope": 4, "silu_and_mul": 5, "sample": 6, "decode_attention": 12,
+            "rms_norm": 6, "add_rms_norm": 4, "rope": 4, "silu_and_mul": 5, "sample": 6, "decode_attention": 16,
             "sdpa_prefill": 9, "grouped_mm": 18, "moe": 9}
 check(count == expected, f"cases per op {count} == {expected}")
 check(sum("/M1/" in n and n.startswith("linear/") for n in names) == 54, "54 linear M = 1 cases (27 shapes x bias)")

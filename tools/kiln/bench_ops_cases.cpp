@@ -415,6 +415,8 @@ std::vector<OpCase> op_cases() {
   constexpr int64_t kHeads[][3] = {{32, 4, 128}, {32, 8, 128}, {64, 8, 128}};
   for (const auto& h : kHeads)
     for (const int64_t l : {512, 2048, 8192, 32768}) cases.push_back(decode_attention_case(h[0], h[1], h[2], l));
+  // A 64-channel head (Qwen2-0.5B: 14 query heads over 2 KV heads).
+  for (const int64_t l : {512, 2048, 8192, 32768}) cases.push_back(decode_attention_case(14, 2, 64, l));
   for (const auto& h : kHeads)
     for (const int64_t l : {512, 2048, 8192}) cases.push_back(prefill_attention_case(h[0], h[1], h[2], l));
   // Qwen3-30B-A3B (128 experts, I 768), Qwen1.5-MoE-like (64, 1408), a 256-expert layer (512).
