@@ -133,7 +133,6 @@ int decode_split_by_fill(const GmmArgs& p, int64_t units, int per_sm, int device
 }
 
 int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool act, int device) {
-  if (const int f = forced_decode_split(); f > 0) return f;
   const int64_t cols_per_group = act ? kernels::kDecR / 2 : kernels::kDecR;
   const int64_t groups = m * ((n + cols_per_group - 1) / cols_per_group);
   const int64_t want = static_cast<int64_t>(multiprocessor_count(device)) * 32;
@@ -154,11 +153,12 @@ template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
   const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
   auto kernel = decode_one_row(p) ? kernels::gmm_decode_kernel<T, F8, 1> : kernels::gmm_decode_kernel<T, F8>;
-  const int split = forced_decode_split() < 0
-                        ? decode_split_by_fill(p, vec ? p.K / vec_elems : p.K,
-                                               resident_blocks(reinterpret_cast<const void*>(kernel), device, smem),
-                                               device)
-                        : decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
+  const int forced = forced_decode_split();
+  const int split =
+      forced > 0   ? forced
+      : forced < 0 ? decode_split_by_fill(p, vec ? p.K / vec_elems : p.K,
+                                          resident_blocks(reinterpret_cast<const void*>(kernel), device, smem), device)
+                   : decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
   const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
   const int64_t gx = (p.N + cols - 1) / cols;
   KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");

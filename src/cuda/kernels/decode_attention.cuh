@@ -75,13 +75,9 @@ __device__ __forceinline__ void store_normalized(uint16_t* dst, const float4& ac
   *reinterpret_cast<uint2*>(dst) = packed;
 }
 
-// The four warps' states of one 16-row tile (warp w of the block held keys 16w..16w+15 of every tile)
-// merged through shared memory and stored: the output itself with one split, else the split's f32
-// partial (o, max, sum). `red_o` (4 x 16 x D floats) and `red_ml` (128 floats) are shared memory that no
-// warp reads any more once `sync` (a barrier over the four warps, threads 0..127) has passed; every thread
-// of the four warps calls.
-// The second half of decode_merge_store: the four warps' (max, sum, o) of rows 0..nrows-1 are in red_ml
-// (max [4][16], then sum [4][16]) and red_o ([4][16][D]); after `sync` they are merged and stored.
+// The four warps' (max, sum, o) of rows 0..nrows-1, already in red_ml (max [4][16], then sum [4][16]) and
+// red_o ([4][16][D]), merged after `sync` and stored: the output itself with one split, else the split's f32
+// partial (o, max, sum). The second half of decode_merge_store; the register kernel fills the buffers itself.
 template <class Tag, int D, class Sync>
 __device__ __forceinline__ void decode_merge_red_store(float* red_o, float* red_ml, const DecodeParams& p, int nrows,
                                                        int row0, int b, int hk, int split, Sync sync) {
@@ -118,6 +114,10 @@ __device__ __forceinline__ void decode_merge_red_store(float* red_o, float* red_
   }
 }
 
+// The four warps' states of one 16-row tile (warp w of the block held keys 16w..16w+15 of every tile)
+// merged through shared memory and stored (decode_merge_red_store). `red_o` (4 x 16 x D floats) and `red_ml`
+// (128 floats) are shared memory that no warp reads any more once `sync` (a barrier over the four warps,
+// threads 0..127) has passed; every thread of the four warps calls.
 template <class Tag, int D, class Sync>
 __device__ __forceinline__ void decode_merge_store(const WarpState<D>& st, float* red_o, float* red_ml,
                                                    const DecodeParams& p, int nrows, int row0, int b, int hk,
