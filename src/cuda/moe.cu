@@ -6,10 +6,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -27,7 +24,8 @@ namespace {
 using kernels::GmmArgs;
 using kernels::GmmMode;
 
-// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-pingpong, portable).
+// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-cluster2, tma-cluster4,
+// portable).
 GroupedMmPath path_from_env() {
   const char* v = std::getenv("KILN_GROUPED_MM_PATH");
   if (!v || !*v) return GroupedMmPath::Auto;
@@ -37,9 +35,11 @@ GroupedMmPath path_from_env() {
   if (s == "tiled") return GroupedMmPath::Tiled;
   if (s == "tiled-wide") return GroupedMmPath::TiledWide;
   if (s == "tma") return GroupedMmPath::TiledTma;
-  if (s == "tma-pingpong") return GroupedMmPath::TiledTmaPingpong;
+  if (s == "tma-cluster2") return GroupedMmPath::TiledTmaCluster2;
+  if (s == "tma-cluster4") return GroupedMmPath::TiledTmaCluster4;
   if (s == "portable") return GroupedMmPath::TiledPortable;
-  throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, tma, tma-pingpong, portable"));
+  throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, tma, tma-cluster2, tma-cluster4, ",
+                  "portable"));
 }
 std::atomic<GroupedMmPath>& forced_path() {
   static std::atomic<GroupedMmPath> p{path_from_env()};
@@ -66,7 +66,8 @@ Gmm90Kernel sm90_kernel(GroupedMmPath f) {
   switch (f) {
     case GroupedMmPath::Tiled: return Gmm90Kernel::CpAsync;
     case GroupedMmPath::TiledWide: return Gmm90Kernel::CpAsyncWide;
-    case GroupedMmPath::TiledTmaPingpong: return Gmm90Kernel::TmaPingpong;
+    case GroupedMmPath::TiledTmaCluster2: return Gmm90Kernel::TmaCluster2;
+    case GroupedMmPath::TiledTmaCluster4: return Gmm90Kernel::TmaCluster4;
     default: return Gmm90Kernel::Tma;
   }
 }
@@ -77,61 +78,14 @@ bool tma_tiles(int device) {
   const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
   if (f == GroupedMmPath::TiledPortable) return false;
   const Gmm90Kernel k = sm90_kernel(f);
-  return (k == Gmm90Kernel::Tma || k == Gmm90Kernel::TmaPingpong) && wgmma_available(device);
+  return k != Gmm90Kernel::CpAsync && k != Gmm90Kernel::CpAsyncWide && wgmma_available(device);
 }
 
 // Warps per weight-row group of the decode kernel: enough warps for ~32 per SM assuming every row slot
 // works (one row per group, the decode case), more only while each thread keeps >= 2 chunks of K.
-// KILN_GMM_DECODE_SPLIT=1|2|4|8 forces it, for A/B runs: the grid's last round of resident blocks is often
-// nearly empty (T1 E128 gate_up: 768 blocks on 660 slots of 5 blocks per SM; down 1024), and a larger split
-// multiplies the blocks. KILN_GMM_DECODE_SPLIT=fill (-1 here) picks it by that fill (decode_split_by_fill).
-int forced_decode_split() {
-  static const int f = [] {
-    const char* v = std::getenv("KILN_GMM_DECODE_SPLIT");
-    if (!v || !*v) return 0;
-    const std::string s(v);
-    if (s == "fill") return -1;
-    if (s != "1" && s != "2" && s != "4" && s != "8")
-      throw Error(str("KILN_GMM_DECODE_SPLIT=", s, " is not fill or one of 1, 2, 4, 8"));
-    return std::atoi(v);
-  }();
-  return f;
-}
-
-// Resident blocks per multiprocessor of a kernel (the occupancy API, cached per kernel, device and shared
-// memory size); 1 if the query fails.
-int resident_blocks(const void* kernel, int device, size_t smem) {
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int, size_t>, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(kernel, device, smem);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kernels::kDecThreads, smem) != cudaSuccess || n < 1) {
-    cudaGetLastError();
-    n = 1;
-  }
-  cache[key] = n;
-  return n;
-}
-
-// The split whose grid fills its rounds of resident blocks best (blocks / (rounds x slots)), among those that
-// leave every thread at least one 16-byte chunk of K; a larger split must fill more than 5% better.
-int decode_split_by_fill(const GmmArgs& p, int64_t units, int per_sm, int device) {
-  const int64_t slots = static_cast<int64_t>(per_sm) * multiprocessor_count(device);
-  int best = 1;
-  double best_fill = -1.0;
-  for (int split = 1; split <= kernels::kDecWarps; split *= 2) {
-    if (split > 1 && units < 32 * split) break;
-    const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
-    const int64_t blocks = (p.N + cols - 1) / cols * p.M;
-    const int64_t rounds = (blocks + slots - 1) / slots;
-    const double fill = static_cast<double>(blocks) / static_cast<double>(rounds * slots);
-    if (fill > best_fill + 0.05) best = split, best_fill = fill;
-  }
-  return best;
-}
-
+// Measured on the H200 (docs/benchmarks.md, twelfth run): forcing 2 or 4 warps, or the split whose grid
+// best fills its rounds of resident blocks, was slower at every one-token shape (T1 E128 gate_up 17.8 us
+// here against 18.2 / 21.5 / 21.4): each block's fixed cost (the offsets scan) outweighs the fill.
 int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool act, int device) {
   const int64_t cols_per_group = act ? kernels::kDecR / 2 : kernels::kDecR;
   const int64_t groups = m * ((n + cols_per_group - 1) / cols_per_group);
@@ -153,12 +107,7 @@ template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
   const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
   auto kernel = decode_one_row(p) ? kernels::gmm_decode_kernel<T, F8, 1> : kernels::gmm_decode_kernel<T, F8>;
-  const int forced = forced_decode_split();
-  const int split =
-      forced > 0   ? forced
-      : forced < 0 ? decode_split_by_fill(p, vec ? p.K / vec_elems : p.K,
-                                          resident_blocks(reinterpret_cast<const void*>(kernel), device, smem), device)
-                   : decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
+  const int split = decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
   const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
   const int64_t gx = (p.N + cols - 1) / cols;
   KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");

@@ -2,8 +2,12 @@
 #include "cuda/moe_sm90.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/kernels/grouped_mm_sm90.cuh"
 #include "cuda/launch.h"
@@ -12,10 +16,40 @@ namespace kiln::cuda {
 
 namespace {
 
-// The TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel); false, launching nothing, where it does not
-// apply: gathered A rows (a_rows: TMA copies boxes, not lists of rows), K = 0, or operands no tensor map
-// describes.
-template <int BN, bool PP>
+std::atomic<int64_t> tma_counts[3];  // clusters of 1, 2, 4
+
+// Clusters of CS blocks of `kernel` (dynamic shared memory smem) that can be resident at once on `device`
+// (the occupancy API, cached); 0 when the query fails.
+int resident_clusters(const void* kernel, int cs, size_t smem, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(kernel, device);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(cs));
+  cfg.blockDim = dim3(kernels::gmm90::kTmaThreads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cs);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  cache[key] = n;
+  return n;
+}
+
+// The TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel) with clusters of CS blocks; false, launching
+// nothing, where it does not apply: gathered A rows (a_rows: TMA copies boxes, not lists of rows), K = 0,
+// operands no tensor map describes, or (CS > 1) no cluster of CS such blocks fits the device.
+template <int BN, int CS>
 bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op) {
   namespace k90 = kernels::gmm90;
   if (p.a_rows != nullptr || p.K <= 0) return false;
@@ -34,41 +68,67 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   if (b_rows + 128 > INT_MAX) return false;  // box coordinates are int32
   const uint64_t b_dims[3] = {u(p.K), u(b_rows), tp.b_slots ? u(p.G) : 1};
   const uint64_t b_strides[2] = {u(p.b_sn) * 2, tp.b_slots ? u(p.b_sg) * 2 : u(p.b_sn) * 2 * u(b_rows)};
-  if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, k90::kBM) ||
+  if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, k90::kBM / CS) ||
       !encode_tensor_map_3d(&tp.tb, p.b, bf16, b_dims, b_strides, 64, BN / 2))
     return false;
   const int64_t ncols = k90::tile_cols(p.act, BN);
   const int64_t nt = (p.N + ncols - 1) / ncols;
   const int64_t mt = (static_cast<int64_t>(p.M) + k90::kBM - 1) / k90::kBM;
-  // The tiles there can be: RowGroups at most ceil(M / kBM) + G + 1 m-tiles (one partial tile per group and
-  // the rows past the last offset).
-  const int64_t bound = (batched ? mt * p.G : mt + p.G + 1) * nt;
+  // The list entries there can be: RowGroups at most ceil(M / kBM) + G + 1 m-tiles (one partial tile per
+  // group and the rows past the last offset), times the groups of CS n-tiles.
+  const int64_t bound = (batched ? mt * p.G : mt + p.G + 1) * ((nt + CS - 1) / CS);
   KILN_CHECK(bound < (int64_t{1} << 31), op, ": ", bound, " product tiles is too many for one launch");
   if (bound == 0) return true;
   tp.ntiles = static_cast<int>(nt);
   tp.mtiles = static_cast<int>(mt);
-  const int64_t blocks = std::min<int64_t>(bound, multiprocessor_count(device));
   const size_t smem = k90::tma_smem_bytes<BN>(batched ? 0 : p.G);
   auto go = [&](auto kernel) {
-    set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), k90::tma_smem_bytes<BN>(kernels::kGmmMaxGroups),
-                         device, op);
-    kernel<<<static_cast<unsigned>(blocks), k90::kTmaThreads, smem, stream>>>(tp);
+    const void* fn = reinterpret_cast<const void*>(kernel);
+    set_max_dynamic_smem(fn, k90::tma_smem_bytes<BN>(kernels::kGmmMaxGroups), device, op);
+    // Persistent: one block per SM, or as many clusters as can be resident at once.
+    int64_t clusters = multiprocessor_count(device) / CS;
+    if (CS > 1) {
+      clusters = resident_clusters(fn, CS, k90::tma_smem_bytes<BN>(kernels::kGmmMaxGroups), device);
+      if (clusters < 1) return false;
+    }
+    clusters = std::min<int64_t>(bound, clusters);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(clusters * CS));
+    cfg.blockDim = dim3(k90::kTmaThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1] = {};
+    if (CS > 1) {
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = CS;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+    }
+    check(cudaLaunchKernelEx(&cfg, kernel, tp), op);
+    tma_counts[CS == 1 ? 0 : CS == 2 ? 1 : 2].fetch_add(1, std::memory_order_relaxed);
+    return true;
   };
-  if (bf16) go(k90::gmm_tma_kernel<BFloat16, BN, PP>);
-  else go(k90::gmm_tma_kernel<Half, BN, PP>);
-  return true;
+  return bf16 ? go(k90::gmm_tma_kernel<BFloat16, BN, CS>) : go(k90::gmm_tma_kernel<Half, BN, CS>);
 }
 
 }  // namespace
+
+int64_t grouped_tma_launches(int cluster) {
+  KILN_CHECK(cluster == 1 || cluster == 2 || cluster == 4, "grouped_tma_launches: clusters of 1, 2 or 4, got ", cluster);
+  return tma_counts[cluster == 1 ? 0 : cluster == 2 ? 1 : 2].load(std::memory_order_relaxed);
+}
 
 bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, Gmm90Kernel which, int device, cudaStream_t stream,
                      const char* op) {
   namespace k90 = kernels::gmm90;
   if (!wgmma_available(device)) return false;
   if (p.mode != kernels::GmmMode::RowGroups && p.mode != kernels::GmmMode::Batched) return false;
-  if (which == Gmm90Kernel::Tma || which == Gmm90Kernel::TmaPingpong) {
-    const bool ok = which == Gmm90Kernel::Tma ? launch_tma<128, false>(p, bf16, device, stream, op)
-                                              : launch_tma<128, true>(p, bf16, device, stream, op);
+  if (which == Gmm90Kernel::Tma || which == Gmm90Kernel::TmaCluster2 || which == Gmm90Kernel::TmaCluster4) {
+    const bool ok = which == Gmm90Kernel::Tma           ? launch_tma<128, 1>(p, bf16, device, stream, op)
+                    : which == Gmm90Kernel::TmaCluster2 ? launch_tma<128, 2>(p, bf16, device, stream, op)
+                                                        : launch_tma<128, 4>(p, bf16, device, stream, op);
     if (ok) {
       check_launch(op);
       return true;

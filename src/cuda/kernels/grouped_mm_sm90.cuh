@@ -232,11 +232,16 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // (m-tile slot, n-tile), n fastest, so the blocks at work at one time share A tiles and a few groups' B.
 // Both roles walk the same list (the offsets are scanned once per block: gmm_scan_row_tiles); the ring
 // runs on from one tile into the next, so the next tile's loads overlap this tile's epilogue.
-// PP (ping-pong, opt-in: GroupedMmPath::TiledTmaPingpong): each math warpgroup takes every other tile of
-// the block whole instead (two m64 MMAs per K step), so one warpgroup's epilogue runs while the other
-// multiplies. Correct on the H200 but slower than the default: 0.98-1.01x of it at T512 gate_up, 0.5-0.95x
-// at the down products and at T4096 (grouped_mm geomean against PyTorch 0.70 forced onto every product,
-// against 1.03 for Auto).
+//
+// CS > 1 (GroupedMmPath::TiledTmaCluster2 / 4): thread-block clusters of CS blocks along n share each A
+// tile. The cluster walks the list of (m-tile, CS consecutive n-tiles); block rank r takes the r-th n-tile
+// (past the last n-tile it multiplies and stores nothing) and loads rows 128 r / CS.. of the A tile into
+// every block of the cluster at once (TMA multicast), so each block pulls 1 / CS of A through L2 instead of
+// all of it: at T4096 the products are bound by the L2-to-SM traffic of 128 x 128 tiles (docs/benchmarks.md).
+// A stage is refilled only once the math warps of every block of the cluster are done with it (their
+// arrivals go to each block's empty barrier: 8 CS of them); every block's full barrier counts all the
+// stage's bytes, its own and its peers'. The blocks of a cluster meet at the start (barriers initialised
+// before any peer arrives or copies) and at the end (none exits while a peer may still arrive on its barriers).
 constexpr int kTmaThreads = 384;
 // Registers per thread after the split (setmaxnreg): 128 x 40 + 256 x 232 = 64512, exactly the 384 x 168 the
 // kernel is compiled for (__launch_bounds__(384, 1)); asking for more than the block holds would stall.
@@ -254,7 +259,7 @@ constexpr size_t tma_smem_bytes(int groups) {
 }
 
 struct GmmTmaParams {
-  CUtensorMap ta;  // A: (K, rows, slots), slots = groups for Batched A with a group stride, else 1
+  CUtensorMap ta;  // A: (K, rows, slots), slots = groups for Batched A with a group stride, else 1; box rows 128 / CS
   CUtensorMap tb;  // B: (K, rows = N or 2 N with act, slots = groups, or 1 when B has no group stride)
   GmmArgs p;
   int a_slots, b_slots;  // 1: the group picks the slot; 0: slot 0
@@ -262,12 +267,42 @@ struct GmmTmaParams {
   int mtiles;            // Batched: m-tiles per group, ceil(M / kBM)
 };
 
-template <class T, int BN, bool PP>
+// Cluster primitives (CS > 1).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster (not .aligned: the copy warp's threads arrive apart).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// Arrival on the barrier at the same shared-memory offset in block `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_in(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}\n" ::"r"(
+          bar),
+      "r"(rank)
+      : "memory");
+}
+// A box into the same shared-memory offset of every block in `mask`, each block's barrier at `bar` counting it.
+__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                                      uint32_t bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+template <class T, int BN, int CS>
 __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_constant__ GmmTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!std::is_same_v<T, float>, "16-bit inputs");
+  static_assert(CS == 1 || CS == 2 || CS == 4, "clusters of 1, 2 or 4 blocks");
   constexpr int S = tma_stages<BN>();
   constexpr uint32_t kStage = stage_bytes<BN>();
+  constexpr int kARows = kBM / CS;  // A rows each block of a cluster copies
   extern __shared__ __align__(1024) unsigned char sm_raw[];
   __shared__ int warp_tmp[kTmaThreads / 32];
   const uint32_t raw = smem_addr(sm_raw);
@@ -276,6 +311,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
   int* const dyn = reinterpret_cast<int*>(sm_raw + (empty + 8 * S - raw));  // gmm_scan_row_tiles' 2 G + 1 ints
   const GmmArgs& p = tp.p;
   const int tid = static_cast<int>(threadIdx.x);
+  const int rank = CS > 1 ? static_cast<int>(cluster_rank()) : 0;
 
   if (tid == 256) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tp.ta)) : "memory");
@@ -284,26 +320,32 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
   if (tid == 0) {
     for (int i = 0; i < S; ++i) {
       mbar_init(full + 8 * i, 1);
-      mbar_init(empty + 8 * i, PP ? 4 : 8);  // the math warps that read the stage
+      mbar_init(empty + 8 * i, 8 * CS);  // the math warps of every block of the cluster that read the stage
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   const bool rows = p.mode == GmmMode::RowGroups;
+  // The list: (m-tile, group of CS n-tiles), the latter fastest; this block's n-tile in a group is its rank.
+  const int ngroups = (tp.ntiles + CS - 1) / CS;
   int total;
   if (rows) {
     gmm_scan_row_tiles<kTmaThreads, kBM>(p, dyn, warp_tmp, blockIdx.x == 0);
-    total = dyn[2 * p.G] * tp.ntiles;  // the m-tile count, times the n-tiles
+    total = dyn[2 * p.G] * ngroups;  // the m-tile count, times the n-tile groups
   } else {
-    total = p.G * tp.mtiles * tp.ntiles;
+    total = p.G * tp.mtiles * ngroups;
   }
   __syncthreads();  // the barriers are initialised; the scans are complete
+  if constexpr (CS > 1) cluster_sync();  // and so are the peers' barriers
 
   const int ncols = tile_cols(p.act, BN);
   const int steps = (p.K + kBK - 1) / kBK;
-  // Tile t: group g (RowGroups: g == G is the rows past the last offset), rows [m0, m1), columns from n0.
-  auto tile_at = [&](int t, int& g, int& m0, int& m1, int64_t& n0) {
-    const int mt = t / tp.ntiles;
-    n0 = static_cast<int64_t>(t % tp.ntiles) * ncols;
+  const int first = static_cast<int>(blockIdx.x) / CS, stride = static_cast<int>(gridDim.x) / CS;
+  // Entry u of the list: group g (RowGroups: g == G is the rows past the last offset), rows [m0, m1), this
+  // block's columns from n0; false when that n-tile lies past the last (a cluster's spare block).
+  auto tile_at = [&](int u, int& g, int& m0, int& m1, int64_t& n0) {
+    const int mt = u / ngroups;
+    const int nt = (u % ngroups) * CS + rank;
+    n0 = static_cast<int64_t>(nt) * ncols;
     if (rows) {
       gmm_row_tile_at<kBM>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
     } else {
@@ -311,119 +353,83 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
       m0 = (mt % tp.mtiles) * kBM;
       m1 = m0 + kBM < p.M ? m0 + kBM : p.M;
     }
+    return nt < tp.ntiles;
   };
 
   if (tid >= 256) {  // the copy warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kTmaCopyRegs));
-    if (tid != 256) return;
-    uint32_t it = 0;  // K steps issued by this block, over all its tiles
-    for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
-      int g, m0, m1;
-      int64_t n0;
-      tile_at(t, g, m0, m1, n0);
-      if (rows && g == p.G) continue;  // zeros: nothing to load
-      const int aslot = tp.a_slots ? g : 0, bslot = tp.b_slots ? g : 0;
-      const int nb0 = static_cast<int>(n0), nb1 = static_cast<int>(p.act ? p.N + n0 : n0 + BN / 2);
-      for (int ks = 0; ks < steps; ++ks, ++it) {
-        const uint32_t st = it % S;
-        mbar_wait(empty + 8 * st, ((it / S) & 1) ^ 1);
-        mbar_expect_tx(full + 8 * st, kStage);
-        const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
-        tma_load_3d(as, &tp.ta, ks * kBK, m0, aslot, full + 8 * st);
-        tma_load_3d(bs, &tp.tb, ks * kBK, nb0, bslot, full + 8 * st);
-        tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
+    if (tid == 256) {
+      uint32_t it = 0;  // K steps issued by this block, over all its tiles
+      for (int u = first; u < total; u += stride) {
+        int g, m0, m1;
+        int64_t n0;
+        tile_at(u, g, m0, m1, n0);  // a spare block still copies its share of A (its B: rows past N, or unused)
+        if (rows && g == p.G) continue;  // zeros: nothing to load (the whole cluster skips the tile)
+        const int aslot = tp.a_slots ? g : 0, bslot = tp.b_slots ? g : 0;
+        const int nb0 = static_cast<int>(n0), nb1 = static_cast<int>(p.act ? p.N + n0 : n0 + BN / 2);
+        for (int ks = 0; ks < steps; ++ks, ++it) {
+          const uint32_t st = it % S;
+          mbar_wait(empty + 8 * st, ((it / S) & 1) ^ 1);
+          mbar_expect_tx(full + 8 * st, kStage);
+          const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
+          if constexpr (CS == 1) {
+            tma_load_3d(as, &tp.ta, ks * kBK, m0, aslot, full + 8 * st);
+          } else {
+            tma_load_3d_multicast(as + rank * kARows * 128, &tp.ta, ks * kBK, m0 + rank * kARows, aslot,
+                                  full + 8 * st, static_cast<uint16_t>((1u << CS) - 1));
+          }
+          tma_load_3d(bs, &tp.tb, ks * kBK, nb0, bslot, full + 8 * st);
+          tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
+        }
       }
     }
+    if constexpr (CS > 1) cluster_sync();
     return;
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kTmaMathRegs));
   const int wg = tid / 128, lane = tid % 32;
+  // The math warps release a stage to the copy threads of every block of the cluster.
+  auto release = [&](uint32_t st) {
+    if (lane != 0) return;
+    if constexpr (CS == 1) {
+      mbar_arrive(empty + 8 * st);
+    } else {
+#pragma unroll
+      for (int r = 0; r < CS; ++r) mbar_arrive_in(empty + 8 * st, static_cast<uint32_t>(r));
+    }
+  };
   uint32_t it = 0;  // K steps of this block's tiles so far (the copy thread's count)
-  if constexpr (PP) {
-    // Ping-pong: warpgroup w takes the block's tiles w, w + 2, ... whole (both 64-row halves, two MMAs per
-    // K step); the copies come in tile order, so one warpgroup's epilogue overlaps the other's MMAs.
-    float acc[2][BN / 2];
-    int n = 0;
-    for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x), ++n) {
-      int g, m0, m1;
-      int64_t n0;
-      tile_at(t, g, m0, m1, n0);
-      const int64_t cg = rows ? 0 : g;
-      const bool zeros = rows && g == p.G;
-      if ((n & 1) != wg) {
-        if (!zeros) it += steps;
-        continue;
-      }
-      // Hand-off: this warpgroup waits for its stages only once the other has waited for its last stage of
-      // tile n - 1 (so each waits at most one ring's length ahead of the copies, and a barrier's parity
-      // never stands for an older phase). Two named barriers, alternating, keep hand-offs apart.
-      const bool more = t + static_cast<int>(gridDim.x) < total;
-      if (n > 0) named_sync(1 + (n & 1), 256);
-      if (zeros) {
-        if (more) named_arrive(1 + ((n + 1) & 1), 256);
-        for (int i = tid % 128; i < (m1 - m0) * ncols; i += 128) {
-          const int64_t c = n0 + i % ncols;
-          if (c < p.N) gmm_store<T>(p, cg, m0 + i / ncols, c, 0.f);
-        }
-        continue;
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[h][i] = 0.f;
-      for (int ks = 0; ks < steps; ++ks, ++it) {
-        const uint32_t st = it % S;
-        mbar_wait(full + 8 * st, (it / S) & 1);
-        const uint32_t as = ring + st * kStage;
-        wg_fence();
-        mma_k64<T, BN>(acc[0], as, as + kATileBytes);             // rows 0..63
-        mma_k64<T, BN>(acc[1], as + 64 * 128, as + kATileBytes);  // rows 64..127
-        wg_commit();
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        fence_regs(acc[0]);
-        fence_regs(acc[1]);
-        if (ks > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
-      }
-      if (more) named_arrive(1 + ((n + 1) & 1), 256);
-      wg_wait_all();
-      fence_regs(acc[0]);
-      fence_regs(acc[1]);
-      if (steps > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
-      gmm90_epilogue<T, BN>(p, acc[0], cg, m0, m1, n0, tid % 128);
-      gmm90_epilogue<T, BN>(p, acc[1], cg, m0, m1, n0, 128 + tid % 128);
+  // Both warpgroups on every tile, warpgroup w on rows 64 w...
+  float acc[BN / 2];
+  for (int u = first; u < total; u += stride) {
+    int g, m0, m1;
+    int64_t n0;
+    const bool mine = tile_at(u, g, m0, m1, n0);
+    const int64_t cg = rows ? 0 : g;
+    if (rows && g == p.G) {
+      if (mine) gmm_store_zeros<T, 256>(p, cg, m0, m1, n0, ncols);
+      continue;
     }
-  } else {
-    // Cooperative: both warpgroups on every tile, warpgroup w on rows 64 w...
-    float acc[BN / 2];
-    for (int t = static_cast<int>(blockIdx.x); t < total; t += static_cast<int>(gridDim.x)) {
-      int g, m0, m1;
-      int64_t n0;
-      tile_at(t, g, m0, m1, n0);
-      const int64_t cg = rows ? 0 : g;
-      if (rows && g == p.G) {
-        gmm_store_zeros<T, 256>(p, cg, m0, m1, n0, ncols);
-        continue;
-      }
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-      for (int ks = 0; ks < steps; ++ks, ++it) {
-        const uint32_t st = it % S;
-        mbar_wait(full + 8 * st, (it / S) & 1);
-        const uint32_t as = ring + st * kStage;
-        wg_fence();
-        mma_k64<T, BN>(acc, as + wg * 64 * 128, as + kATileBytes);
-        wg_commit();
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the previous step's MMAs are done
-        fence_regs(acc);
-        if (ks > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
-      }
-      wg_wait_all();
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+    for (int ks = 0; ks < steps; ++ks, ++it) {
+      const uint32_t st = it % S;
+      mbar_wait(full + 8 * st, (it / S) & 1);
+      const uint32_t as = ring + st * kStage;
+      wg_fence();
+      mma_k64<T, BN>(acc, as + wg * 64 * 128, as + kATileBytes);
+      wg_commit();
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the previous step's MMAs are done
       fence_regs(acc);
-      if (steps > 0 && lane == 0) mbar_arrive(empty + 8 * ((it - 1) % S));
-      gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
+      if (ks > 0) release((it - 1) % S);
     }
+    wg_wait_all();
+    fence_regs(acc);
+    if (steps > 0) release((it - 1) % S);
+    if (mine) gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
   }
+  if constexpr (CS > 1) cluster_sync();  // no block exits while a peer may still arrive on its barriers
 #else
   __trap();  // not an sm_90a build: the host does not launch this kernel
 #endif
