@@ -241,7 +241,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // A stage is refilled only once the math warps of every block of the cluster are done with it (their
 // arrivals go to each block's empty barrier: 8 CS of them); every block's full barrier counts all the
 // stage's bytes, its own and its peers'. The blocks of a cluster meet at the start (barriers initialised
-// before any peer arrives or copies) and at the end (none exits while a peer may still arrive on its barriers).
+// before any peer arrives or copies); at the end each copy thread waits until its stages' last uses are
+// released by the whole cluster, so no block exits while a peer may still arrive on its barriers.
 constexpr int kTmaThreads = 384;
 // Registers per thread after the split (setmaxnreg): 128 x 40 + 256 x 232 = 64512, exactly the 384 x 168 the
 // kernel is compiled for (__launch_bounds__(384, 1)); asking for more than the block holds would stall.
@@ -273,9 +274,9 @@ __device__ __forceinline__ uint32_t cluster_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
   return r;
 }
-// Every thread of every block of the cluster (not .aligned: the copy warp's threads arrive apart).
+// Every thread of every block of the cluster, converged.
 __device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 // Arrival on the barrier at the same shared-memory offset in block `rank` of the cluster.
 __device__ __forceinline__ void mbar_arrive_in(uint32_t bar, uint32_t rank) {
@@ -358,7 +359,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
 
   if (tid >= 256) {  // the copy warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kTmaCopyRegs));
-    if (tid == 256) {
+    if (tid != 256) return;
+    {
       uint32_t it = 0;  // K steps issued by this block, over all its tiles
       for (int u = first; u < total; u += stride) {
         int g, m0, m1;
@@ -382,8 +384,12 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
           tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
         }
       }
+      // Clusters: this block exits only once every math warp of the cluster has released each stage's last
+      // use (waits as if for S more steps), so no peer arrives on its barriers after it is gone.
+      if constexpr (CS > 1) {
+        for (int i = 0; i < S; ++i, ++it) mbar_wait(empty + 8 * (it % S), ((it / S) & 1) ^ 1);
+      }
     }
-    if constexpr (CS > 1) cluster_sync();
     return;
   }
 
@@ -429,7 +435,6 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
     if (steps > 0) release((it - 1) % S);
     if (mine) gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
   }
-  if constexpr (CS > 1) cluster_sync();  // no block exits while a peer may still arrive on its barriers
 #else
   __trap();  // not an sm_90a build: the host does not launch this kernel
 #endif
