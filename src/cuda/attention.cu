@@ -47,17 +47,16 @@ DecodeTuning tuning_from_env() {
     else if (key == "bps") t.blocks_per_sm = val;
     else if (key == "blocks") t.max_blocks = val;
     else if (key == "l2") t.l2_prefetch = val;
-    else if (key == "ahead") t.regs_ahead = val;
     else if (key == "kernel" && (text == "cp.async" || text == "tma" || text == "regs"))
       t.kernel = text == "tma" ? DecodeKernel::Tma : text == "regs" ? DecodeKernel::Regs : DecodeKernel::CpAsync;
     else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma|regs, "
-                        "l2=0|128, ahead=0..8)"));
+                        "l2=0|128)"));
     pos = end + 1;
   }
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
-                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.regs_ahead >= 0 && t.regs_ahead <= 8,
-             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0, l2 0 or 128 and "
-             "ahead 0..8, got \"",
+                 (t.l2_prefetch == 0 || t.l2_prefetch == 128),
+             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0 and l2 0 or 128, "
+             "got \"",
              spec, "\"");
   return t;
 }
@@ -193,7 +192,6 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   p.lq = static_cast<int>(L.lq);
   p.row_tiles = static_cast<int>(row_tiles);
   p.err = err;
-  p.ahead = 0;
   // 16-byte q loads: contiguous channels, every row start a multiple of 8 elements, an aligned base.
   p.q_vec = L.q_col == 1 && aligned16(q.data_ptr()) && mult8(L.q_row) && (L.heads == 1 || mult8(L.hq)) &&
             (L.outer == 1 || mult8(L.bq[0]));
@@ -244,10 +242,7 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
     p.part_o = nullptr;
     p.part_ml = nullptr;
   }
-  if (regs) {
-    regs_launches().fetch_add(1, std::memory_order_relaxed);
-    p.ahead = tune.regs_ahead;
-  }
+  if (regs) regs_launches().fetch_add(1, std::memory_order_relaxed);
   with_tag(q.dtype(), [&](auto tag) {
     using Tag = decltype(tag);
     auto go = [&](auto d_const) {
@@ -264,9 +259,8 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
                          "decode_attention", tp);
       } else if (regs) {
         const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(hkv), static_cast<unsigned>(b));
-        launch_dependent(p.ahead > 0 ? attn::decode_attention_regs_kernel<Tag, D, true>
-                                     : attn::decode_attention_regs_kernel<Tag, D, false>,
-                         grid, dim3(attn::kThreads), 0, stream, dev.index, "decode_attention", p);
+        launch_dependent(attn::decode_attention_regs_kernel<Tag, D>, grid, dim3(attn::kThreads), 0, stream,
+                         dev.index, "decode_attention", p);
       } else {
         const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(hkv * row_tiles),
                         static_cast<unsigned>(b));
@@ -342,9 +336,9 @@ int64_t decode_regs_launches() { return regs_launches().load(std::memory_order_r
 
 void set_decode_tuning(const DecodeTuning& t) {
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
-                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.regs_ahead >= 0 && t.regs_ahead <= 8,
+                 (t.l2_prefetch == 0 || t.l2_prefetch == 128),
              "set_decode_tuning: min_split_keys must be a positive multiple of 64, blocks_per_sm positive, "
-             "max_blocks >= 0, l2_prefetch 0 or 128 and regs_ahead 0..8");
+             "max_blocks >= 0 and l2_prefetch 0 or 128");
   std::lock_guard<std::mutex> lock(tuning_mu());
   tuning_ref() = t;
 }

@@ -33,11 +33,8 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //                     multiprocessor); blocks_per_sm applies to the cp.async and register kernels.
 //   l2_prefetch       the cp.async kernel's K/V copies ask L2 to fetch the 128-byte block around each miss
 //                     (128, the default: 1-3% faster at L >= 2048 on the H200) or give no hint (0).
-//   regs_ahead        the register kernel's warps also ask L2 for the K/V lines of the chunk this many of
-//                     their steps past the one they load (0: no prefetch; at most 8), so more bytes are in
-//                     flight than its two register buffers hold.
 // Set for tests and benchmarks by set_decode_tuning, or
-// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,ahead=2" (kernel=regs|cp.async|tma).
+// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128" (kernel=regs|cp.async|tma).
 enum class DecodeKernel { CpAsync, Tma, Regs };
 struct DecodeTuning {
   int min_split_keys = 64;
@@ -45,7 +42,6 @@ struct DecodeTuning {
   DecodeKernel kernel = DecodeKernel::Regs;
   int max_blocks = 0;
   int l2_prefetch = 128;
-  int regs_ahead = 0;
 };
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);

@@ -287,18 +287,17 @@ struct Tuning {
   int min_split_keys, blocks_per_sm;
   DecodeKernel kernel;
   int max_blocks, l2_prefetch;
-  int regs_ahead = 0;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
 // The register kernel (the default; KV groups of at most 8 rows, others take the cp.async kernel) with the
-// default and with longer splits and an L2 prefetch three steps ahead; the cp.async kernel with the 128-byte L2 prefetch, with longer splits, with
+// default and with longer splits; the cp.async kernel with the 128-byte L2 prefetch, with longer splits, with
 // fewer blocks (so fewer splits) and no prefetch hint, and with more blocks than fit at once; the TMA kernel
 // (Hopper) by default and on a persistent grid of three blocks (each block takes many items, its ring running
 // on from one into the next).
-const Tuning kTunings[] = {{64, 2, DecodeKernel::Regs, 0, 128},    {256, 1, DecodeKernel::Regs, 0, 128, 3},
+const Tuning kTunings[] = {{64, 2, DecodeKernel::Regs, 0, 128},    {256, 1, DecodeKernel::Regs, 0, 128},
                            {64, 2, DecodeKernel::CpAsync, 0, 128}, {256, 1, DecodeKernel::CpAsync, 0, 128},
                            {64, 1, DecodeKernel::CpAsync, 0, 0},   {64, 6, DecodeKernel::CpAsync, 0, 128},
                            {64, 2, DecodeKernel::Tma, 0, 128},     {256, 1, DecodeKernel::Tma, 3, 128}};
@@ -307,7 +306,7 @@ std::string tuning_name(const Tuning& t) {
                        : t.kernel == DecodeKernel::Regs ? "register kernel"
                                                         : "cp.async kernel";
   return str(kernel, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM, ", t.max_blocks,
-             " blocks, L2 prefetch ", t.l2_prefetch, ", ahead ", t.regs_ahead);
+             " blocks, L2 prefetch ", t.l2_prefetch);
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {

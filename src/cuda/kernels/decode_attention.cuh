@@ -31,7 +31,6 @@ struct DecodeParams {
   int splits, row_tiles;
   int lq, rows;  // queries per sequence; rows of a KV group (Hq / Hkv * Lq), both < 2^31 (checked)
   bool q_vec;    // q rows can be read in 16-byte pieces (contiguous channels, 8-element strides, aligned)
-  int ahead;     // the register kernel's L2 prefetch distance in warp steps (DecodeTuning::regs_ahead; 0: none)
   DeviceErrorRecord* err;
 };
 

@@ -37,9 +37,7 @@ namespace kiln::cuda::attn {
 
 constexpr int kRegsMaxRows = 8;  // query rows per KV group this kernel takes (the MMA's N)
 
-// PF: the instance with the L2 prefetch (p.ahead > 0); without it the kernel holds 228 registers (D = 128), with
-// it 254.
-template <class Tag, int D, bool PF>
+template <class Tag, int D>
 __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(DecodeParams p) {
   constexpr int KS = D / 16;  // MMA steps of S, and m-tiles of O
   constexpr int KL = D / 32;  // 16-byte K loads per key and lane
@@ -111,20 +109,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
         const uint4 v = kernels::gemv_load_stream(vp + 8 * j);
         vr[i][j] = ok ? v : make_uint4(0, 0, 0, 0);
       }
-    }
-  };
-  // L2 prefetch of chunk c's K and V lines (D / 64 lines of 128 bytes per key and operand), one line per lane
-  // and instruction: nothing is waited for and no register is held.
-  auto prefetch = [&](int c) {
-    constexpr int kLines = 16 * (D / 64);
-    const int k0 = kb + 16 * c;
-#pragma unroll
-    for (int i = lane; i < kLines; i += 32) {
-      const int key = k0 + i / (D / 64);
-      if (key >= ke) break;
-      const int64_t col = static_cast<int64_t>(i % (D / 64)) * 64;
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kbase + static_cast<int64_t>(key) * L.k_row + col));
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(vbase + static_cast<int64_t>(key) * L.v_row + col));
     }
   };
   auto word = [](const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; };
@@ -202,21 +186,14 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
       for (int j = 0; j < VL; ++j) vr[i][j] = make_uint4(0, 0, 0, 0);
   };
   // Two register buffers in turn (no copies): the next chunk's loads in flight while a chunk multiplies.
-  // With p.ahead = A > 0 the chunks A steps past each loaded one are asked of L2 as well (the first A
-  // up front).
   uint4 kx[2][KL], vx[4][VL], ky[2][KL], vy[4][VL];
-  const int ahead = PF ? 4 * p.ahead : 0;  // in chunks: the warp takes every fourth
   int c = warp;
   if (c < nch) load(c, kx, vx);
-  if constexpr (PF)
-    for (int j = 4; j <= ahead && c + j < nch; j += 4) prefetch(c + j);
   for (; c < nch; c += 8) {
-    if (PF && c + 4 + ahead < nch) prefetch(c + 4 + ahead);
     if (c + 4 < nch) load(c + 4, ky, vy);
     else zero(ky, vy);
     step(c, kx, vx);
     if (c + 4 >= nch) break;
-    if (PF && c + 8 + ahead < nch) prefetch(c + 8 + ahead);
     if (c + 8 < nch) load(c + 8, kx, vx);
     else zero(kx, vx);
     step(c + 4, ky, vy);
