@@ -19,7 +19,8 @@ namespace {
 std::atomic<int64_t> tma_counts[3];  // clusters of 1, 2, 4
 
 // Clusters of CS blocks of `kernel` (dynamic shared memory smem) that can be resident at once on `device`
-// (the occupancy API, cached); 0 when the query fails.
+// (the occupancy API, cached per kernel and device: always asked with the largest smem the kernel is
+// launched with); 0 when the query fails.
 int resident_clusters(const void* kernel, int cs, size_t smem, int device) {
   static std::mutex mu;
   static std::map<std::pair<const void*, int>, int> cache;

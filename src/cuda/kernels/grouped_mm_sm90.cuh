@@ -237,7 +237,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // tile. The cluster walks the list of (m-tile, CS consecutive n-tiles); block rank r takes the r-th n-tile
 // (past the last n-tile it multiplies and stores nothing) and loads rows 128 r / CS.. of the A tile into
 // every block of the cluster at once (TMA multicast), so each block pulls 1 / CS of A through L2 instead of
-// all of it: at T4096 the products are bound by the L2-to-SM traffic of 128 x 128 tiles (docs/benchmarks.md).
+// all of it. Opt-in: on the H200 clusters of 2 were about as fast as single blocks (grouped_mm geomean 0.82x
+// PyTorch against 0.81x) and clusters of 4 slower (0.76x; docs/benchmarks.md, twelfth run): each SM still
+// receives every byte of its tiles.
 // A stage is refilled only once the math warps of every block of the cluster are done with it (their
 // arrivals go to each block's empty barrier: 8 CS of them); every block's full barrier counts all the
 // stage's bytes, its own and its peers'. The blocks of a cluster meet at the start (barriers initialised
