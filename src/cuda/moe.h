@@ -21,15 +21,25 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tenso
 // warp-specialised TMA kernel (kernels/grouped_mm_sm90.cuh; the MoE block first gathers x's rows into
 // expert order for it) where the operands fit tensor maps, else the cp.async wgmma kernel; elsewhere the
 // portable tiles. Forced by set_forced_grouped_mm_path (tests, benchmarks) or KILN_GROUPED_MM_PATH (auto,
-// decode, tiled, tiled-wide, tma, tma-cluster2, tma-cluster4, portable): Tiled / TiledWide the cp.async
-// wgmma kernel with 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel (the default), TiledTmaCluster2 / 4
-// the TMA kernel in clusters of 2 / 4 blocks sharing each A tile, TiledPortable the portable tiles only;
-// Auto: the heuristic.
-enum class GroupedMmPath { Auto, Decode, Tiled, TiledWide, TiledTma, TiledTmaCluster2, TiledTmaCluster4, TiledPortable };
+// decode, tiled, tiled-wide, tma, tma-wide, tma-cluster2, tma-cluster4, portable): Tiled / TiledWide the
+// cp.async wgmma kernel with 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel (the default; 128 x 128),
+// TiledTmaWide the TMA kernel with 128 x 256 tiles, TiledTmaCluster2 / 4 the TMA kernel in clusters of 2 / 4
+// blocks sharing each A tile, TiledPortable the portable tiles only; Auto: the heuristic.
+enum class GroupedMmPath {
+  Auto,
+  Decode,
+  Tiled,
+  TiledWide,
+  TiledTma,
+  TiledTmaWide,
+  TiledTmaCluster2,
+  TiledTmaCluster4,
+  TiledPortable
+};
 void set_forced_grouped_mm_path(GroupedMmPath p);
-// Launches of the TMA tile kernel with clusters of `cluster` blocks (1, 2 or 4) so far (tests check that a
-// forced path ran).
-int64_t grouped_tma_launches(int cluster);
+// Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTmaWide, TiledTmaCluster2 or
+// TiledTmaCluster4; tests check that a forced path ran).
+int64_t grouped_tma_launches(GroupedMmPath path);
 
 // moe_route on CUDA (x [T, H], router_weight [E, H]): logits through cuda::linear, then one fused kernel
 // (softmax f32, top-k, renormalisation) when E <= 256, else the composed ops.

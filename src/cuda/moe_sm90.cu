@@ -16,7 +16,9 @@ namespace kiln::cuda {
 
 namespace {
 
-std::atomic<int64_t> tma_counts[3];  // clusters of 1, 2, 4
+// Launches per TMA instance: 128 x 128 tiles alone, in clusters of 2, of 4; 128 x 256 tiles.
+std::atomic<int64_t> tma_counts[4];
+constexpr int count_index(int bn, int cs) { return bn == 256 ? 3 : cs == 1 ? 0 : cs == 2 ? 1 : 2; }
 
 // Clusters of CS blocks of `kernel` (dynamic shared memory smem) that can be resident at once on `device`
 // (the occupancy API, cached per kernel and device: always asked with the largest smem the kernel is
@@ -108,7 +110,7 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
       cfg.numAttrs = 1;
     }
     check(cudaLaunchKernelEx(&cfg, kernel, tp), op);
-    tma_counts[CS == 1 ? 0 : CS == 2 ? 1 : 2].fetch_add(1, std::memory_order_relaxed);
+    tma_counts[count_index(BN, CS)].fetch_add(1, std::memory_order_relaxed);
     return true;
   };
   return bf16 ? go(k90::gmm_tma_kernel<BFloat16, BN, CS>) : go(k90::gmm_tma_kernel<Half, BN, CS>);
@@ -116,9 +118,14 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
 
 }  // namespace
 
-int64_t grouped_tma_launches(int cluster) {
-  KILN_CHECK(cluster == 1 || cluster == 2 || cluster == 4, "grouped_tma_launches: clusters of 1, 2 or 4, got ", cluster);
-  return tma_counts[cluster == 1 ? 0 : cluster == 2 ? 1 : 2].load(std::memory_order_relaxed);
+int64_t gmm_tma_launches(Gmm90Kernel which) {
+  switch (which) {
+    case Gmm90Kernel::Tma: return tma_counts[count_index(128, 1)].load(std::memory_order_relaxed);
+    case Gmm90Kernel::TmaWide: return tma_counts[count_index(256, 1)].load(std::memory_order_relaxed);
+    case Gmm90Kernel::TmaCluster2: return tma_counts[count_index(128, 2)].load(std::memory_order_relaxed);
+    case Gmm90Kernel::TmaCluster4: return tma_counts[count_index(128, 4)].load(std::memory_order_relaxed);
+    default: return 0;
+  }
 }
 
 bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, Gmm90Kernel which, int device, cudaStream_t stream,
@@ -126,8 +133,9 @@ bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, Gmm90Kernel which, in
   namespace k90 = kernels::gmm90;
   if (!wgmma_available(device)) return false;
   if (p.mode != kernels::GmmMode::RowGroups && p.mode != kernels::GmmMode::Batched) return false;
-  if (which == Gmm90Kernel::Tma || which == Gmm90Kernel::TmaCluster2 || which == Gmm90Kernel::TmaCluster4) {
+  if (which != Gmm90Kernel::CpAsync && which != Gmm90Kernel::CpAsyncWide) {
     const bool ok = which == Gmm90Kernel::Tma           ? launch_tma<128, 1>(p, bf16, device, stream, op)
+                    : which == Gmm90Kernel::TmaWide     ? launch_tma<256, 1>(p, bf16, device, stream, op)
                     : which == Gmm90Kernel::TmaCluster2 ? launch_tma<128, 2>(p, bf16, device, stream, op)
                                                         : launch_tma<128, 4>(p, bf16, device, stream, op);
     if (ok) {

@@ -233,6 +233,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // Both roles walk the same list (the offsets are scanned once per block: gmm_scan_row_tiles); the ring
 // runs on from one tile into the next, so the next tile's loads overlap this tile's epilogue.
 //
+// BN = 256 (GroupedMmPath::TiledTmaWide, opt-in): four 48 KB stages and 128 accumulators per math thread
+// (168 registers, no spills), 1.33x the flops per byte each SM receives. A first version measured slower than
+// 128 x 128 on the H200 (0.69x against 0.88x PyTorch geomean, not profiled); kept to be profiled.
 // CS > 1 (GroupedMmPath::TiledTmaCluster2 / 4): thread-block clusters of CS blocks along n share each A
 // tile. The cluster walks the list of (m-tile, CS consecutive n-tiles); block rank r takes the r-th n-tile
 // (past the last n-tile it multiplies and stores nothing) and loads rows 128 r / CS.. of the A tile into
