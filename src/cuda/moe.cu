@@ -107,13 +107,13 @@ bool decode_one_row(const GmmArgs& p) { return p.row_groups != nullptr || p.M <=
 // The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
 template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
-  const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
-  auto kernel = decode_one_row(p) ? kernels::gmm_decode_kernel<T, F8, 1> : kernels::gmm_decode_kernel<T, F8>;
   const int split = decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
   const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
   const int64_t gx = (p.N + cols - 1) / cols;
   KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
+  const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
+  auto kernel = decode_one_row(p) ? kernels::gmm_decode_kernel<T, F8, 1> : kernels::gmm_decode_kernel<T, F8>;
   launch_dependent(kernel, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p, split, vec);
 }
 
