@@ -47,15 +47,17 @@ DecodeTuning tuning_from_env() {
     else if (key == "bps") t.blocks_per_sm = val;
     else if (key == "blocks") t.max_blocks = val;
     else if (key == "l2") t.l2_prefetch = val;
+    else if (key == "rowc") t.row_combine_splits = val;
     else if (key == "kernel" && (text == "cp.async" || text == "tma" || text == "regs"))
       t.kernel = text == "tma" ? DecodeKernel::Tma : text == "regs" ? DecodeKernel::Regs : DecodeKernel::CpAsync;
     else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma|regs, "
-                        "l2=0|128)"));
+                        "l2=0|128, rowc=N)"));
     pos = end + 1;
   }
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
-                 (t.l2_prefetch == 0 || t.l2_prefetch == 128),
-             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0 and l2 0 or 128, "
+                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0,
+             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0, l2 0 or 128 and "
+             "rowc >= 0, "
              "got \"",
              spec, "\"");
   return t;
@@ -272,10 +274,19 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
       }
       check_launch("decode_attention");
       if (p.splits == 1) return;
-      // The splits folded by one block per output row, launched as a dependent of the decode kernel.
-      launch_dependent(attn::decode_combine_kernel<Tag, D>, dim3(static_cast<unsigned>(out_rows)),
-                       dim3(attn::kCombineThreads), 0, stream, dev.index, "decode_attention (combine)", p.out,
-                       static_cast<const float*>(p.part_o), static_cast<const float2*>(p.part_ml), p.splits);
+      // The splits folded, launched as a dependent of the decode kernel: one warp per output row for a few
+      // splits, else one block per output row.
+      if (p.splits <= tune.row_combine_splits) {
+        const int64_t blocks_c = (out_rows + attn::kRowCombineWarps - 1) / attn::kRowCombineWarps;
+        launch_dependent(attn::decode_combine_rows_kernel<Tag, D>, dim3(static_cast<unsigned>(blocks_c)),
+                         dim3(attn::kRowCombineWarps * 32), 0, stream, dev.index, "decode_attention (combine)",
+                         p.out, static_cast<const float*>(p.part_o), static_cast<const float2*>(p.part_ml), p.splits,
+                         static_cast<int>(out_rows));
+      } else {
+        launch_dependent(attn::decode_combine_kernel<Tag, D>, dim3(static_cast<unsigned>(out_rows)),
+                         dim3(attn::kCombineThreads), 0, stream, dev.index, "decode_attention (combine)", p.out,
+                         static_cast<const float*>(p.part_o), static_cast<const float2*>(p.part_ml), p.splits);
+      }
       check_launch("decode_attention (combine)");
     };
     if (L.d == 64) go(std::integral_constant<int, 64>{});
@@ -336,9 +347,9 @@ int64_t decode_regs_launches() { return regs_launches().load(std::memory_order_r
 
 void set_decode_tuning(const DecodeTuning& t) {
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
-                 (t.l2_prefetch == 0 || t.l2_prefetch == 128),
+                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0,
              "set_decode_tuning: min_split_keys must be a positive multiple of 64, blocks_per_sm positive, "
-             "max_blocks >= 0 and l2_prefetch 0 or 128");
+             "max_blocks >= 0, l2_prefetch 0 or 128 and row_combine_splits >= 0");
   std::lock_guard<std::mutex> lock(tuning_mu());
   tuning_ref() = t;
 }

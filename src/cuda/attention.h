@@ -33,8 +33,11 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //                     multiprocessor); blocks_per_sm applies to the cp.async and register kernels.
 //   l2_prefetch       the cp.async kernel's K/V copies ask L2 to fetch the 128-byte block around each miss
 //                     (128, the default: 1-3% faster at L >= 2048 on the H200) or give no hint (0).
+//   row_combine_splits  at most this many splits are combined with one warp per output row
+//                     (decode_combine_rows_kernel), more with one block per row (decode_combine_kernel); 0:
+//                     always the latter.
 // Set for tests and benchmarks by set_decode_tuning, or
-// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128" (kernel=regs|cp.async|tma).
+// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,rowc=16" (kernel=regs|cp.async|tma).
 enum class DecodeKernel { CpAsync, Tma, Regs };
 struct DecodeTuning {
   int min_split_keys = 64;
@@ -42,6 +45,7 @@ struct DecodeTuning {
   DecodeKernel kernel = DecodeKernel::Regs;
   int max_blocks = 0;
   int l2_prefetch = 128;
+  int row_combine_splits = 16;
 };
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);

@@ -286,18 +286,20 @@ enum class DecodeKernel { CpAsync, Tma, Regs };
 struct Tuning {
   int min_split_keys, blocks_per_sm;
   DecodeKernel kernel;
-  int max_blocks, l2_prefetch;
+  int max_blocks, l2_prefetch, row_combine_splits = 16;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
 };
 #endif
 // The register kernel (the default; KV groups of at most 8 rows, others take the cp.async kernel) with the
-// default and with longer splits; the cp.async kernel with the 128-byte L2 prefetch, with longer splits, with
+// default, with longer splits, and with every split count combined by one kind of combine kernel (one warp
+// per row, one block per row); the cp.async kernel with the 128-byte L2 prefetch, with longer splits, with
 // fewer blocks (so fewer splits) and no prefetch hint, and with more blocks than fit at once; the TMA kernel
 // (Hopper) by default and on a persistent grid of three blocks (each block takes many items, its ring running
 // on from one into the next).
 const Tuning kTunings[] = {{64, 2, DecodeKernel::Regs, 0, 128},    {256, 1, DecodeKernel::Regs, 0, 128},
+                           {64, 2, DecodeKernel::Regs, 0, 128, 128}, {64, 2, DecodeKernel::Regs, 0, 128, 0},
                            {64, 2, DecodeKernel::CpAsync, 0, 128}, {256, 1, DecodeKernel::CpAsync, 0, 128},
                            {64, 1, DecodeKernel::CpAsync, 0, 0},   {64, 6, DecodeKernel::CpAsync, 0, 128},
                            {64, 2, DecodeKernel::Tma, 0, 128},     {256, 1, DecodeKernel::Tma, 3, 128}};
@@ -306,7 +308,7 @@ std::string tuning_name(const Tuning& t) {
                        : t.kernel == DecodeKernel::Regs ? "register kernel"
                                                         : "cp.async kernel";
   return str(kernel, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM, ", t.max_blocks,
-             " blocks, L2 prefetch ", t.l2_prefetch);
+             " blocks, L2 prefetch ", t.l2_prefetch, ", row combine up to ", t.row_combine_splits, " splits");
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
@@ -331,6 +333,7 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
     check_decode({4, 4, 4, 64, 64, {0, 1, 63, 64}}, dt, 1);  // a length of 0 gives 0
     check_decode({2, 32, 8, 128, 700, {700, 65}}, dt, 1, false, true);
     check_decode({1, 16, 2, 64, 100, {37}}, dt, 3, false, true);
+    check_decode({1, 3, 1, 128, 900, {899}}, dt, 1);  // 3 output rows: a partly used combine block
     // Enough (sequence, KV head) pairs that each takes one block: no split, no combine.
     std::vector<int32_t> many(40);
     for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>(1 + (i * 37) % 200);

@@ -41,7 +41,7 @@ const char* path_name(GroupedMmPath p) {
     case GroupedMmPath::Tiled: return "tiled (cp.async wgmma where it applies)";
     case GroupedMmPath::TiledWide: return "tiled (wgmma 128 x 256 where it applies)";
     case GroupedMmPath::TiledTma: return "tiled (TMA wgmma 128 x 128 where it applies)";
-    case GroupedMmPath::TiledTmaWide: return "tiled (TMA wgmma 128 x 256 where it applies)";
+    case GroupedMmPath::TiledTma64: return "tiled (TMA wgmma 64 x 128 where it applies)";
     case GroupedMmPath::TiledTmaCluster2: return "tiled (TMA wgmma, clusters of 2 sharing A, where it applies)";
     case GroupedMmPath::TiledTmaCluster4: return "tiled (TMA wgmma, clusters of 4 sharing A, where it applies)";
     case GroupedMmPath::TiledPortable: return "tiled (portable)";
@@ -136,7 +136,7 @@ const std::vector<RowCase> kRowCases = {
 // [G, K, N] storage, through both kernels, every dtype, random and integer data, f32 output too.
 TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const RowCase& c : kRowCases)
@@ -158,7 +158,7 @@ TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
 // group, offsets short of M (zero rows), K not a multiple of the 64-wide step.
 TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
+  for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
   for (DType d : {DType::BF16, DType::F16}) {
     ForcePath force(path);
     SCOPED_TRACE(str(path_name(path), " ", dtype_name(d)));
@@ -179,7 +179,7 @@ TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
 // the scalar paths.
 TEST(CudaGroupedMm, MisalignedAndStridedOperandsMatchCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (int64_t offset : {0, 1})
@@ -203,7 +203,7 @@ TEST(CudaGroupedMm, ThreeDByTwoDMatchesCpu) {
   };
   const std::vector<C> cases = {{3, 7, 11, 20, {6, 6, 17}},   {1, 5, 64, 33, {33}},
                                 {4, 70, 40, 9, {0, 2, 2, 5}}, {2, 130, 128, 600, {300, 600}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const C& c : cases)
@@ -239,7 +239,7 @@ TEST(CudaGroupedMm, TwoDByTwoDGroupsKMatchesCpu) {
 
 TEST(CudaGroupedMm, BatchedMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
   for (DType d : kDtypes)
     for (bool integers : {false, true})
       for (const Shape& s : {Shape{4, 5, 17, 6}, Shape{2, 100, 64, 72}, Shape{1, 1, 1, 1}, Shape{3, 300, 136, 280}}) {
@@ -265,7 +265,7 @@ TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
     ends[g] = static_cast<int32_t>(r);
   }
   std::iota(compact_ends.begin(), compact_ends.end(), 1);
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const auto& nk : {std::pair<int64_t, int64_t>{2 * I, H}, std::pair<int64_t, int64_t>{H, I}}) {
@@ -294,7 +294,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
   };
   const std::vector<C> cases = {{{3, 2, 7}, {3, 3, 7}}, {{3, 5, 11}, {3, 5, 10}}, {{-1, 5, 7}, {0, 5, 7}},
                                 {{12, 1, 4}, {10, 10, 10}}, {{INT32_MIN, INT32_MAX, 0}, {0, 10, 10}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable})
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable})
     for (const C& c : cases) {
       ForcePath force(path);
       SCOPED_TRACE(str(path_name(path), " offs ", c.bad[0], ",", c.bad[1], ",", c.bad[2]));
@@ -324,7 +324,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
 
 TEST(CudaGroupedMm, GraphCaptureAndReplay) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     Tensor a = test::random_tensor({8, 256}, DType::BF16, -1, 1, kGpu);
     const Tensor w = test::random_tensor({16, 96, 256}, DType::BF16, -1, 1, kGpu);
@@ -420,7 +420,7 @@ void check_moe(const MoeCase& c, DType d, bool integer_routing) {
 
 TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4,
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4,
                              GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     SCOPED_TRACE(path_name(path));
@@ -457,7 +457,7 @@ TEST(CudaMoeForward, DecodeShapeOf128Experts) {
   const int64_t E = 128, H = 2048, I = 768;
   // Auto (T = 40 takes the tiles), and the other tile kernels at T = 40: many K steps and column tiles with
   // the SiLU-mul epilogue (with the TMA paths x's rows are first gathered into expert order).
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
   for (DType d : {DType::BF16, DType::F32})
     for (int64_t T : {1, 4, 40}) {
       if (path != GroupedMmPath::Auto && (T != 40 || d != DType::BF16)) continue;

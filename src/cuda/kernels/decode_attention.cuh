@@ -328,4 +328,52 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(uint16_
   store_normalized<Tag>(out + r * D + 4 * lane, sum, gtotal);
 }
 
+// The splits folded with one warp per output row (a block of kRowCombineWarps rows, contiguous [rows, D]):
+// lane l holds channels 4l..4l+3 and every lane reads each split's (max, sum), eight splits' loads in flight
+// at a time, folded by a running maximum. No shared memory and no barrier between the loads and the store:
+// for a few splits (a short cache) this chain is shorter than decode_combine_kernel's, whose second level
+// merges its 16 warps' results through shared memory. Launched as a dependent of the decode kernel.
+constexpr int kRowCombineWarps = 4;
+constexpr int kRowCombineBatch = 8;
+template <class Tag, int D>
+__global__ void __launch_bounds__(kRowCombineWarps * 32) decode_combine_rows_kernel(uint16_t* __restrict__ out,
+                                                                                  const float* __restrict__ part_o,
+                                                                                  const float2* __restrict__ part_ml,
+                                                                                  int splits, int rows) {
+  pdl_allow_dependents();
+  kernels::pdl_wait();
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowCombineWarps + static_cast<int>(threadIdx.x) / 32;
+  if (r >= rows) return;
+  const bool has_c = lane < D / 4;
+  float mx = -INFINITY, total = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = 0; s0 < splits; s0 += kRowCombineBatch) {
+    float2 ml[kRowCombineBatch];
+    float4 o[kRowCombineBatch];
+#pragma unroll
+    for (int j = 0; j < kRowCombineBatch; ++j) {
+      const int s = s0 + j;
+      ml[j] = s < splits ? part_ml[r * splits + s] : make_float2(-INFINITY, 0.f);
+      o[j] = s < splits && has_c ? reinterpret_cast<const float4*>(part_o + (r * splits + s) * D)[lane]
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float bm = mx;
+#pragma unroll
+    for (int j = 0; j < kRowCombineBatch; ++j) bm = fmaxf(bm, ml[j].x);
+    if (bm == -INFINITY) continue;  // no split so far saw a key
+    const float f_old = mx == -INFINITY ? 0.f : exp2f(mx - bm);
+    total *= f_old;
+    acc.x *= f_old;
+    acc.y *= f_old;
+    acc.z *= f_old;
+    acc.w *= f_old;
+#pragma unroll
+    for (int j = 0; j < kRowCombineBatch; ++j)
+      if (ml[j].x != -INFINITY) merge_partial(acc, total, o[j], ml[j].y, exp2f(ml[j].x - bm));
+    mx = bm;
+  }
+  if (has_c) store_normalized<Tag>(out + r * D + 4 * lane, acc, total);
+}
+
 }  // namespace kiln::cuda::attn

@@ -221,68 +221,97 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // ---- TMA, warp-specialised, persistent ---------------------------------------------------------------------
 //
 // gmm_tma_kernel: the same products (RowGroups without a_rows, and Batched) with the copies taken off the
-// math warps. Block = two math warpgroups (threads 0..255, rows 64 wg.. of the 128 x BN tile, the epilogue
-// above) and a copy warpgroup (256..383) of which one thread issues every copy: per K step one tensor-map
-// box of A (64 K x 128 rows) and two of B (64 K x BN / 2 rows: with act the gate rows n0.. and the up rows
-// N + n0..), 128-byte swizzle, into a ring of stages (about 192 KB, one block per SM) handed over by
-// mbarriers (full: the boxes' bytes; empty: the eight math warps after their MMAs on the stage are done).
+// math warps. Tiles of BM x 128 (BM = 128, or 64 below). Block = BM / 64 math warpgroups (rows 64 wg.. of
+// the tile, the epilogue above) and a copy warpgroup of which one thread issues every copy: per K step one
+// tensor-map box of A (64 K x BM rows) and two of B (64 K x 64 rows: with act the gate rows n0.. and the up
+// rows N + n0..), 128-byte swizzle, into a ring of stages (BM = 128: about 192 KB, one block per SM) handed
+// over by mbarriers (full: the boxes' bytes; empty: the math warps after their MMAs on the stage are done).
 // Rows past a group's end are loaded (they belong to the next group, or lie past M and read as zero) and
 // not stored; K past the end reads as zero.
-// Persistent: the grid has at most one block per SM, and block b takes tiles b, b + grid, ... of the list
+// Persistent: the grid has at most tma_blocks_per_sm blocks per SM, and block b takes tiles b, b + grid, ... of the list
 // (m-tile slot, n-tile), n fastest, so the blocks at work at one time share A tiles and a few groups' B.
 // Both roles walk the same list (the offsets are scanned once per block: gmm_scan_row_tiles); the ring
 // runs on from one tile into the next, so the next tile's loads overlap this tile's epilogue.
 //
-// BN = 256 (GroupedMmPath::TiledTmaWide, opt-in): four 48 KB stages and 128 accumulators per math thread
-// (168 registers, no spills), 1.33x the flops per byte each SM receives. A first version measured slower than
-// 128 x 128 on the H200 (0.69x against 0.88x PyTorch geomean, not profiled); kept to be profiled.
-// CS > 1 (GroupedMmPath::TiledTmaCluster2 / 4): thread-block clusters of CS blocks along n share each A
-// tile. The cluster walks the list of (m-tile, CS consecutive n-tiles); block rank r takes the r-th n-tile
-// (past the last n-tile it multiplies and stores nothing) and loads rows 128 r / CS.. of the A tile into
-// every block of the cluster at once (TMA multicast), so each block pulls 1 / CS of A through L2 instead of
-// all of it. Opt-in: on the H200 clusters of 2 were about as fast as single blocks (grouped_mm geomean 0.82x
-// PyTorch against 0.81x) and clusters of 4 slower (0.76x; docs/benchmarks.md, twelfth run): each SM still
-// receives every byte of its tiles.
+// BM = 64 (GroupedMmPath::TiledTma64, opt-in): 64 x 128 tiles for groups of a few dozen rows, where most of a
+// 128-row tile would be rows of other groups loaded and multiplied for nothing. One math warpgroup
+// (m64n128 MMAs) and the copy warpgroup, four 24 KB stages, two blocks per SM, so one block's epilogue
+// overlaps the other's MMAs. No cluster variant.
+// (A 128 x 256 variant, four 48 KB stages, was 0.63x PyTorch geomean against 0.78x for 128 x 128 on the
+// H200, thirteenth run: Nsight Compute showed 7.5 instruction-fetch stalls per issued instruction and the
+// tensor pipe active 19% of the time. Removed.)
+// CS > 1 (GroupedMmPath::TiledTmaCluster2 / 4, BM = 128): thread-block clusters of CS blocks along n share
+// each A tile. The cluster walks the list of (m-tile, CS consecutive n-tiles); block rank r takes the r-th
+// n-tile (past the last n-tile it multiplies and stores nothing) and loads rows 128 r / CS.. of the A tile
+// into every block of the cluster at once (TMA multicast), so each block pulls 1 / CS of A through L2
+// instead of all of it. Opt-in: on the H200 clusters of 2 were about as fast as single blocks (grouped_mm
+// geomean 0.82x PyTorch against 0.81x) and clusters of 4 slower (0.76x; docs/benchmarks.md, twelfth run):
+// each SM still receives every byte of its tiles.
 // A stage is refilled only once the math warps of every block of the cluster are done with it (their
-// arrivals go to each block's empty barrier: 8 CS of them); every block's full barrier counts all the
-// stage's bytes, its own and its peers'. The blocks of a cluster meet at the start (barriers initialised
-// before any peer arrives or copies); at the end each copy thread waits until its stages' last uses are
-// released by the whole cluster, so no block exits while a peer may still arrive on its barriers.
-constexpr int kTmaThreads = 384;
-// Registers per thread after the split (setmaxnreg): 128 x 40 + 256 x 232 = 64512, exactly the 384 x 168 the
-// kernel is compiled for (__launch_bounds__(384, 1)); asking for more than the block holds would stall.
+// arrivals go to each block's empty barrier: one per math warp of each block); every block's full barrier
+// counts all the stage's bytes, its own and its peers'. The blocks of a cluster meet at the start (barriers
+// initialised before any peer arrives or copies); at the end each copy thread waits until its stages' last
+// uses are released by the whole cluster, so no block exits while a peer may still arrive on its barriers.
+constexpr int kTmaBN = 128;  // product columns of a TMA tile
+template <int BM>
+constexpr int tma_math_threads() {
+  return BM / 64 * 128;  // one math warpgroup per 64 rows
+}
+template <int BM>
+constexpr int tma_threads() {
+  return tma_math_threads<BM>() + 128;  // and the copy warpgroup
+}
+template <int BM>
+constexpr int tma_blocks_per_sm() {
+  return BM == 64 ? 2 : 1;
+}
+// BM = 128: registers per thread after the split (setmaxnreg): 128 x 40 + 256 x 232 = 64512, exactly the
+// 384 x 168 the kernel is compiled for (__launch_bounds__(384, 1)); asking for more than the block holds would
+// stall. BM = 64 needs no split: two blocks of 256 threads at up to 128 registers.
 constexpr int kTmaCopyRegs = 40, kTmaMathRegs = 232;
 static_assert(128 * kTmaCopyRegs + 256 * kTmaMathRegs <= 384 * 168, "the split fits the block's registers");
-template <int BN>
+template <int BM>
+constexpr uint32_t tma_a_bytes() {
+  return BM * kBK * 2;  // one A stage
+}
+template <int BM>
+constexpr uint32_t tma_stage_bytes() {
+  return tma_a_bytes<BM>() + kTmaBN * kBK * 2;  // A, then B
+}
+template <int BM>
 constexpr int tma_stages() {
-  return BN == 128 ? 6 : 4;  // 6 x 32 KB or 4 x 48 KB
+  return BM == 128 ? 6 : 4;  // 6 x 32 KB, or 4 x 24 KB (two blocks per SM)
 }
 // The ring (1024-aligned), full[S] and empty[S] barriers, then the scanned offsets (2 G + 1 ints).
-template <int BN>
+template <int BM>
 constexpr size_t tma_smem_bytes(int groups) {
-  return 1024 + static_cast<size_t>(tma_stages<BN>()) * stage_bytes<BN>() + 16 * tma_stages<BN>() +
+  return 1024 + static_cast<size_t>(tma_stages<BM>()) * tma_stage_bytes<BM>() + 16 * tma_stages<BM>() +
          static_cast<size_t>(2 * groups + 1) * 4;
 }
 
 struct GmmTmaParams {
-  CUtensorMap ta;  // A: (K, rows, slots), slots = groups for Batched A with a group stride, else 1; box rows 128 / CS
+  CUtensorMap ta;  // A: (K, rows, slots), slots = groups for Batched A with a group stride, else 1; box rows BM / CS
   CUtensorMap tb;  // B: (K, rows = N or 2 N with act, slots = groups, or 1 when B has no group stride)
   GmmArgs p;
   int a_slots, b_slots;  // 1: the group picks the slot; 0: slot 0
-  int ntiles;            // n-tiles: ceil(N / tile_cols(act, BN))
-  int mtiles;            // Batched: m-tiles per group, ceil(M / kBM)
+  int ntiles;            // n-tiles: ceil(N / tile_cols(act, kTmaBN))
+  int mtiles;            // Batched: m-tiles per group, ceil(M / BM)
 };
 
-template <class T, int BN, int CS>
-__global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_constant__ GmmTmaParams tp) {
+template <class T, int BM, int CS>
+__global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
+    gmm_tma_kernel(const __grid_constant__ GmmTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!std::is_same_v<T, float>, "16-bit inputs");
   static_assert(CS == 1 || CS == 2 || CS == 4, "clusters of 1, 2 or 4 blocks");
-  constexpr int S = tma_stages<BN>();
-  constexpr uint32_t kStage = stage_bytes<BN>();
-  constexpr int kARows = kBM / CS;  // A rows each block of a cluster copies
+  static_assert(BM == 128 || (BM == 64 && CS == 1), "128-row tiles, alone or in clusters, or 64-row tiles alone");
+  constexpr int BN = kTmaBN;
+  constexpr int S = tma_stages<BM>();
+  constexpr uint32_t kStage = tma_stage_bytes<BM>();
+  constexpr int kMath = tma_math_threads<BM>(), kThreadsAll = tma_threads<BM>();
+  constexpr int kARows = BM / CS;  // A rows each block of a cluster copies
   extern __shared__ __align__(1024) unsigned char sm_raw[];
-  __shared__ int warp_tmp[kTmaThreads / 32];
+  __shared__ int warp_tmp[kThreadsAll / 32];
   const uint32_t raw = smem_addr(sm_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;
   const uint32_t full = ring + S * kStage, empty = full + 8 * S;
@@ -291,14 +320,14 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
   const int tid = static_cast<int>(threadIdx.x);
   const int rank = CS > 1 ? static_cast<int>(cluster_rank()) : 0;
 
-  if (tid == 256) {
+  if (tid == kMath) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tp.ta)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tp.tb)) : "memory");
   }
   if (tid == 0) {
     for (int i = 0; i < S; ++i) {
       mbar_init(full + 8 * i, 1);
-      mbar_init(empty + 8 * i, 8 * CS);  // the math warps of every block of the cluster that read the stage
+      mbar_init(empty + 8 * i, kMath / 32 * CS);  // the math warps of every block of the cluster that read the stage
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -307,7 +336,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
   const int ngroups = (tp.ntiles + CS - 1) / CS;
   int total;
   if (rows) {
-    gmm_scan_row_tiles<kTmaThreads, kBM>(p, dyn, warp_tmp, blockIdx.x == 0);
+    gmm_scan_row_tiles<kThreadsAll, BM>(p, dyn, warp_tmp, blockIdx.x == 0);
     total = dyn[2 * p.G] * ngroups;  // the m-tile count, times the n-tile groups
   } else {
     total = p.G * tp.mtiles * ngroups;
@@ -325,18 +354,18 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
     const int nt = (u % ngroups) * CS + rank;
     n0 = static_cast<int64_t>(nt) * ncols;
     if (rows) {
-      gmm_row_tile_at<kBM>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
+      gmm_row_tile_at<BM>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
     } else {
       g = mt / tp.mtiles;
-      m0 = (mt % tp.mtiles) * kBM;
-      m1 = m0 + kBM < p.M ? m0 + kBM : p.M;
+      m0 = (mt % tp.mtiles) * BM;
+      m1 = m0 + BM < p.M ? m0 + BM : p.M;
     }
     return nt < tp.ntiles;
   };
 
-  if (tid >= 256) {  // the copy warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kTmaCopyRegs));
-    if (tid != 256) return;
+  if (tid >= kMath) {  // the copy warpgroup
+    if constexpr (BM == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kTmaCopyRegs));
+    if (tid != kMath) return;
     {
       uint32_t it = 0;  // K steps issued by this block, over all its tiles
       for (int u = first; u < total; u += stride) {
@@ -350,7 +379,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
           const uint32_t st = it % S;
           mbar_wait(empty + 8 * st, ((it / S) & 1) ^ 1);
           mbar_expect_tx(full + 8 * st, kStage);
-          const uint32_t as = ring + st * kStage, bs = as + kATileBytes;
+          const uint32_t as = ring + st * kStage, bs = as + tma_a_bytes<BM>();
           if constexpr (CS == 1) {
             tma_load_3d(as, &tp.ta, ks * kBK, m0, aslot, full + 8 * st);
           } else {
@@ -370,7 +399,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kTmaMathRegs));
+  if constexpr (BM == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kTmaMathRegs));
   const int wg = tid / 128, lane = tid % 32;
   // The math warps release a stage to the copy threads of every block of the cluster.
   auto release = [&](uint32_t st) {
@@ -383,7 +412,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
     }
   };
   uint32_t it = 0;  // K steps of this block's tiles so far (the copy thread's count)
-  // Both warpgroups on every tile, warpgroup w on rows 64 w...
+  // Every math warpgroup on every tile, warpgroup w on rows 64 w...
   float acc[BN / 2];
   for (int u = first; u < total; u += stride) {
     int g, m0, m1;
@@ -391,7 +420,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
     const bool mine = tile_at(u, g, m0, m1, n0);
     const int64_t cg = rows ? 0 : g;
     if (rows && g == p.G) {
-      if (mine) gmm_store_zeros<T, 256>(p, cg, m0, m1, n0, ncols);
+      if (mine) gmm_store_zeros<T, kMath>(p, cg, m0, m1, n0, ncols);
       continue;
     }
 #pragma unroll
@@ -401,7 +430,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) gmm_tma_kernel(const __grid_co
       mbar_wait(full + 8 * st, (it / S) & 1);
       const uint32_t as = ring + st * kStage;
       wg_fence();
-      mma_k64<T, BN>(acc, as + wg * 64 * 128, as + kATileBytes);
+      mma_k64<T, BN>(acc, as + wg * 64 * 128, as + tma_a_bytes<BM>());
       wg_commit();
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the previous step's MMAs are done
       fence_regs(acc);
