@@ -3,6 +3,7 @@
 // current stream; the offsets and routing stay on the device, so the block is graph-capturable.
 #include "cuda/moe.h"
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -47,6 +48,21 @@ std::atomic<GroupedMmPath>& forced_path() {
   return p;
 }
 
+// Auto takes 64-row TMA tiles up to this many rows per group on average (KILN_GMM_TMA64_ROWS=N overrides;
+// 0: never).
+int64_t tma64_max_rows_from_env() {
+  const char* v = std::getenv("KILN_GMM_TMA64_ROWS");
+  if (!v || !*v) return 64;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  KILN_CHECK(end && *end == '\0' && n >= 0, "KILN_GMM_TMA64_ROWS=", v, " is not a count >= 0");
+  return n;
+}
+int64_t tma64_max_rows() {
+  static const int64_t n = tma64_max_rows_from_env();
+  return n;
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The matrix-vector kernel while groups are small on average (M rows over G groups): then a 64-row tile
@@ -59,11 +75,16 @@ bool use_decode(int64_t m, int64_t g) {
   return m <= 16 || m <= 2 * g;
 }
 
-// The Hopper tile kernel for the path (Auto: the TMA kernel, both warpgroups on each tile).
+// The Hopper tile kernel for the path. Auto: the TMA kernel, with 64-row tiles where groups hold at most 64
+// rows on average (p: the product; null, 128-row tiles).
 // TUNE (H200, `kiln bench ops --filter 'grouped_mm|^moe/bf16'`, docs/benchmarks.md): against the cp.async
 // kernel the TMA kernel took grouped_mm T512/T4096 from 0.60-0.93x PyTorch to 0.54-1.11x (geomean up, 10 of
 // 12 shapes faster) and the MoE block at T512 from 1.05-1.24x to 1.13-1.44x.
-Gmm90Kernel sm90_kernel(GroupedMmPath f) {
+Gmm90Kernel sm90_kernel(GroupedMmPath f, const GmmArgs* p = nullptr) {
+  if (f == GroupedMmPath::Auto && p) {
+    const int64_t rows = p->mode == GmmMode::RowGroups ? p->M / std::max(p->G, 1) : p->M;
+    return rows <= tma64_max_rows() ? Gmm90Kernel::Tma64 : Gmm90Kernel::Tma;
+  }
   switch (f) {
     case GroupedMmPath::Tiled: return Gmm90Kernel::CpAsync;
     case GroupedMmPath::TiledWide: return Gmm90Kernel::CpAsyncWide;
@@ -133,7 +154,7 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
     if constexpr (!std::is_same_v<T, float>) {
       const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
       if (vec && p.mode != GmmMode::KGroups && f != GroupedMmPath::TiledPortable &&
-          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, sm90_kernel(f), device, stream, op))
+          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, sm90_kernel(f, &p), device, stream, op))
         return;
     }
     const int64_t ncols = kernels::gmm_tile_cols(p.act);
