@@ -49,10 +49,14 @@ std::atomic<GroupedMmPath>& forced_path() {
 }
 
 // Auto takes 64-row TMA tiles up to this many rows per group on average (KILN_GMM_TMA64_ROWS=N overrides;
-// 0: never).
+// 0: never). TUNE (H200, docs/benchmarks.md, thirteenth run): at 16 and 32 rows a group (T512 over 256 and
+// 128 experts) 64-row tiles took grouped_mm from 0.65-1.12x PyTorch to 1.16-1.24x and the MoE block from
+// 1.19-1.32x to 1.48-1.55x; at 64 (T512 over 64 experts) grouped_mm gained (0.96-1.06x to 1.16-1.17x) but
+// the MoE block, whose routed groups are uneven (a group past 64 rows reads its weights once per 64-row
+// tile), lost (1.43x to 1.31x), hence 48; at 128 rows and more 64-row tiles were slower.
 int64_t tma64_max_rows_from_env() {
   const char* v = std::getenv("KILN_GMM_TMA64_ROWS");
-  if (!v || !*v) return 64;
+  if (!v || !*v) return 48;
   char* end = nullptr;
   const long long n = std::strtoll(v, &end, 10);
   KILN_CHECK(end && *end == '\0' && n >= 0, "KILN_GMM_TMA64_ROWS=", v, " is not a count >= 0");

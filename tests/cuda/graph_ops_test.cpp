@@ -28,7 +28,11 @@ TEST(CudaGraph, ASequenceOfOpsFromEveryFamilyCapturesAndReplays) {
   const Tensor idx_host = from_vector<int64_t>({3, 0, 63, 17, 17, 42});
   Tensor x = x_host.to(kGpu), w = w_host.to(kGpu), idx = idx_host.to(kGpu);
   const Tensor eager = step(x, w, idx).to(kCPU);
-  EXPECT_TRUE(test::all_close(eager, step(x_host, w_host, idx_host), test::Tolerance{1e-4, 1e-5}));
+  // Against the CPU: the f32 half closely; the half rounded to bf16 within one bf16 step (at most 2^-7 relative), since
+  // a value within 1e-4 of the CPU's can round to the neighbouring bf16.
+  const Tensor ref = step(x_host, w_host, idx_host);
+  EXPECT_TRUE(test::all_close(eager.narrow(1, 0, 48), ref.narrow(1, 0, 48), test::Tolerance{1e-4, 1e-5}));
+  EXPECT_TRUE(test::all_close(eager.narrow(1, 48, 48), ref.narrow(1, 48, 48), test::Tolerance{1.0 / 128, 1e-5}));
 
   Stream s = Stream::create(kGpu);
   Graph g;
