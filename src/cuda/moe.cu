@@ -129,6 +129,20 @@ int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool 
 // Measured on the H200: 8-23% faster for one-token MoE layers (bf16 and FP8 experts) than four rows per block.
 bool decode_one_row(const GmmArgs& p) { return p.row_groups != nullptr || p.M <= 16; }
 
+// The one-row decode instance's register bound (kernels::gmm_decode_kernel's MINB): 6 blocks per SM (the
+// default) or 1 (KILN_GMM_DECODE_MINB=1: the compiler's choice, 48 registers). FP8 experts keep 1 (at 40
+// registers they spill).
+int decode_min_blocks() {
+  static const int n = [] {
+    const char* v = std::getenv("KILN_GMM_DECODE_MINB");
+    if (!v || !*v) return 6;
+    const std::string s(v);
+    KILN_CHECK(s == "1" || s == "6", "KILN_GMM_DECODE_MINB=", s, " is not 1 or 6");
+    return s == "1" ? 1 : 6;
+  }();
+  return n;
+}
+
 // The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
 template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
@@ -138,8 +152,13 @@ void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cu
   KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
   const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
-  auto kernel = decode_one_row(p) ? kernels::gmm_decode_kernel<T, F8, 1> : kernels::gmm_decode_kernel<T, F8>;
-  launch_dependent(kernel, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p, split, vec);
+  auto go = [&](auto kernel) {
+    launch_dependent(kernel, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p, split, vec);
+  };
+  if (!decode_one_row(p)) go(kernels::gmm_decode_kernel<T, F8>);
+  else if constexpr (F8) go(kernels::gmm_decode_kernel<T, F8, 1>);
+  else if (decode_min_blocks() == 1) go(kernels::gmm_decode_kernel<T, F8, 1>);
+  else go(kernels::gmm_decode_kernel<T, F8, 1, 6>);
 }
 
 // Launches one grouped product (p fully described except the pointers' alignment checks). T: input type.
