@@ -129,19 +129,21 @@ int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool 
 // Measured on the H200: 8-23% faster for one-token MoE layers (bf16 and FP8 experts) than four rows per block.
 bool decode_one_row(const GmmArgs& p) { return p.row_groups != nullptr || p.M <= 16; }
 
-// The one-row decode instance's register bound (kernels::gmm_decode_kernel's MINB): 6 blocks per SM (the
-// default) or 1 (KILN_GMM_DECODE_MINB=1: the compiler's choice, 48 registers). FP8 experts keep 1 (at 40
-// registers they spill).
-int decode_min_blocks() {
-  static const int n = [] {
+// The one-row decode instance's register bound (kernels::gmm_decode_kernel's MINB): 1 (the default: the
+// compiler's choice, 48 registers, 5 blocks per SM) or, opt-in until measured on a GPU, 6
+// (KILN_GMM_DECODE_MINB=6: at most 40 registers; ptxas spills 32 bytes in the bf16 instance, none in f16).
+// FP8 experts keep 1 (at 40 registers they spill 184 bytes).
+std::atomic<int>& decode_min_blocks_ref() {
+  static std::atomic<int> n{[] {
     const char* v = std::getenv("KILN_GMM_DECODE_MINB");
-    if (!v || !*v) return 6;
+    if (!v || !*v) return 1;
     const std::string s(v);
     KILN_CHECK(s == "1" || s == "6", "KILN_GMM_DECODE_MINB=", s, " is not 1 or 6");
     return s == "1" ? 1 : 6;
-  }();
+  }()};
   return n;
 }
+int decode_min_blocks() { return decode_min_blocks_ref().load(std::memory_order_relaxed); }
 
 // The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
 template <class T, bool F8>
@@ -240,6 +242,12 @@ int to_int(int64_t v, const char* op, const char* what) {
 }  // namespace
 
 void set_forced_grouped_mm_path(GroupedMmPath p) { forced_path().store(p, std::memory_order_relaxed); }
+
+void set_grouped_decode_min_blocks(int n) {
+  KILN_CHECK(n == 1 || n == 6, "set_grouped_decode_min_blocks: expected 1 or 6, got ", n);
+  decode_min_blocks_ref().store(n, std::memory_order_relaxed);
+}
+int grouped_decode_min_blocks() { return decode_min_blocks(); }
 
 int64_t grouped_tma_launches(GroupedMmPath path) {
   KILN_CHECK(path == GroupedMmPath::TiledTma || path == GroupedMmPath::TiledTma64 ||

@@ -37,6 +37,11 @@ enum class GroupedMmPath {
   TiledPortable
 };
 void set_forced_grouped_mm_path(GroupedMmPath p);
+// The register bound of the matrix-vector kernel's one-row instance (one-token products and the MoE block's
+// decode): 1 (the default, 48 registers, 5 blocks per SM) or 6 blocks per SM (40 registers, so a one-token
+// grid of up to 6 blocks per SM is resident at once; opt-in until measured). Also KILN_GMM_DECODE_MINB=1|6.
+void set_grouped_decode_min_blocks(int n);
+int grouped_decode_min_blocks();
 // Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaCluster2 or
 // TiledTmaCluster4; tests check that a forced path ran).
 int64_t grouped_tma_launches(GroupedMmPath path);

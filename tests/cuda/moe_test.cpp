@@ -265,12 +265,27 @@ TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
     ends[g] = static_cast<int32_t>(r);
   }
   std::iota(compact_ends.begin(), compact_ends.end(), 1);
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  // Auto (the matrix-vector kernel) under both register bounds of its one-row instance, then the tiles.
+  struct Run {
+    GroupedMmPath path;
+    int min_blocks;
+  };
+  const Run runs[] = {{GroupedMmPath::Auto, 1},      {GroupedMmPath::Auto, 6},         {GroupedMmPath::Tiled, 1},
+                      {GroupedMmPath::TiledWide, 1}, {GroupedMmPath::TiledTma, 1},     {GroupedMmPath::TiledTma64, 1},
+                      {GroupedMmPath::TiledTmaCluster2, 1}, {GroupedMmPath::TiledTmaCluster4, 1},
+                      {GroupedMmPath::TiledPortable, 1}};
+  for (const Run& run : runs) {
+    const GroupedMmPath path = run.path;
     ForcePath force(path);
+#if KILN_HAVE_CUDA
+    const int min_blocks_before = cuda::grouped_decode_min_blocks();
+    cuda::set_grouped_decode_min_blocks(run.min_blocks);
+#endif
     for (DType d : kDtypes)
       for (const auto& nk : {std::pair<int64_t, int64_t>{2 * I, H}, std::pair<int64_t, int64_t>{H, I}}) {
         const int64_t N = nk.first, K = nk.second;
-        SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), " N=", N, " K=", K));
+        SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), " N=", N, " K=", K, " one-row bound ", run.min_blocks,
+                         " blocks/SM"));
         Tensor w = empty({E, N, K}, d, kGpu);
         uniform_(w, -1, 1);
         const Tensor a = test::random_tensor({8, K}, d, -1, 1);
@@ -282,6 +297,9 @@ TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
         const Tensor scale = grouped_mm(abs(a.to(DType::F32)), abs(w_used.to(DType::F32)), offs, DType::F32);
         EXPECT_TRUE(test::linear_close(out, ref, scale.to(DType::F64), d, K));
       }
+#if KILN_HAVE_CUDA
+    cuda::set_grouped_decode_min_blocks(min_blocks_before);
+#endif
   }
 }
 
