@@ -145,6 +145,19 @@ std::atomic<int>& decode_min_blocks_ref() {
 }
 int decode_min_blocks() { return decode_min_blocks_ref().load(std::memory_order_relaxed); }
 
+// The Hopper tile kernels' straight-run epilogue (GmmArgs::fast_epilogue): off by default until measured on
+// a GPU; KILN_GMM_FAST_EPILOGUE=1 or set_grouped_fast_epilogue turns it on.
+std::atomic<bool>& fast_epilogue_ref() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("KILN_GMM_FAST_EPILOGUE");
+    if (!v || !*v) return false;
+    const std::string s(v);
+    KILN_CHECK(s == "0" || s == "1", "KILN_GMM_FAST_EPILOGUE=", s, " is not 0 or 1");
+    return s == "1";
+  }()};
+  return on;
+}
+
 // The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
 template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
@@ -178,8 +191,10 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
                      aligned16(p.a) && aligned16(p.b) && al(p.a_sm) && al(p.a_sg) && al(p.b_sn) && al(p.b_sg);
     if constexpr (!std::is_same_v<T, float>) {
       const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
+      GmmArgs q = p;
+      q.fast_epilogue = fast_epilogue_ref().load(std::memory_order_relaxed);
       if (vec && p.mode != GmmMode::KGroups && f != GroupedMmPath::TiledPortable &&
-          launch_gmm_sm90(p, std::is_same_v<T, BFloat16>, sm90_kernel(f, &p), device, stream, op))
+          launch_gmm_sm90(q, std::is_same_v<T, BFloat16>, sm90_kernel(f, &q), device, stream, op))
         return;
     }
     const int64_t ncols = kernels::gmm_tile_cols(p.act);
@@ -248,6 +263,9 @@ void set_grouped_decode_min_blocks(int n) {
   decode_min_blocks_ref().store(n, std::memory_order_relaxed);
 }
 int grouped_decode_min_blocks() { return decode_min_blocks(); }
+
+void set_grouped_fast_epilogue(bool on) { fast_epilogue_ref().store(on, std::memory_order_relaxed); }
+bool grouped_fast_epilogue() { return fast_epilogue_ref().load(std::memory_order_relaxed); }
 
 int64_t grouped_tma_launches(GroupedMmPath path) {
   KILN_CHECK(path == GroupedMmPath::TiledTma || path == GroupedMmPath::TiledTma64 ||

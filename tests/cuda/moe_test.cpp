@@ -35,6 +35,18 @@ struct ForcePath {
   explicit ForcePath(GroupedMmPath p) { cuda::set_forced_grouped_mm_path(p); }
   ~ForcePath() { cuda::set_forced_grouped_mm_path(GroupedMmPath::Auto); }
 };
+// The register bound of the matrix-vector kernel's one-row instance for a scope.
+struct DecodeMinBlocks {
+  explicit DecodeMinBlocks(int n) : before(cuda::grouped_decode_min_blocks()) { cuda::set_grouped_decode_min_blocks(n); }
+  ~DecodeMinBlocks() { cuda::set_grouped_decode_min_blocks(before); }
+  int before;
+};
+// The Hopper tile kernels' straight-run epilogue (opt-in) for a scope.
+struct FastEpilogue {
+  explicit FastEpilogue(bool on) : before(cuda::grouped_fast_epilogue()) { cuda::set_grouped_fast_epilogue(on); }
+  ~FastEpilogue() { cuda::set_grouped_fast_epilogue(before); }
+  bool before;
+};
 const char* path_name(GroupedMmPath p) {
   switch (p) {
     case GroupedMmPath::Decode: return "decode";
@@ -159,9 +171,11 @@ TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
 TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
   KILN_REQUIRE_CUDA();
   for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
-  for (DType d : {DType::BF16, DType::F16}) {
+  for (DType d : {DType::BF16, DType::F16})
+  for (bool fast : {false, true}) {  // whole tiles through the straight-run epilogue, or not
     ForcePath force(path);
-    SCOPED_TRACE(str(path_name(path), " ", dtype_name(d)));
+    FastEpilogue fast_scope(fast);
+    SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), fast ? " straight-run epilogue" : ""));
     // N = 1300: 11 column tiles, so clusters of 2 and 4 have spare blocks (past the last n-tile).
     const int64_t M = 3000, K = 136, N = 1300;
     const std::vector<int32_t> ends = {500, 1200, 1200, 2500, 2990};
@@ -277,10 +291,7 @@ TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
   for (const Run& run : runs) {
     const GroupedMmPath path = run.path;
     ForcePath force(path);
-#if KILN_HAVE_CUDA
-    const int min_blocks_before = cuda::grouped_decode_min_blocks();
-    cuda::set_grouped_decode_min_blocks(run.min_blocks);
-#endif
+    DecodeMinBlocks bound(run.min_blocks);
     for (DType d : kDtypes)
       for (const auto& nk : {std::pair<int64_t, int64_t>{2 * I, H}, std::pair<int64_t, int64_t>{H, I}}) {
         const int64_t N = nk.first, K = nk.second;
@@ -297,9 +308,6 @@ TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
         const Tensor scale = grouped_mm(abs(a.to(DType::F32)), abs(w_used.to(DType::F32)), offs, DType::F32);
         EXPECT_TRUE(test::linear_close(out, ref, scale.to(DType::F64), d, K));
       }
-#if KILN_HAVE_CUDA
-    cuda::set_grouped_decode_min_blocks(min_blocks_before);
-#endif
   }
 }
 
@@ -453,6 +461,20 @@ TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
           }
         }
   }
+}
+
+// The straight-run epilogue (opt-in) with the SiLU-mul pairs: T = 300 tokens over 4 experts (groups of
+// several whole 128-row tiles and a partial one), I = 192 (three whole column tiles of gate_up), H = 256
+// (two of down), and the same through the general epilogue.
+TEST(CudaMoeForward, StraightRunEpilogueMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64})
+    for (bool fast : {true, false}) {
+      ForcePath force(path);
+      FastEpilogue fast_scope(fast);
+      SCOPED_TRACE(str(path_name(path), fast ? " straight-run epilogue" : " general epilogue"));
+      for (DType d : {DType::BF16, DType::F16}) check_moe(MoeCase{300, 256, 192, 4, 2, true}, d, false);
+    }
 }
 
 TEST(CudaMoeForward, EveryDtypeOddSizesAndIntegerRouting) {

@@ -77,6 +77,7 @@ struct GmmArgs {
   GmmMode mode;
   bool act;
   bool out_f32;              // C is f32 (else the input dtype)
+  bool fast_epilogue;        // Hopper tile kernels: straight runs of stores for whole tiles (gmm90_store_run)
   DeviceErrorRecord* err;
 };
 

@@ -67,6 +67,34 @@ __device__ __forceinline__ void mma_k64(float (&acc)[BN / 2], uint32_t a_addr, u
     Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
 }
 
+// The epilogue's straight run (GmmArgs::fast_epilogue, opt-in): every column pair of the thread's two rows
+// (C offsets roff) as one 4-byte store of 16-bit C at columns nb + 8 j, no per-element check: the caller has
+// established that both rows are stored, C's columns are contiguous and aligned and the tile lies inside N.
+// One short block of code per form (act or not) instead of the general loop's checks and two store forms
+// per element, whose code the instruction cache must hold across every tile.
+template <class T, int BN>
+__device__ __forceinline__ void gmm90_store_run(T* c, const int64_t (&roff)[2], int64_t nb, const float (&acc)[BN / 2],
+                                                bool act) {
+  constexpr int kOutJ = BN / 8;
+  auto put = [&](int64_t off, float v0, float v1) {
+    const T lo = gemv_from_f32<T>(v0), hi = gemv_from_f32<T>(v1);
+    *reinterpret_cast<uint32_t*>(c + off) = static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+  };
+  if (act) {
+#pragma unroll
+    for (int j = 0; j < kOutJ / 2; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        put(roff[h] + nb + 8 * j, moe_math::silu_mul(acc[4 * j + 2 * h], acc[4 * (j + kOutJ / 2) + 2 * h]),
+            moe_math::silu_mul(acc[4 * j + 2 * h + 1], acc[4 * (j + kOutJ / 2) + 2 * h + 1]));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kOutJ; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) put(roff[h] + nb + 8 * j, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  }
+}
+
 // The epilogue from registers, shared by both kernels: thread tid (< 256) of the two warpgroups that hold
 // the 128 x BN product tile of rows [m0, m1) (rows past m1 are not stored) and output columns from n0.
 // acc[4j + i] is row 16 warp + lane/4 + 8 (i / 2), column 8j + 2 (lane % 4) + i % 2. A thread's two rows are
@@ -87,6 +115,10 @@ __device__ __forceinline__ void gmm90_epilogue(const GmmArgs& p, const float (&a
   const bool pairs = p.c_sn == 1 && ((p.c_sm | p.c_sg) & 1) == 0 &&
                      reinterpret_cast<uintptr_t>(p.c) % static_cast<uintptr_t>(2 * esz) == 0;
   constexpr int kOutJ = BN / 8;  // column groups of 8 in the product
+  if (p.fast_epilogue && pairs && !p.out_f32 && roff[0] >= 0 && roff[1] >= 0 && n0 + (p.act ? BN / 2 : BN) <= p.N) {
+    gmm90_store_run<T, BN>(static_cast<T*>(p.c), roff, n0 + 2 * (lane % 4), acc, p.act);
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kOutJ; ++j) {
     if (p.act && j >= kOutJ / 2) break;  // up columns: consumed with their gate column
