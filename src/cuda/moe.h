@@ -21,9 +21,10 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tenso
 // warp-specialised TMA kernel (kernels/grouped_mm_sm90.cuh; the MoE block first gathers x's rows into
 // expert order for it) where the operands fit tensor maps, else the cp.async wgmma kernel; elsewhere the
 // portable tiles. Forced by set_forced_grouped_mm_path (tests, benchmarks) or KILN_GROUPED_MM_PATH (auto,
-// decode, tiled, tiled-wide, tma, tma-64, tma-cluster2, tma-cluster4, portable): Tiled / TiledWide the
-// cp.async wgmma kernel with 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel (the default; 128 x 128),
-// TiledTma64 the TMA kernel with 64 x 128 tiles, TiledTmaCluster2 / 4 the TMA kernel in clusters of 2 / 4
+// decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-cluster2, tma-cluster4, portable): Tiled / TiledWide the
+// cp.async wgmma kernel with 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel with 128 x 128 tiles,
+// TiledTma64 with 64 x 128 tiles (Auto takes one of these two by the rows per group), TiledTmaWide with
+// 128 x 256 tiles, TiledTmaCluster2 / 4 the TMA kernel in clusters of 2 / 4
 // blocks sharing each A tile, TiledPortable the portable tiles only; Auto: the heuristic.
 enum class GroupedMmPath {
   Auto,
@@ -32,6 +33,7 @@ enum class GroupedMmPath {
   TiledWide,
   TiledTma,
   TiledTma64,
+  TiledTmaWide,
   TiledTmaCluster2,
   TiledTmaCluster4,
   TiledPortable
@@ -48,7 +50,7 @@ int grouped_decode_min_blocks();
 // until measured (false by default); also KILN_GMM_FAST_EPILOGUE=0|1.
 void set_grouped_fast_epilogue(bool on);
 bool grouped_fast_epilogue();
-// Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaCluster2 or
+// Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaWide, TiledTmaCluster2 or
 // TiledTmaCluster4; tests check that a forced path ran).
 int64_t grouped_tma_launches(GroupedMmPath path);
 

@@ -16,9 +16,11 @@ namespace kiln::cuda {
 
 namespace {
 
-// Launches per TMA instance: 128 x 128 tiles alone, in clusters of 2, of 4; 64 x 128 tiles.
-std::atomic<int64_t> tma_counts[4];
-constexpr int count_index(int bm, int cs) { return bm == 64 ? 3 : cs == 1 ? 0 : cs == 2 ? 1 : 2; }
+// Launches per TMA instance: 128 x 128 tiles alone, in clusters of 2, of 4; 64 x 128 tiles; 128 x 256 tiles.
+std::atomic<int64_t> tma_counts[5];
+constexpr int count_index(int bm, int bn, int cs) {
+  return bm == 64 ? 3 : bn == 256 ? 4 : cs == 1 ? 0 : cs == 2 ? 1 : 2;
+}
 
 // Clusters of CS blocks of `kernel` (dynamic shared memory smem) that can be resident at once on `device`
 // (the occupancy API, cached per kernel and device: always asked with the largest smem the kernel is
@@ -52,7 +54,7 @@ int resident_clusters(const void* kernel, int cs, int threads, size_t smem, int 
 // The TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel) with BM-row tiles in clusters of CS blocks; false, launching
 // nothing, where it does not apply: gathered A rows (a_rows: TMA copies boxes, not lists of rows), K = 0,
 // operands no tensor map describes, or (CS > 1) no cluster of CS such blocks fits the device.
-template <int BM, int CS>
+template <int BM, int BN, int CS>
 bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op) {
   namespace k90 = kernels::gmm90;
   if (p.a_rows != nullptr || p.K <= 0) return false;
@@ -72,9 +74,9 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   const uint64_t b_dims[3] = {u(p.K), u(b_rows), tp.b_slots ? u(p.G) : 1};
   const uint64_t b_strides[2] = {u(p.b_sn) * 2, tp.b_slots ? u(p.b_sg) * 2 : u(p.b_sn) * 2 * u(b_rows)};
   if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, BM / CS) ||
-      !encode_tensor_map_3d(&tp.tb, p.b, bf16, b_dims, b_strides, 64, k90::kTmaBN / 2))
+      !encode_tensor_map_3d(&tp.tb, p.b, bf16, b_dims, b_strides, 64, BN / 2))
     return false;
-  const int64_t ncols = k90::tile_cols(p.act, k90::kTmaBN);
+  const int64_t ncols = k90::tile_cols(p.act, BN);
   const int64_t nt = (p.N + ncols - 1) / ncols;
   const int64_t mt = (static_cast<int64_t>(p.M) + BM - 1) / BM;
   // The list entries there can be: RowGroups at most ceil(M / BM) + G + 1 m-tiles (one partial tile per
@@ -84,15 +86,15 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   if (bound == 0) return true;
   tp.ntiles = static_cast<int>(nt);
   tp.mtiles = static_cast<int>(mt);
-  const size_t smem = k90::tma_smem_bytes<BM>(batched ? 0 : p.G);
+  const size_t smem = k90::tma_smem_bytes<BM, BN>(batched ? 0 : p.G);
   constexpr int threads = k90::tma_threads<BM>();
   auto go = [&](auto kernel) {
     const void* fn = reinterpret_cast<const void*>(kernel);
-    set_max_dynamic_smem(fn, k90::tma_smem_bytes<BM>(kernels::kGmmMaxGroups), device, op);
+    set_max_dynamic_smem(fn, k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups), device, op);
     // Persistent: tma_blocks_per_sm blocks per SM, or as many clusters as can be resident at once.
     int64_t clusters = static_cast<int64_t>(multiprocessor_count(device)) * k90::tma_blocks_per_sm<BM>() / CS;
     if (CS > 1) {
-      clusters = resident_clusters(fn, CS, threads, k90::tma_smem_bytes<BM>(kernels::kGmmMaxGroups), device);
+      clusters = resident_clusters(fn, CS, threads, k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups), device);
       if (clusters < 1) return false;
     }
     clusters = std::min<int64_t>(bound, clusters);
@@ -111,20 +113,21 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
       cfg.numAttrs = 1;
     }
     check(cudaLaunchKernelEx(&cfg, kernel, tp), op);
-    tma_counts[count_index(BM, CS)].fetch_add(1, std::memory_order_relaxed);
+    tma_counts[count_index(BM, BN, CS)].fetch_add(1, std::memory_order_relaxed);
     return true;
   };
-  return bf16 ? go(k90::gmm_tma_kernel<BFloat16, BM, CS>) : go(k90::gmm_tma_kernel<Half, BM, CS>);
+  return bf16 ? go(k90::gmm_tma_kernel<BFloat16, BM, BN, CS>) : go(k90::gmm_tma_kernel<Half, BM, BN, CS>);
 }
 
 }  // namespace
 
 int64_t gmm_tma_launches(Gmm90Kernel which) {
   switch (which) {
-    case Gmm90Kernel::Tma: return tma_counts[count_index(128, 1)].load(std::memory_order_relaxed);
-    case Gmm90Kernel::Tma64: return tma_counts[count_index(64, 1)].load(std::memory_order_relaxed);
-    case Gmm90Kernel::TmaCluster2: return tma_counts[count_index(128, 2)].load(std::memory_order_relaxed);
-    case Gmm90Kernel::TmaCluster4: return tma_counts[count_index(128, 4)].load(std::memory_order_relaxed);
+    case Gmm90Kernel::Tma: return tma_counts[count_index(128, 128, 1)].load(std::memory_order_relaxed);
+    case Gmm90Kernel::Tma64: return tma_counts[count_index(64, 128, 1)].load(std::memory_order_relaxed);
+    case Gmm90Kernel::TmaWide: return tma_counts[count_index(128, 256, 1)].load(std::memory_order_relaxed);
+    case Gmm90Kernel::TmaCluster2: return tma_counts[count_index(128, 128, 2)].load(std::memory_order_relaxed);
+    case Gmm90Kernel::TmaCluster4: return tma_counts[count_index(128, 128, 4)].load(std::memory_order_relaxed);
     default: return 0;
   }
 }
@@ -135,10 +138,11 @@ bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, Gmm90Kernel which, in
   if (!wgmma_available(device)) return false;
   if (p.mode != kernels::GmmMode::RowGroups && p.mode != kernels::GmmMode::Batched) return false;
   if (which != Gmm90Kernel::CpAsync && which != Gmm90Kernel::CpAsyncWide) {
-    const bool ok = which == Gmm90Kernel::Tma           ? launch_tma<128, 1>(p, bf16, device, stream, op)
-                    : which == Gmm90Kernel::Tma64       ? launch_tma<64, 1>(p, bf16, device, stream, op)
-                    : which == Gmm90Kernel::TmaCluster2 ? launch_tma<128, 2>(p, bf16, device, stream, op)
-                                                        : launch_tma<128, 4>(p, bf16, device, stream, op);
+    const bool ok = which == Gmm90Kernel::Tma           ? launch_tma<128, 128, 1>(p, bf16, device, stream, op)
+                    : which == Gmm90Kernel::Tma64       ? launch_tma<64, 128, 1>(p, bf16, device, stream, op)
+                    : which == Gmm90Kernel::TmaWide     ? launch_tma<128, 256, 1>(p, bf16, device, stream, op)
+                    : which == Gmm90Kernel::TmaCluster2 ? launch_tma<128, 128, 2>(p, bf16, device, stream, op)
+                                                        : launch_tma<128, 128, 4>(p, bf16, device, stream, op);
     if (ok) {
       check_launch(op);
       return true;

@@ -265,13 +265,16 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // Both roles walk the same list (the offsets are scanned once per block: gmm_scan_row_tiles); the ring
 // runs on from one tile into the next, so the next tile's loads overlap this tile's epilogue.
 //
-// BM = 64 (GroupedMmPath::TiledTma64, opt-in): 64 x 128 tiles for groups of a few dozen rows, where most of a
+// BM = 64 (GroupedMmPath::TiledTma64; Auto where groups average at most 48 rows): 64 x 128 tiles for groups of a few dozen rows, where most of a
 // 128-row tile would be rows of other groups loaded and multiplied for nothing. One math warpgroup
 // (m64n128 MMAs) and the copy warpgroup, four 24 KB stages, two blocks per SM, so one block's epilogue
 // overlaps the other's MMAs. No cluster variant.
-// (A 128 x 256 variant, four 48 KB stages, was 0.63x PyTorch geomean against 0.78x for 128 x 128 on the
-// H200, thirteenth run: Nsight Compute showed 7.5 instruction-fetch stalls per issued instruction and the
-// tensor pipe active 19% of the time. Removed.)
+// BN = 256 (GroupedMmPath::TiledTmaWide, opt-in, BM = 128): four 48 KB stages and 128 accumulators per math
+// thread, a quarter fewer bytes received per product than 128 x 128. Measured 0.63x PyTorch geomean against
+// 0.78x for 128 x 128 on the H200 (thirteenth run) with Nsight Compute showing 7.5 instruction-fetch stalls
+// per issued instruction and the tensor pipe active 19% of the time: its general epilogue is about 10000
+// instructions of checks and store forms run once per tile. Kept to be measured with the straight-run
+// epilogue (GmmArgs::fast_epilogue).
 // CS > 1 (GroupedMmPath::TiledTmaCluster2 / 4, BM = 128): thread-block clusters of CS blocks along n share
 // each A tile. The cluster walks the list of (m-tile, CS consecutive n-tiles); block rank r takes the r-th
 // n-tile (past the last n-tile it multiplies and stores nothing) and loads rows 128 r / CS.. of the A tile
@@ -284,7 +287,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // counts all the stage's bytes, its own and its peers'. The blocks of a cluster meet at the start (barriers
 // initialised before any peer arrives or copies); at the end each copy thread waits until its stages' last
 // uses are released by the whole cluster, so no block exits while a peer may still arrive on its barriers.
-constexpr int kTmaBN = 128;  // product columns of a TMA tile
 template <int BM>
 constexpr int tma_math_threads() {
   return BM / 64 * 128;  // one math warpgroup per 64 rows
@@ -306,18 +308,18 @@ template <int BM>
 constexpr uint32_t tma_a_bytes() {
   return BM * kBK * 2;  // one A stage
 }
-template <int BM>
+template <int BM, int BN>
 constexpr uint32_t tma_stage_bytes() {
-  return tma_a_bytes<BM>() + kTmaBN * kBK * 2;  // A, then B
+  return tma_a_bytes<BM>() + BN * kBK * 2;  // A, then B
 }
-template <int BM>
+template <int BM, int BN>
 constexpr int tma_stages() {
-  return BM == 128 ? 6 : 4;  // 6 x 32 KB, or 4 x 24 KB (two blocks per SM)
+  return BM == 64 ? 4 : BN == 128 ? 6 : 4;  // 4 x 24 KB (two blocks per SM), 6 x 32 KB or 4 x 48 KB
 }
 // The ring (1024-aligned), full[S] and empty[S] barriers, then the scanned offsets (2 G + 1 ints).
-template <int BM>
+template <int BM, int BN>
 constexpr size_t tma_smem_bytes(int groups) {
-  return 1024 + static_cast<size_t>(tma_stages<BM>()) * tma_stage_bytes<BM>() + 16 * tma_stages<BM>() +
+  return 1024 + static_cast<size_t>(tma_stages<BM, BN>()) * tma_stage_bytes<BM, BN>() + 16 * tma_stages<BM, BN>() +
          static_cast<size_t>(2 * groups + 1) * 4;
 }
 
@@ -326,20 +328,20 @@ struct GmmTmaParams {
   CUtensorMap tb;  // B: (K, rows = N or 2 N with act, slots = groups, or 1 when B has no group stride)
   GmmArgs p;
   int a_slots, b_slots;  // 1: the group picks the slot; 0: slot 0
-  int ntiles;            // n-tiles: ceil(N / tile_cols(act, kTmaBN))
+  int ntiles;            // n-tiles: ceil(N / tile_cols(act, BN))
   int mtiles;            // Batched: m-tiles per group, ceil(M / BM)
 };
 
-template <class T, int BM, int CS>
+template <class T, int BM, int BN, int CS>
 __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     gmm_tma_kernel(const __grid_constant__ GmmTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!std::is_same_v<T, float>, "16-bit inputs");
   static_assert(CS == 1 || CS == 2 || CS == 4, "clusters of 1, 2 or 4 blocks");
-  static_assert(BM == 128 || (BM == 64 && CS == 1), "128-row tiles, alone or in clusters, or 64-row tiles alone");
-  constexpr int BN = kTmaBN;
-  constexpr int S = tma_stages<BM>();
-  constexpr uint32_t kStage = tma_stage_bytes<BM>();
+  static_assert((BM == 128 && BN == 128) || CS == 1, "clusters of 128 x 128 tiles only");
+  static_assert((BM == 128 && (BN == 128 || BN == 256)) || (BM == 64 && BN == 128), "128 x 128, 128 x 256 or 64 x 128 tiles");
+  constexpr int S = tma_stages<BM, BN>();
+  constexpr uint32_t kStage = tma_stage_bytes<BM, BN>();
   constexpr int kMath = tma_math_threads<BM>(), kThreadsAll = tma_threads<BM>();
   constexpr int kARows = BM / CS;  // A rows each block of a cluster copies
   extern __shared__ __align__(1024) unsigned char sm_raw[];
