@@ -272,9 +272,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // BN = 256 (GroupedMmPath::TiledTmaWide, opt-in, BM = 128): four 48 KB stages and 128 accumulators per math
 // thread, a quarter fewer bytes received per product than 128 x 128. Measured 0.63x PyTorch geomean against
 // 0.78x for 128 x 128 on the H200 (thirteenth run) with Nsight Compute showing 7.5 instruction-fetch stalls
-// per issued instruction and the tensor pipe active 19% of the time: its general epilogue is about 10000
-// instructions of checks and store forms run once per tile. Kept to be measured with the straight-run
-// epilogue (GmmArgs::fast_epilogue).
+// per issued instruction and the tensor pipe active 19% of the time. Its general epilogue, run once per
+// tile, is thousands of instructions of checks and store forms (10000-15000 in the whole kernel). Kept to
+// be measured with the straight-run epilogue (GmmArgs::fast_epilogue).
 // CS > 1 (GroupedMmPath::TiledTmaCluster2 / 4, BM = 128): thread-block clusters of CS blocks along n share
 // each A tile. The cluster walks the list of (m-tile, CS consecutive n-tiles); block rank r takes the r-th
 // n-tile (past the last n-tile it multiplies and stores nothing) and loads rows 128 r / CS.. of the A tile
