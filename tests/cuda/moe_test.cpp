@@ -465,10 +465,10 @@ TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
   }
 }
 
-// The straight-run epilogue (opt-in) with the SiLU-mul pairs: T = 300 tokens over 4 experts (groups of
-// several whole 128-row tiles and a partial one), I = 192 (three whole 64-column tiles of gate_up, one and
-// a half of 128), H = 256 (two whole 128-column tiles of down, one of 256), and the same through the
-// general epilogue.
+// The straight-run epilogue (opt-in) with the SiLU-mul pairs, and the same through the general epilogue:
+// T = 300 tokens over 4 experts (groups with whole 128-row tiles and a partial one), I = 192 (gate_up's h:
+// three whole 64-column output tiles, one whole 128-column one). The down product writes f32 partials, which
+// always take the general epilogue (the non-act straight run is TiledManyTilesPerBlockMatchesCpu's).
 TEST(CudaMoeForward, StraightRunEpilogueMatchesCpu) {
   KILN_REQUIRE_CUDA();
   for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide})
@@ -476,7 +476,11 @@ TEST(CudaMoeForward, StraightRunEpilogueMatchesCpu) {
       ForcePath force(path);
       FastEpilogue fast_scope(fast);
       SCOPED_TRACE(str(path_name(path), fast ? " straight-run epilogue" : " general epilogue"));
+      const bool tma = path != GroupedMmPath::Tiled;
+      const int64_t before = tma ? cuda::grouped_tma_launches(path) : 0;
       for (DType d : {DType::BF16, DType::F16}) check_moe(MoeCase{300, 256, 192, 4, 2, true}, d, false);
+      if (tma && cuda::wgmma_available(0))
+        EXPECT_GT(cuda::grouped_tma_launches(path), before) << "the forced TMA kernel never ran";
     }
 }
 
@@ -500,12 +504,16 @@ TEST(CudaMoeForward, DecodeShapeOf128Experts) {
   const int64_t E = 128, H = 2048, I = 768;
   // Auto (T = 40 takes the tiles), and the other tile kernels at T = 40: many K steps and column tiles with
   // the SiLU-mul epilogue (with the TMA paths x's rows are first gathered into expert order).
+  // One token also under the matrix-vector kernel's 6-blocks-per-SM register bound (act, routed rows).
   for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
   for (DType d : {DType::BF16, DType::F32})
-    for (int64_t T : {1, 4, 40}) {
+    for (int64_t T : {1, 4, 40})
+    for (int min_blocks : {1, 6}) {
       if (path != GroupedMmPath::Auto && (T != 40 || d != DType::BF16)) continue;
+      if (min_blocks == 6 && (path != GroupedMmPath::Auto || T != 1)) continue;
       ForcePath force(path);
-      SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), " T=", T));
+      DecodeMinBlocks bound(min_blocks);
+      SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), " T=", T, " one-row bound ", min_blocks, " blocks/SM"));
       Tensor gate_up = empty({E, 2 * I, H}, d, kGpu), down = empty({E, H, I}, d, kGpu);
       uniform_(gate_up, -0.03, 0.03);
       uniform_(down, -0.03, 0.03);
