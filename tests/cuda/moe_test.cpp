@@ -185,6 +185,7 @@ TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
     const bool tma = path != GroupedMmPath::Tiled && path != GroupedMmPath::TiledWide;
     const int64_t before = tma ? cuda::grouped_tma_launches(path) : 0;
     EXPECT_TRUE(check_gmm_views(a, b, from_vector<int32_t>(ends), std::nullopt, false, K));
+    EXPECT_TRUE(check_gmm_views(a, b, from_vector<int32_t>(ends), DType::F32, false, K));  // f32 C too
     if (tma && cuda::wgmma_available(0))
       EXPECT_GT(cuda::grouped_tma_launches(path), before) << "the forced TMA kernel never ran";
   }
@@ -465,10 +466,10 @@ TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
   }
 }
 
-// The straight-run epilogue (opt-in) with the SiLU-mul pairs, and the same through the general epilogue:
-// T = 300 tokens over 4 experts (groups with whole 128-row tiles and a partial one), I = 192 (gate_up's h:
-// three whole 64-column output tiles, one whole 128-column one). The down product writes f32 partials, which
-// always take the general epilogue (the non-act straight run is TiledManyTilesPerBlockMatchesCpu's).
+// The straight-run epilogue (opt-in) in the MoE block, and the same through the general epilogue: T = 300
+// tokens over 4 experts (groups with whole 128-row tiles and a partial one); gate_up's h with SiLU-mul,
+// I = 192 (three whole 64-column output tiles, one whole 128-column one); down's f32 partials scattered to
+// their rows, H = 256 (two whole 128-column tiles, one of 256).
 TEST(CudaMoeForward, StraightRunEpilogueMatchesCpu) {
   KILN_REQUIRE_CUDA();
   for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide})

@@ -68,19 +68,24 @@ __device__ __forceinline__ void mma_k64(float (&acc)[BN / 2], uint32_t a_addr, u
 }
 
 // The epilogue's straight run (GmmArgs::fast_epilogue, opt-in): every column pair of the thread's two rows
-// (C offsets roff) as one 4-byte store of 16-bit C at columns nb + 8 j, no per-element check: the caller has
-// established that both rows are stored, C's columns are contiguous and aligned and the tile lies inside N.
-// One short block of code per form (act or not) instead of the general loop's checks and two store forms
-// per element, whose code the instruction cache must hold across every tile.
-template <class T, int BN>
-__device__ __forceinline__ void gmm90_store_run(T* c, const int64_t (&roff)[2], int64_t nb, const float (&acc)[BN / 2],
+// (C offsets roff) as one store (4 bytes of 16-bit C, 8 of f32 C) at columns nb + 8 j, no per-element check:
+// the caller has established that both rows are stored, C's columns are contiguous and aligned and the tile
+// lies inside N. One short block of code per form (16-bit C with SiLU-mul or not, f32 C without) instead of
+// the general loop's checks and store forms per element, whose code the instruction cache must hold across
+// every tile. C: the output element type (T, or float).
+template <class C, int BN>
+__device__ __forceinline__ void gmm90_store_run(C* c, const int64_t (&roff)[2], int64_t nb, const float (&acc)[BN / 2],
                                                 bool act) {
   constexpr int kOutJ = BN / 8;
   auto put = [&](int64_t off, float v0, float v1) {
-    const T lo = gemv_from_f32<T>(v0), hi = gemv_from_f32<T>(v1);
-    *reinterpret_cast<uint32_t*>(c + off) = static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+    if constexpr (std::is_same_v<C, float>) {
+      *reinterpret_cast<float2*>(c + off) = make_float2(v0, v1);
+    } else {
+      const C lo = gemv_from_f32<C>(v0), hi = gemv_from_f32<C>(v1);
+      *reinterpret_cast<uint32_t*>(c + off) = static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+    }
   };
-  if (act) {
+  if (!std::is_same_v<C, float> && act) {
 #pragma unroll
     for (int j = 0; j < kOutJ / 2; ++j)
 #pragma unroll
@@ -115,8 +120,10 @@ __device__ __forceinline__ void gmm90_epilogue(const GmmArgs& p, const float (&a
   const bool pairs = p.c_sn == 1 && ((p.c_sm | p.c_sg) & 1) == 0 &&
                      reinterpret_cast<uintptr_t>(p.c) % static_cast<uintptr_t>(2 * esz) == 0;
   constexpr int kOutJ = BN / 8;  // column groups of 8 in the product
-  if (p.fast_epilogue && pairs && !p.out_f32 && roff[0] >= 0 && roff[1] >= 0 && n0 + (p.act ? BN / 2 : BN) <= p.N) {
-    gmm90_store_run<T, BN>(static_cast<T*>(p.c), roff, n0 + 2 * (lane % 4), acc, p.act);
+  if (p.fast_epilogue && pairs && !(p.out_f32 && p.act) && roff[0] >= 0 && roff[1] >= 0 &&
+      n0 + (p.act ? BN / 2 : BN) <= p.N) {
+    if (p.out_f32) gmm90_store_run<float, BN>(static_cast<float*>(p.c), roff, n0 + 2 * (lane % 4), acc, false);
+    else gmm90_store_run<T, BN>(static_cast<T*>(p.c), roff, n0 + 2 * (lane % 4), acc, p.act);
     return;
   }
 #pragma unroll
