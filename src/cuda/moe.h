@@ -44,10 +44,10 @@ void set_forced_grouped_mm_path(GroupedMmPath p);
 // grid of up to 6 blocks per SM is resident at once; opt-in until measured). Also KILN_GMM_DECODE_MINB=1|6.
 void set_grouped_decode_min_blocks(int n);
 int grouped_decode_min_blocks();
-// The Hopper tile kernels' epilogue for whole tiles of 16-bit C with contiguous aligned columns: a straight
-// run of paired stores (kernels/grouped_mm_sm90.cuh, gmm90_store_run) instead of the general loop, whose
-// checks and two store forms per element make a long stretch of code for the instruction cache. Opt-in
-// until measured (false by default); also KILN_GMM_FAST_EPILOGUE=0|1.
+// The Hopper tile kernels' epilogue for whole tiles of C (16-bit, or f32 without SiLU-mul) with contiguous
+// aligned columns: a straight run of paired stores (kernels/grouped_mm_sm90.cuh, gmm90_store_run) instead
+// of the general loop, whose checks and store forms per element make a long stretch of code for the
+// instruction cache. Opt-in until measured (false by default); also KILN_GMM_FAST_EPILOGUE=0|1.
 void set_grouped_fast_epilogue(bool on);
 bool grouped_fast_epilogue();
 // Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaWide, TiledTmaCluster2 or
