@@ -80,8 +80,8 @@ bool use_decode(int64_t m, int64_t g) {
   return m <= 16 || m <= 2 * g;
 }
 
-// The Hopper tile kernel for the path. Auto: the TMA kernel, with 64-row tiles where groups hold at most 64
-// rows on average (p: the product; null, 128-row tiles).
+// The Hopper tile kernel for the path. Auto: the TMA kernel, with 64-row tiles where groups hold at most
+// tma64_max_rows() rows on average (48 by default; p: the product; null, 128-row tiles).
 // TUNE (H200, `kiln bench ops --filter 'grouped_mm|^moe/bf16'`, docs/benchmarks.md): against the cp.async
 // kernel the TMA kernel took grouped_mm T512/T4096 from 0.60-0.93x PyTorch to 0.54-1.11x (geomean up, 10 of
 // 12 shapes faster) and the MoE block at T512 from 1.05-1.24x to 1.13-1.44x.
