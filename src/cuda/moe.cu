@@ -49,22 +49,34 @@ std::atomic<GroupedMmPath>& forced_path() {
   return p;
 }
 
+// A row bound of Auto's tile choice from an environment variable (a count >= 0), or `fallback`.
+int64_t rows_from_env(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  KILN_CHECK(end && *end == '\0' && n >= 0, name, "=", v, " is not a count >= 0");
+  return n;
+}
+
 // Auto takes 64-row TMA tiles up to this many rows per group on average (KILN_GMM_TMA64_ROWS=N overrides;
 // 0: never). TUNE (H200, docs/benchmarks.md, thirteenth run): at 16 and 32 rows a group (T512 over 256 and
 // 128 experts) 64-row tiles took grouped_mm from 0.65-1.12x PyTorch to 1.16-1.24x and the MoE block from
 // 1.19-1.32x to 1.48-1.55x; at 64 (T512 over 64 experts) grouped_mm gained (0.96-1.06x to 1.16-1.17x) but
 // the MoE block, whose routed groups are uneven (a group past 64 rows reads its weights once per 64-row
 // tile), lost (1.43x to 1.31x), hence 48; at 128 rows and more 64-row tiles were slower.
-int64_t tma64_max_rows_from_env() {
-  const char* v = std::getenv("KILN_GMM_TMA64_ROWS");
-  if (!v || !*v) return 48;
-  char* end = nullptr;
-  const long long n = std::strtoll(v, &end, 10);
-  KILN_CHECK(end && *end == '\0' && n >= 0, "KILN_GMM_TMA64_ROWS=", v, " is not a count >= 0");
+int64_t tma64_max_rows() {
+  static const int64_t n = rows_from_env("KILN_GMM_TMA64_ROWS", 48);
   return n;
 }
-int64_t tma64_max_rows() {
-  static const int64_t n = tma64_max_rows_from_env();
+
+// Auto takes 128 x 256 TMA tiles from this many rows per group on average (KILN_GMM_WIDE_ROWS=N overrides;
+// 0: never). TUNE (H200, docs/benchmarks.md, fourteenth run, both with the straight-run epilogue): at 256
+// and 512 rows a group (T4096 over 128 and 64 experts) they took grouped_mm from 0.68-0.79x PyTorch to
+// 0.77-0.96x (a quarter fewer bytes received per product); at 128 rows (T4096 over 256 experts) they tied
+// on gate_up and lost on down (264 against 248 us), at 64 rows and fewer they lost everywhere.
+int64_t wide_min_rows() {
+  static const int64_t n = rows_from_env("KILN_GMM_WIDE_ROWS", 192);
   return n;
 }
 
@@ -80,15 +92,18 @@ bool use_decode(int64_t m, int64_t g) {
   return m <= 16 || m <= 2 * g;
 }
 
-// The Hopper tile kernel for the path. Auto: the TMA kernel, with 64-row tiles where groups hold at most
-// tma64_max_rows() rows on average (48 by default; p: the product; null, 128-row tiles).
+// The Hopper tile kernel for the path. Auto: the TMA kernel, with 64 x 128 tiles where groups hold at most
+// tma64_max_rows() rows on average (48 by default), 128 x 256 tiles from wide_min_rows() (192), else
+// 128 x 128 (p: the product; null, 128 x 128).
 // TUNE (H200, `kiln bench ops --filter 'grouped_mm|^moe/bf16'`, docs/benchmarks.md): against the cp.async
 // kernel the TMA kernel took grouped_mm T512/T4096 from 0.60-0.93x PyTorch to 0.54-1.11x (geomean up, 10 of
 // 12 shapes faster) and the MoE block at T512 from 1.05-1.24x to 1.13-1.44x.
 Gmm90Kernel sm90_kernel(GroupedMmPath f, const GmmArgs* p = nullptr) {
   if (f == GroupedMmPath::Auto && p) {
     const int64_t rows = p->mode == GmmMode::RowGroups ? p->M / std::max(p->G, 1) : p->M;
-    return rows <= tma64_max_rows() ? Gmm90Kernel::Tma64 : Gmm90Kernel::Tma;
+    if (rows <= tma64_max_rows()) return Gmm90Kernel::Tma64;
+    const int64_t wide = wide_min_rows();
+    return wide > 0 && rows >= wide ? Gmm90Kernel::TmaWide : Gmm90Kernel::Tma;
   }
   switch (f) {
     case GroupedMmPath::Tiled: return Gmm90Kernel::CpAsync;
@@ -131,28 +146,59 @@ int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool 
 // Measured on the H200: 8-23% faster for one-token MoE layers (bf16 and FP8 experts) than four rows per block.
 bool decode_one_row(const GmmArgs& p) { return p.row_groups != nullptr || p.M <= 16; }
 
-// The one-row decode instance's register bound (kernels::gmm_decode_kernel's MINB): 1 (the default: the
-// compiler's choice, 48 registers, 5 blocks per SM) or, opt-in until measured on a GPU, 6
-// (KILN_GMM_DECODE_MINB=6: at most 40 registers; ptxas spills 32 bytes in the bf16 instance, none in f16).
-// FP8 experts keep 1 (at 40 registers they spill 184 bytes).
+// The one-row decode instance's register bound (kernels::gmm_decode_kernel's MINB): 0 (the default: the
+// choice below), 1 (the compiler's choice, 48 registers, 5 blocks of 256 threads per SM on the H200) or 6
+// (at most 40 registers, 6 blocks per SM; ptxas spills 32 bytes in the bf16 instance, none in f16); also
+// KILN_GMM_DECODE_MINB=0|1|6. FP8 experts keep 1 (at 40 registers they spill 184 bytes).
 std::atomic<int>& decode_min_blocks_ref() {
   static std::atomic<int> n{[] {
     const char* v = std::getenv("KILN_GMM_DECODE_MINB");
-    if (!v || !*v) return 1;
+    if (!v || !*v) return 0;
     const std::string s(v);
-    KILN_CHECK(s == "1" || s == "6", "KILN_GMM_DECODE_MINB=", s, " is not 1 or 6");
-    return s == "1" ? 1 : 6;
+    KILN_CHECK(s == "0" || s == "1" || s == "6", "KILN_GMM_DECODE_MINB=", s, " is not 0, 1 or 6");
+    return std::stoi(s);
   }()};
   return n;
 }
 int decode_min_blocks() { return decode_min_blocks_ref().load(std::memory_order_relaxed); }
 
-// The Hopper tile kernels' straight-run epilogue (GmmArgs::fast_epilogue): off by default until measured on
-// a GPU; KILN_GMM_FAST_EPILOGUE=1 or set_grouped_fast_epilogue turns it on.
+// Blocks of `kernel` (kDecThreads threads, little shared memory) resident per SM, asked once per instance.
+template <class K>
+int decode_resident_blocks(K kernel) {
+  static const int n = [&] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kernels::kDecThreads, 1024) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return b;
+  }();
+  return n;
+}
+
+// Whether the one-row decode grid of `blocks` takes the 40-register instance under the default (0): only
+// where that turns two rounds of resident blocks into one. Measured on the H200 (docs/benchmarks.md,
+// fourteenth run, KILN_GMM_DECODE_MINB=6 for every one-row grid): one-token grouped_mm over 128 experts,
+// gate_up (768 blocks: 660 + 108 at 5 per SM, one round at 6) 17.14 -> 16.39 us; the grids that fit one
+// round either way lost to the spill (E256 gate_up 13.08 -> 15.01, the downs 8-19% slower).
+template <class K1, class K6>
+bool decode_take_min6(K1 k1, K6 k6, int64_t blocks, int device) {
+  const int m = decode_min_blocks();
+  if (m != 0) return m == 6;
+  const int64_t sms = multiprocessor_count(device);
+  const int r1 = decode_resident_blocks(k1), r6 = decode_resident_blocks(k6);
+  return r6 > r1 && r1 > 0 && blocks > sms * r1 && blocks <= sms * r6;
+}
+
+// The Hopper tile kernels' straight-run epilogue (GmmArgs::fast_epilogue): on by default;
+// KILN_GMM_FAST_EPILOGUE=0 or set_grouped_fast_epilogue(false) gives the general loop for every tile.
+// Measured on the H200 (docs/benchmarks.md, fourteenth run, same call): grouped_mm T512/T4096 faster at all
+// 12 shapes (e.g. T512 E64 down 140.5 -> 112.0 us, T4096 E256 down 320.8 -> 248.0), geomean over the 18
+// grouped_mm cases 1.10 -> 1.20x PyTorch, MoE block at T512 1.42-1.53x -> 1.49-1.58x; decode unchanged.
 std::atomic<bool>& fast_epilogue_ref() {
   static std::atomic<bool> on{[] {
     const char* v = std::getenv("KILN_GMM_FAST_EPILOGUE");
-    if (!v || !*v) return false;
+    if (!v || !*v) return true;
     const std::string s(v);
     KILN_CHECK(s == "0" || s == "1", "KILN_GMM_FAST_EPILOGUE=", s, " is not 0 or 1");
     return s == "1";
@@ -174,7 +220,9 @@ void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cu
   };
   if (!decode_one_row(p)) go(kernels::gmm_decode_kernel<T, F8>);
   else if constexpr (F8) go(kernels::gmm_decode_kernel<T, F8, 1>);
-  else if (decode_min_blocks() == 1) go(kernels::gmm_decode_kernel<T, F8, 1>);
+  else if (!decode_take_min6(kernels::gmm_decode_kernel<T, F8, 1>, kernels::gmm_decode_kernel<T, F8, 1, 6>,
+                             gx * p.M, device))
+    go(kernels::gmm_decode_kernel<T, F8, 1>);
   else go(kernels::gmm_decode_kernel<T, F8, 1, 6>);
 }
 
@@ -261,7 +309,7 @@ int to_int(int64_t v, const char* op, const char* what) {
 void set_forced_grouped_mm_path(GroupedMmPath p) { forced_path().store(p, std::memory_order_relaxed); }
 
 void set_grouped_decode_min_blocks(int n) {
-  KILN_CHECK(n == 1 || n == 6, "set_grouped_decode_min_blocks: expected 1 or 6, got ", n);
+  KILN_CHECK(n == 0 || n == 1 || n == 6, "set_grouped_decode_min_blocks: expected 0, 1 or 6, got ", n);
   decode_min_blocks_ref().store(n, std::memory_order_relaxed);
 }
 int grouped_decode_min_blocks() { return decode_min_blocks(); }

@@ -23,9 +23,10 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tenso
 // portable tiles. Forced by set_forced_grouped_mm_path (tests, benchmarks) or KILN_GROUPED_MM_PATH (auto,
 // decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-cluster2, tma-cluster4, portable): Tiled / TiledWide the
 // cp.async wgmma kernel with 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel with 128 x 128 tiles,
-// TiledTma64 with 64 x 128 tiles (Auto takes one of these two by the rows per group), TiledTmaWide with
-// 128 x 256 tiles, TiledTmaCluster2 / 4 the TMA kernel in clusters of 2 / 4
-// blocks sharing each A tile, TiledPortable the portable tiles only; Auto: the heuristic.
+// TiledTma64 with 64 x 128 tiles, TiledTmaWide with 128 x 256 tiles (Auto takes one of these three by the
+// rows per group: 64 x 128 up to 48 on average, 128 x 256 from 192; KILN_GMM_TMA64_ROWS, KILN_GMM_WIDE_ROWS),
+// TiledTmaCluster2 / 4 the TMA kernel in clusters of 2 / 4 blocks sharing each A tile, TiledPortable the
+// portable tiles only; Auto: the heuristic.
 enum class GroupedMmPath {
   Auto,
   Decode,
@@ -40,14 +41,15 @@ enum class GroupedMmPath {
 };
 void set_forced_grouped_mm_path(GroupedMmPath p);
 // The register bound of the matrix-vector kernel's one-row instance (one-token products and the MoE block's
-// decode): 1 (the default, 48 registers, 5 blocks per SM) or 6 blocks per SM (40 registers, so a one-token
-// grid of up to 6 blocks per SM is resident at once; opt-in until measured). Also KILN_GMM_DECODE_MINB=1|6.
+// decode): 1 (48 registers, 5 blocks per SM), 6 blocks per SM (40 registers, a little spilling) or 0 (the
+// default: 6 only where the grid then fits one round of resident blocks instead of two). Also
+// KILN_GMM_DECODE_MINB=0|1|6.
 void set_grouped_decode_min_blocks(int n);
 int grouped_decode_min_blocks();
 // The Hopper tile kernels' epilogue for whole tiles of C (16-bit, or f32 without SiLU-mul) with contiguous
 // aligned columns: a straight run of paired stores (kernels/grouped_mm_sm90.cuh, gmm90_store_run) instead
 // of the general loop, whose checks and store forms per element make a long stretch of code for the
-// instruction cache. Opt-in until measured (false by default); also KILN_GMM_FAST_EPILOGUE=0|1.
+// instruction cache. On by default (measured faster at every tiled shape); also KILN_GMM_FAST_EPILOGUE=0|1.
 void set_grouped_fast_epilogue(bool on);
 bool grouped_fast_epilogue();
 // Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaWide, TiledTmaCluster2 or
