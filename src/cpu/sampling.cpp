@@ -74,12 +74,12 @@ int64_t sample_row(const float* l, int64_t v, const SamplingParams& p, float u, 
     std::partial_sort(order.begin(), order.begin() + kk, order.end(), before);
     int64_t n = kk;
     if (use_top_p) {
-      float s = 0.0f;
-      for (int64_t j = 0; j < kk; ++j) s += e[order[j]];
-      const float target = static_cast<float>(p.top_p) * s;
-      float c = 0.0f;
+      uint64_t s = 0;
+      for (int64_t j = 0; j < kk; ++j) s += topp_fixed(e[order[j]]);
+      const uint64_t target = topp_target(s, static_cast<float>(p.top_p));
+      uint64_t c = 0;
       for (n = 0; n < kk;) {
-        c += e[order[n++]];
+        c += topp_fixed(e[order[n++]]);
         if (c >= target) break;
       }
     }

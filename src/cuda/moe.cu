@@ -25,8 +25,8 @@ namespace {
 using kernels::GmmArgs;
 using kernels::GmmMode;
 
-// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-cluster2,
-// tma-cluster4, portable).
+// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-64, tma-wide,
+// tma-wide-pair, tma-cluster2, tma-cluster4, portable).
 GroupedMmPath path_from_env() {
   const char* v = std::getenv("KILN_GROUPED_MM_PATH");
   if (!v || !*v) return GroupedMmPath::Auto;
@@ -38,11 +38,12 @@ GroupedMmPath path_from_env() {
   if (s == "tma") return GroupedMmPath::TiledTma;
   if (s == "tma-64") return GroupedMmPath::TiledTma64;
   if (s == "tma-wide") return GroupedMmPath::TiledTmaWide;
+  if (s == "tma-wide-pair") return GroupedMmPath::TiledTmaWidePair;
   if (s == "tma-cluster2") return GroupedMmPath::TiledTmaCluster2;
   if (s == "tma-cluster4") return GroupedMmPath::TiledTmaCluster4;
   if (s == "portable") return GroupedMmPath::TiledPortable;
   throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, tma, tma-64, tma-wide, ",
-                  "tma-cluster2, tma-cluster4, portable"));
+                  "tma-wide-pair, tma-cluster2, tma-cluster4, portable"));
 }
 std::atomic<GroupedMmPath>& forced_path() {
   static std::atomic<GroupedMmPath> p{path_from_env()};
@@ -110,6 +111,7 @@ Gmm90Kernel sm90_kernel(GroupedMmPath f, const GmmArgs* p = nullptr) {
     case GroupedMmPath::TiledWide: return Gmm90Kernel::CpAsyncWide;
     case GroupedMmPath::TiledTma64: return Gmm90Kernel::Tma64;
     case GroupedMmPath::TiledTmaWide: return Gmm90Kernel::TmaWide;
+    case GroupedMmPath::TiledTmaWidePair: return Gmm90Kernel::TmaWidePair;
     case GroupedMmPath::TiledTmaCluster2: return Gmm90Kernel::TmaCluster2;
     case GroupedMmPath::TiledTmaCluster4: return Gmm90Kernel::TmaCluster4;
     default: return Gmm90Kernel::Tma;
@@ -319,7 +321,8 @@ bool grouped_fast_epilogue() { return fast_epilogue_ref().load(std::memory_order
 
 int64_t grouped_tma_launches(GroupedMmPath path) {
   KILN_CHECK(path == GroupedMmPath::TiledTma || path == GroupedMmPath::TiledTma64 || path == GroupedMmPath::TiledTmaWide ||
-                 path == GroupedMmPath::TiledTmaCluster2 || path == GroupedMmPath::TiledTmaCluster4,
+                 path == GroupedMmPath::TiledTmaWidePair || path == GroupedMmPath::TiledTmaCluster2 ||
+                 path == GroupedMmPath::TiledTmaCluster4,
              "grouped_tma_launches: expected a TMA path");
   return gmm_tma_launches(sm90_kernel(path));
 }

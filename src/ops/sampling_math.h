@@ -16,14 +16,17 @@
 //     e_i = exp((l_i - m) / T)  (quotient f32, exp in double rounded to f32: sample_weight; e_max = 1)
 //     order tokens by (e_i descending, i ascending)                      (topk's order)
 //     top_k  (top_k > 0 and < V): keep the first top_k tokens in that order.
-//     top_p  (top_p < 1): S = sum of the kept e in that order; keep the smallest prefix of that order whose
-//            running sum c_n (added in that order) satisfies c_n >= top_p * S; at least one token.
+//     top_p  (top_p < 1): in fixed point (topp_fixed: e * 2^40 truncated, sums exact in 64 bits, so both
+//            backends and any summation order agree), S = sum of the kept e; keep the smallest prefix of
+//            that order whose running sum c_n satisfies c_n >= topp_target(S, top_p); at least one token.
 //     min_p  (min_p > 0): drop kept tokens with e_i < min_p (= min_p * e_max, e_max = 1 is always kept).
 //     draw:  W = sum of the kept e_i in ascending index order; t = u * W; the token is the first kept i (in
 //            ascending index order) whose running sum exceeds t (strictly); if rounding leaves none, the last
 //            kept i with e_i > 0.
-// Sums are f32. The CPU adds sequentially; a parallel reduction on the GPU may round differently in the last
-// bits, which changes a draw only when u falls within rounding distance of a CDF step.
+// The draw's sums are f32. The CPU adds sequentially; a parallel reduction on the GPU may round differently in
+// the last bits, which changes a draw only when u falls within rounding distance of a CDF step. (top_p's sums
+// were once f32 too: the CPU's sequential f32 S over thousands of tokens lost the tiny ones, about 1e-5
+// relative, and a row whose boundary fell within that moved a token in or out of the kept set.)
 #pragma once
 
 #include <cmath>
@@ -74,6 +77,18 @@ KILN_HD float sample_weight(float logit, float row_max, float temperature) {
 #else
   return static_cast<float>(std::exp(static_cast<double>(x)));
 #endif
+}
+
+// top_p's fixed point: e (0 <= e <= 1) times 2^40, truncated. V < 2^23 values keep any sum below 2^63.
+constexpr double kTopPFixedScale = 1099511627776.0;
+KILN_HD uint64_t topp_fixed(float e) { return static_cast<uint64_t>(static_cast<double>(e) * kTopPFixedScale); }
+// The prefix sum top_p asks for, given the fixed-point total s of the candidates: f32(top_p * f32(s)) in
+// fixed point, at least 1 and at most s.
+KILN_HD uint64_t topp_target(uint64_t s, float top_p) {
+  const float s_f = static_cast<float>(static_cast<double>(s) / kTopPFixedScale);
+  const float target_f = top_p * s_f;
+  const uint64_t t = static_cast<uint64_t>(static_cast<double>(target_f) * kTopPFixedScale);
+  return t < 1 ? 1 : (t > s ? s : t);
 }
 
 // The key that orders e (>= 0, never NaN) for the radix searches of the CUDA sampler: larger key = larger e.

@@ -194,11 +194,11 @@ TEST(CudaSample, GreedyIsArgmax) {
 }
 
 // CPU and CUDA draw the same tokens for the same (seed, offset), except where the two backends' f32 sums
-// round differently at a CDF step (or at the top_p boundary). The top_k <= 64 path adds in the CPU's order,
-// so only the ~2^-28-per-element chance that double exp rounds to a different f32 remains: at most 0.5% of
-// draws (+2) may differ. The general path adds W with a parallel scan where the CPU adds sequentially (the CPU's
-// running sum at index i is off by ~sqrt(i) * 2^-24 relative), and finds top_p with exact fixed-point sums:
-// a draw differs when u * W falls within that error of a CDF step. With language-model-like logits (a few
+// of the draw round differently at a CDF step (top_p's kept set is defined on exact fixed-point sums, the
+// same on both). The top_k <= 64 path adds in the CPU's order, so only the ~2^-28-per-element chance that
+// double exp rounds to a different f32 remains: at most 0.5% of draws (+2) may differ. The general path adds
+// W with a parallel scan where the CPU adds sequentially (the CPU's running sum at index i is off by
+// ~sqrt(i) * 2^-24 relative): a draw differs when u * W falls within that error of a CDF step. With language-model-like logits (a few
 // tokens hold nearly all the mass) that is < 1% of draws; at most 2% (+2) may differ. (On flat or Gaussian logits
 // over 151936 tokens the CPU's own rounding error spans many small steps and agreement drops to ~90%.)
 // max_rate: the mismatch rate allowed (0: every token equal); 2 more mismatches are allowed on top, so that a
@@ -281,6 +281,22 @@ TEST(CudaSample, OtherPathsMatchCpuTokensForTheSameSeed) {
       expect_mostly_same_tokens(l, {0.6, 1000, 1.0, 0.0}, 25, 0.02);
     }
   }
+}
+
+// top_p's total over many tiny probabilities: e = (1, 0.9999, 20000 x 1e-8) totals 2.0001, so top_p = 0.5
+// keeps two tokens on both backends (exact fixed-point sums; an f32 total dropped the tiny terms on the CPU
+// and kept one). Both kept tokens are drawn and every draw matches the CPU's.
+TEST(CudaSample, TopPCountsManyTinyProbabilitiesLikeTheCpu) {
+  KILN_REQUIRE_CUDA();
+  std::vector<float> v(20002, std::log(1e-8f));
+  v[0] = 0.0f;
+  v[1] = std::log(0.9999f);
+  const Tensor l = from_vector<float>(v, Shape{1, 20002}).expand({64, 20002}).contiguous().to(kGpu);
+  expect_mostly_same_tokens(l, {1.0, 0, 0.5, 0.0}, 10, 0.0);
+  Generator g(rng()());
+  const std::vector<int64_t> t = sample(l, {1.0, 0, 0.5, 0.0}, &g).to(kCPU).to_vector<int64_t>();
+  EXPECT_GT(std::count(t.begin(), t.end(), 1), 0) << "the second token was never drawn";
+  EXPECT_EQ(std::count(t.begin(), t.end(), 0) + std::count(t.begin(), t.end(), 1), 64);
 }
 
 // ---- distributions (the CPU test's method: exact filtered probabilities, chi-square at p = 1e-6) ----------

@@ -308,6 +308,19 @@ TEST(Sample, TopPKeepsExactlyThePrefixThatReachesIt) {
   EXPECT_EQ(c[2], 0);
   c = counts_of(sample(l.expand({draws, 3}), {1.0, 0, 0.801, 0.0}, &gen), 3);
   EXPECT_GT(c[2], 0);
+  // Many tiny probabilities count toward S: e = (1, 0.9999, 20000 x 1e-8) totals 2.0001, so top_p = 0.5 asks
+  // for 1.00005 and keeps two tokens. (A sequential f32 total, largest first, drops every 1e-8 and kept one.)
+  {
+    std::vector<double> tiny(20002, std::log(1e-8));
+    tiny[0] = 0.0;
+    tiny[1] = std::log(0.9999);
+    c = counts_of(sample(from_vector<double>(tiny, Shape{1, 20002}).to(DType::F32).expand({draws / 4, 20002}),
+                         {1.0, 0, 0.5, 0.0}, &gen),
+                  20002);
+    EXPECT_GT(c[0], 0);
+    EXPECT_GT(c[1], 0);
+    EXPECT_EQ(c[0] + c[1], draws / 4);
+  }
   // A tiny top_p still keeps one token: the most probable.
   c = counts_of(sample(l.expand({draws, 3}), {1.0, 0, 1e-9, 0.0}, &gen), 3);
   EXPECT_EQ(c[1], draws);

@@ -289,6 +289,13 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // instead of all of it. Opt-in: on the H200 clusters of 2 were about as fast as single blocks (grouped_mm
 // geomean 0.82x PyTorch against 0.81x) and clusters of 4 slower (0.76x; docs/benchmarks.md, twelfth run):
 // each SM still receives every byte of its tiles.
+// PB (GroupedMmPath::TiledTmaWidePair, opt-in, 128 x 256 tiles, CS = 2): the pair of blocks shares B
+// instead: the list is of (pair of m-tiles, n-tile), rank r takes m-tile 2 i + r of the pair (past the last
+// m-tile: the pair's first again, not stored). Where both m-tiles lie in one group (nearly always when groups
+// hold several tiles) each block loads one of the two B boxes into both blocks (multicast), so each SM pulls
+// 16 KB of A and 16 of B through L2 per K step instead of 16 and 32; otherwise each loads its own B. Both
+// blocks use every stage of every pair (a tile of rows past the last offset loads and multiplies like the
+// others and stores zeros), so their rings stay in step.
 // A stage is refilled only once the math warps of every block of the cluster are done with it (their
 // arrivals go to each block's empty barrier: one per math warp of each block); every block's full barrier
 // counts all the stage's bytes, its own and its peers'. The blocks of a cluster meet at the start (barriers
@@ -339,18 +346,20 @@ struct GmmTmaParams {
   int mtiles;            // Batched: m-tiles per group, ceil(M / BM)
 };
 
-template <class T, int BM, int BN, int CS>
+template <class T, int BM, int BN, int CS, bool PB = false>
 __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     gmm_tma_kernel(const __grid_constant__ GmmTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!std::is_same_v<T, float>, "16-bit inputs");
   static_assert(CS == 1 || CS == 2 || CS == 4, "clusters of 1, 2 or 4 blocks");
-  static_assert((BM == 128 && BN == 128) || CS == 1, "clusters of 128 x 128 tiles only");
+  static_assert((BM == 128 && BN == 128) || CS == 1 || (PB && BM == 128 && BN == 256 && CS == 2),
+                "clusters of 128 x 128 tiles sharing A, or pairs of 128 x 256 tiles sharing B");
+  static_assert(!PB || CS == 2, "B is shared by pairs");
   static_assert((BM == 128 && (BN == 128 || BN == 256)) || (BM == 64 && BN == 128), "128 x 128, 128 x 256 or 64 x 128 tiles");
   constexpr int S = tma_stages<BM, BN>();
   constexpr uint32_t kStage = tma_stage_bytes<BM, BN>();
   constexpr int kMath = tma_math_threads<BM>(), kThreadsAll = tma_threads<BM>();
-  constexpr int kARows = BM / CS;  // A rows each block of a cluster copies
+  constexpr int kARows = PB ? BM : BM / CS;  // A rows each block of a cluster copies
   extern __shared__ __align__(1024) unsigned char sm_raw[];
   __shared__ int warp_tmp[kThreadsAll / 32];
   const uint32_t raw = smem_addr(sm_raw);
@@ -374,13 +383,16 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   }
   const bool rows = p.mode == GmmMode::RowGroups;
   // The list: (m-tile, group of CS n-tiles), the latter fastest; this block's n-tile in a group is its rank.
-  const int ngroups = (tp.ntiles + CS - 1) / CS;
-  int total;
+  // PB: (pair of m-tiles, n-tile), n fastest; this block's m-tile in a pair is its rank.
+  const int ngroups = PB ? tp.ntiles : (tp.ntiles + CS - 1) / CS;
+  const int mpairs = (tp.mtiles + 1) / 2;  // PB, Batched: pairs per group
+  int total, mcount = 0;
   if (rows) {
     gmm_scan_row_tiles<kThreadsAll, BM>(p, dyn, warp_tmp, blockIdx.x == 0);
-    total = dyn[2 * p.G] * ngroups;  // the m-tile count, times the n-tile groups
+    mcount = dyn[2 * p.G];
+    total = (PB ? (mcount + 1) / 2 : mcount) * ngroups;  // the m-tiles (or their pairs), times the n-tile groups
   } else {
-    total = p.G * tp.mtiles * ngroups;
+    total = p.G * (PB ? mpairs : tp.mtiles) * ngroups;
   }
   __syncthreads();  // the barriers are initialised; the scans are complete
   if constexpr (CS > 1) cluster_sync();  // and so are the peers' barriers
@@ -390,18 +402,41 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   const int first = static_cast<int>(blockIdx.x) / CS, stride = static_cast<int>(gridDim.x) / CS;
   // Entry u of the list: group g (RowGroups: g == G is the rows past the last offset), rows [m0, m1), this
   // block's columns from n0; false when that n-tile lies past the last (a cluster's spare block).
-  auto tile_at = [&](int u, int& g, int& m0, int& m1, int64_t& n0) {
-    const int mt = u / ngroups;
-    const int nt = (u % ngroups) * CS + rank;
-    n0 = static_cast<int64_t>(nt) * ncols;
-    if (rows) {
-      gmm_row_tile_at<BM>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
+  // PB: the m-tile of rank r (either block's, so both can tell whether they share a group) and false for the
+  // spare block of a pair past the last m-tile (it takes the pair's first m-tile and stores nothing).
+  auto tile_at = [&](int u, int& g, int& m0, int& m1, int64_t& n0, int r) {
+    if constexpr (PB) {
+      const int pair = u / ngroups;
+      n0 = static_cast<int64_t>(u % ngroups) * ncols;
+      int mt;
+      bool real;
+      if (rows) {
+        mt = 2 * pair + r;
+        real = mt < mcount;
+        if (!real) mt = 2 * pair;
+        gmm_row_tile_at<BM>(p, dyn, mt, g, m0, m1);
+      } else {
+        g = pair / mpairs;
+        mt = 2 * (pair % mpairs) + r;
+        real = mt < tp.mtiles;
+        if (!real) mt -= 1;
+        m0 = mt * BM;
+        m1 = m0 + BM < p.M ? m0 + BM : p.M;
+      }
+      return real;
     } else {
-      g = mt / tp.mtiles;
-      m0 = (mt % tp.mtiles) * BM;
-      m1 = m0 + BM < p.M ? m0 + BM : p.M;
+      const int mt = u / ngroups;
+      const int nt = (u % ngroups) * CS + r;
+      n0 = static_cast<int64_t>(nt) * ncols;
+      if (rows) {
+        gmm_row_tile_at<BM>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
+      } else {
+        g = mt / tp.mtiles;
+        m0 = (mt % tp.mtiles) * BM;
+        m1 = m0 + BM < p.M ? m0 + BM : p.M;
+      }
+      return nt < tp.ntiles;
     }
-    return nt < tp.ntiles;
   };
 
   if (tid >= kMath) {  // the copy warpgroup
@@ -412,8 +447,16 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
       for (int u = first; u < total; u += stride) {
         int g, m0, m1;
         int64_t n0;
-        tile_at(u, g, m0, m1, n0);  // a spare block still copies its share of A (its B: rows past N, or unused)
-        if (rows && g == p.G) continue;  // zeros: nothing to load (the whole cluster skips the tile)
+        tile_at(u, g, m0, m1, n0, rank);  // a spare block still copies its share of A (its B: rows past N, or unused)
+        bool share_b = false;  // PB: both m-tiles of the pair in one group
+        if constexpr (PB) {
+          int g2, m02, m12;
+          int64_t n02;
+          tile_at(u, g2, m02, m12, n02, rank ^ 1);
+          share_b = g2 == g;
+        } else {
+          if (rows && g == p.G) continue;  // zeros: nothing to load (the whole cluster skips the tile)
+        }
         const int aslot = tp.a_slots ? g : 0, bslot = tp.b_slots ? g : 0;
         const int nb0 = static_cast<int>(n0), nb1 = static_cast<int>(p.act ? p.N + n0 : n0 + BN / 2);
         for (int ks = 0; ks < steps; ++ks, ++it) {
@@ -421,14 +464,19 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
           mbar_wait(empty + 8 * st, ((it / S) & 1) ^ 1);
           mbar_expect_tx(full + 8 * st, kStage);
           const uint32_t as = ring + st * kStage, bs = as + tma_a_bytes<BM>();
-          if constexpr (CS == 1) {
+          if constexpr (CS == 1 || PB) {
             tma_load_3d(as, &tp.ta, ks * kBK, m0, aslot, full + 8 * st);
           } else {
             tma_load_3d_multicast(as + rank * kARows * 128, &tp.ta, ks * kBK, m0 + rank * kARows, aslot,
                                   full + 8 * st, static_cast<uint16_t>((1u << CS) - 1));
           }
-          tma_load_3d(bs, &tp.tb, ks * kBK, nb0, bslot, full + 8 * st);
-          tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
+          if (share_b) {  // PB: B box `rank` into both blocks
+            tma_load_3d_multicast(bs + rank * (BN / 2) * 128, &tp.tb, ks * kBK, rank ? nb1 : nb0, bslot, full + 8 * st,
+                                  static_cast<uint16_t>(3));
+          } else {
+            tma_load_3d(bs, &tp.tb, ks * kBK, nb0, bslot, full + 8 * st);
+            tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
+          }
         }
       }
       // Clusters: this block exits only once every math warp of the cluster has released each stage's last
@@ -458,9 +506,10 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   for (int u = first; u < total; u += stride) {
     int g, m0, m1;
     int64_t n0;
-    const bool mine = tile_at(u, g, m0, m1, n0);
+    const bool mine = tile_at(u, g, m0, m1, n0, rank);
     const int64_t cg = rows ? 0 : g;
-    if (rows && g == p.G) {
+    const bool zeros = rows && g == p.G;  // the rows past the last offset
+    if (zeros && !PB) {
       if (mine) gmm_store_zeros<T, kMath>(p, cg, m0, m1, n0, ncols);
       continue;
     }
@@ -480,7 +529,10 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     wg_wait_all();
     fence_regs(acc);
     if (steps > 0) release((it - 1) % S);
-    if (mine) gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
+    if (mine) {
+      if (zeros) gmm_store_zeros<T, kMath>(p, cg, m0, m1, n0, ncols);  // PB: multiplied in step with the peer
+      else gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
+    }
   }
 #else
   __trap();  // not an sm_90a build: the host does not launch this kernel

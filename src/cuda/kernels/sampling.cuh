@@ -246,12 +246,12 @@ __global__ void __launch_bounds__(kRowThreads)
     if (threadIdx.x == 0) {
       int np = K;
       if (a.use_top_p) {
-        float s = 0.0f;
-        for (int j = 0; j < K; ++j) s += ge[j];
-        const float target = a.top_p * s;
-        float c = 0.0f;
+        uint64_t s = 0;
+        for (int j = 0; j < K; ++j) s += topp_fixed(ge[j]);
+        const uint64_t target = topp_target(s, a.top_p);
+        uint64_t c = 0;
         for (np = 0; np < K;) {
-          c += ge[np++];
+          c += topp_fixed(ge[np++]);
           if (c >= target) break;
         }
       }
@@ -331,10 +331,7 @@ __device__ TopPState topp_replay(const TopPHist& h, int rounds, float top_p, Rad
   unsigned long long part = 0;
   for (int i = threadIdx.x; i < 256; i += kThreads) part += h.val[0][i];
   const unsigned long long s = block_sum_u64<kThreads>(part, ured);
-  const float s_f = static_cast<float>(static_cast<double>(s) / kFixedScale);
-  const float target_f = top_p * s_f;
-  unsigned long long target = static_cast<unsigned long long>(static_cast<double>(target_f) * kFixedScale);
-  st.remaining = target < 1 ? 1 : (target > s ? s : target);
+  st.remaining = topp_target(s, top_p);
   for (int j = 0; j < rounds; ++j) {
     if ((threadIdx.x >> 5) == 0)
       decide_digit([&](int d) -> unsigned long long { return h.val[j][d]; }, st.remaining, sm);
@@ -657,10 +654,7 @@ __global__ void __launch_bounds__(kRowThreads)
         if (in_prefix(p, k)) s += fixed_of_key(k);
       }
       s = block_sum_u64<kRowThreads>(s, ured);  // >= 2^40: e_max = 1 is in the prefix
-      const float s_f = static_cast<float>(static_cast<double>(s) / kFixedScale);
-      const float target_f = a.top_p * s_f;
-      unsigned long long target = static_cast<unsigned long long>(static_cast<double>(target_f) * kFixedScale);
-      target = target < 1 ? 1 : (target > s ? s : target);
+      const unsigned long long target = topp_target(s, a.top_p);
       const RadixResult rr = radix_select<kRowThreads, true>(
           V, target,
           [&](int p, uint32_t& k) {

@@ -13,9 +13,9 @@ constexpr int kMaxK = 64;           // topk's k and the fast top_k path of sampl
 constexpr int kChunkMax = 4096;     // elements a chunk block holds in shared memory (16 KB of keys)
 constexpr int kChunkThreads = 256;
 constexpr int kRowThreads = 1024;
-// top_p sums are taken in fixed point (e * 2^40, truncated): exact and independent of the summation
-// order, so a seed gives the same tokens whatever the block schedule. e <= 1 and V < 2^23 keep it < 2^63.
-constexpr double kFixedScale = 1099511627776.0;
+// top_p sums are taken in fixed point (topp_fixed, src/ops/sampling_math.h: e * 2^40, truncated): exact and
+// independent of the summation order, so a seed gives the same tokens whatever the block schedule, and the
+// same kept set as the CPU.
 
 struct ArgPartial {
   float v;
@@ -42,7 +42,7 @@ __device__ __forceinline__ uint32_t topk_float_key(float v) {
 }
 
 __device__ __forceinline__ unsigned long long fixed_of_key(uint32_t key) {
-  return static_cast<unsigned long long>(static_cast<double>(sample_key_value(key)) * kFixedScale);
+  return topp_fixed(sample_key_value(key));
 }
 
 // ---- block reductions ------------------------------------------------------------------------------------
