@@ -25,8 +25,8 @@ namespace {
 using kernels::GmmArgs;
 using kernels::GmmMode;
 
-// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-64, tma-wide,
-// tma-wide-pair, tma-cluster2, tma-cluster4, portable).
+// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-cluster2,
+// tma-cluster4, portable).
 GroupedMmPath path_from_env() {
   const char* v = std::getenv("KILN_GROUPED_MM_PATH");
   if (!v || !*v) return GroupedMmPath::Auto;
@@ -38,12 +38,11 @@ GroupedMmPath path_from_env() {
   if (s == "tma") return GroupedMmPath::TiledTma;
   if (s == "tma-64") return GroupedMmPath::TiledTma64;
   if (s == "tma-wide") return GroupedMmPath::TiledTmaWide;
-  if (s == "tma-wide-pair") return GroupedMmPath::TiledTmaWidePair;
   if (s == "tma-cluster2") return GroupedMmPath::TiledTmaCluster2;
   if (s == "tma-cluster4") return GroupedMmPath::TiledTmaCluster4;
   if (s == "portable") return GroupedMmPath::TiledPortable;
   throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, tma, tma-64, tma-wide, ",
-                  "tma-wide-pair, tma-cluster2, tma-cluster4, portable"));
+                  "tma-cluster2, tma-cluster4, portable"));
 }
 std::atomic<GroupedMmPath>& forced_path() {
   static std::atomic<GroupedMmPath> p{path_from_env()};
@@ -111,7 +110,6 @@ Gmm90Kernel sm90_kernel(GroupedMmPath f, const GmmArgs* p = nullptr) {
     case GroupedMmPath::TiledWide: return Gmm90Kernel::CpAsyncWide;
     case GroupedMmPath::TiledTma64: return Gmm90Kernel::Tma64;
     case GroupedMmPath::TiledTmaWide: return Gmm90Kernel::TmaWide;
-    case GroupedMmPath::TiledTmaWidePair: return Gmm90Kernel::TmaWidePair;
     case GroupedMmPath::TiledTmaCluster2: return Gmm90Kernel::TmaCluster2;
     case GroupedMmPath::TiledTmaCluster4: return Gmm90Kernel::TmaCluster4;
     default: return Gmm90Kernel::Tma;
@@ -208,6 +206,19 @@ std::atomic<bool>& fast_epilogue_ref() {
   return on;
 }
 
+// The straight run's 16-byte stores of 16-bit C (GmmArgs::wide_stores): opt-in until measured on a GPU;
+// KILN_GMM_WIDE_STORES=1 or set_grouped_wide_stores turns them on.
+std::atomic<bool>& wide_stores_ref() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("KILN_GMM_WIDE_STORES");
+    if (!v || !*v) return false;
+    const std::string s(v);
+    KILN_CHECK(s == "0" || s == "1", "KILN_GMM_WIDE_STORES=", s, " is not 0 or 1");
+    return s == "1";
+  }()};
+  return on;
+}
+
 // The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
 template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
@@ -245,6 +256,7 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
       const GroupedMmPath f = forced_path().load(std::memory_order_relaxed);
       GmmArgs q = p;
       q.fast_epilogue = fast_epilogue_ref().load(std::memory_order_relaxed);
+      q.wide_stores = wide_stores_ref().load(std::memory_order_relaxed);
       if (vec && p.mode != GmmMode::KGroups && f != GroupedMmPath::TiledPortable &&
           launch_gmm_sm90(q, std::is_same_v<T, BFloat16>, sm90_kernel(f, &q), device, stream, op))
         return;
@@ -319,10 +331,12 @@ int grouped_decode_min_blocks() { return decode_min_blocks(); }
 void set_grouped_fast_epilogue(bool on) { fast_epilogue_ref().store(on, std::memory_order_relaxed); }
 bool grouped_fast_epilogue() { return fast_epilogue_ref().load(std::memory_order_relaxed); }
 
+void set_grouped_wide_stores(bool on) { wide_stores_ref().store(on, std::memory_order_relaxed); }
+bool grouped_wide_stores() { return wide_stores_ref().load(std::memory_order_relaxed); }
+
 int64_t grouped_tma_launches(GroupedMmPath path) {
   KILN_CHECK(path == GroupedMmPath::TiledTma || path == GroupedMmPath::TiledTma64 || path == GroupedMmPath::TiledTmaWide ||
-                 path == GroupedMmPath::TiledTmaWidePair || path == GroupedMmPath::TiledTmaCluster2 ||
-                 path == GroupedMmPath::TiledTmaCluster4,
+                 path == GroupedMmPath::TiledTmaCluster2 || path == GroupedMmPath::TiledTmaCluster4,
              "grouped_tma_launches: expected a TMA path");
   return gmm_tma_launches(sm90_kernel(path));
 }

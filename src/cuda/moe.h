@@ -21,13 +21,12 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tenso
 // warp-specialised TMA kernel (kernels/grouped_mm_sm90.cuh; the MoE block first gathers x's rows into
 // expert order for it) where the operands fit tensor maps, else the cp.async wgmma kernel; elsewhere the
 // portable tiles. Forced by set_forced_grouped_mm_path (tests, benchmarks) or KILN_GROUPED_MM_PATH (auto,
-// decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-wide-pair, tma-cluster2, tma-cluster4, portable): Tiled / TiledWide the
+// decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-cluster2, tma-cluster4, portable): Tiled / TiledWide the
 // cp.async wgmma kernel with 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel with 128 x 128 tiles,
 // TiledTma64 with 64 x 128 tiles, TiledTmaWide with 128 x 256 tiles (Auto takes one of these three by the
 // rows per group: 64 x 128 up to 48 on average, 128 x 256 from 192; KILN_GMM_TMA64_ROWS, KILN_GMM_WIDE_ROWS),
-// TiledTmaWidePair 128 x 256 tiles in clusters of 2 m-tiles sharing each B tile (opt-in), TiledTmaCluster2 / 4
-// the TMA kernel in clusters of 2 / 4 blocks sharing each A tile, TiledPortable the portable tiles only;
-// Auto: the heuristic.
+// TiledTmaCluster2 / 4 the TMA kernel in clusters of 2 / 4 blocks sharing each A tile, TiledPortable the
+// portable tiles only; Auto: the heuristic.
 enum class GroupedMmPath {
   Auto,
   Decode,
@@ -36,7 +35,6 @@ enum class GroupedMmPath {
   TiledTma,
   TiledTma64,
   TiledTmaWide,
-  TiledTmaWidePair,
   TiledTmaCluster2,
   TiledTmaCluster4,
   TiledPortable
@@ -54,8 +52,13 @@ int grouped_decode_min_blocks();
 // instruction cache. On by default (measured faster at every tiled shape); also KILN_GMM_FAST_EPILOGUE=0|1.
 void set_grouped_fast_epilogue(bool on);
 bool grouped_fast_epilogue();
-// Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaWide,
-// TiledTmaWidePair, TiledTmaCluster2 or TiledTmaCluster4; tests check that a forced path ran).
+// That straight run's 16-bit C in 16-byte stores (the four lanes that hold a row's eight columns exchange
+// their pairs first) where C's rows are 16-byte aligned. Opt-in until measured (false by default); also
+// KILN_GMM_WIDE_STORES=0|1.
+void set_grouped_wide_stores(bool on);
+bool grouped_wide_stores();
+// Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaWide, TiledTmaCluster2 or
+// TiledTmaCluster4; tests check that a forced path ran).
 int64_t grouped_tma_launches(GroupedMmPath path);
 
 // moe_route on CUDA (x [T, H], router_weight [E, H]): logits through cuda::linear, then one fused kernel

@@ -16,11 +16,10 @@ namespace kiln::cuda {
 
 namespace {
 
-// Launches per TMA instance: 128 x 128 tiles alone, in clusters of 2, of 4; 64 x 128 tiles; 128 x 256 tiles
-// alone, in pairs sharing B.
-std::atomic<int64_t> tma_counts[6];
+// Launches per TMA instance: 128 x 128 tiles alone, in clusters of 2, of 4; 64 x 128 tiles; 128 x 256 tiles.
+std::atomic<int64_t> tma_counts[5];
 constexpr int count_index(int bm, int bn, int cs) {
-  return bm == 64 ? 3 : bn == 256 ? (cs == 1 ? 4 : 5) : cs == 1 ? 0 : cs == 2 ? 1 : 2;
+  return bm == 64 ? 3 : bn == 256 ? 4 : cs == 1 ? 0 : cs == 2 ? 1 : 2;
 }
 
 // Clusters of CS blocks of `kernel` (dynamic shared memory smem) that can be resident at once on `device`
@@ -52,11 +51,10 @@ int resident_clusters(const void* kernel, int cs, int threads, size_t smem, int 
   return n;
 }
 
-// The TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel) with BM-row tiles in clusters of CS blocks
-// (PB: pairs of m-tiles sharing B, else n-tiles sharing A); false, launching
+// The TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel) with BM-row tiles in clusters of CS blocks; false, launching
 // nothing, where it does not apply: gathered A rows (a_rows: TMA copies boxes, not lists of rows), K = 0,
 // operands no tensor map describes, or (CS > 1) no cluster of CS such blocks fits the device.
-template <int BM, int BN, int CS, bool PB = false>
+template <int BM, int BN, int CS>
 bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op) {
   namespace k90 = kernels::gmm90;
   if (p.a_rows != nullptr || p.K <= 0) return false;
@@ -75,17 +73,15 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   if (b_rows + 128 > INT_MAX) return false;  // box coordinates are int32
   const uint64_t b_dims[3] = {u(p.K), u(b_rows), tp.b_slots ? u(p.G) : 1};
   const uint64_t b_strides[2] = {u(p.b_sn) * 2, tp.b_slots ? u(p.b_sg) * 2 : u(p.b_sn) * 2 * u(b_rows)};
-  if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, PB ? BM : BM / CS) ||
+  if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, BM / CS) ||
       !encode_tensor_map_3d(&tp.tb, p.b, bf16, b_dims, b_strides, 64, BN / 2))
     return false;
   const int64_t ncols = k90::tile_cols(p.act, BN);
   const int64_t nt = (p.N + ncols - 1) / ncols;
   const int64_t mt = (static_cast<int64_t>(p.M) + BM - 1) / BM;
   // The list entries there can be: RowGroups at most ceil(M / BM) + G + 1 m-tiles (one partial tile per
-  // group and the rows past the last offset), times the groups of CS n-tiles; PB: pairs of m-tiles (per
-  // group when Batched) times the n-tiles.
-  const int64_t bound = PB ? (batched ? (mt + 1) / 2 * p.G : (mt + p.G + 2) / 2) * nt
-                           : (batched ? mt * p.G : mt + p.G + 1) * ((nt + CS - 1) / CS);
+  // group and the rows past the last offset), times the groups of CS n-tiles.
+  const int64_t bound = (batched ? mt * p.G : mt + p.G + 1) * ((nt + CS - 1) / CS);
   KILN_CHECK(bound < (int64_t{1} << 31), op, ": ", bound, " product tiles is too many for one launch");
   if (bound == 0) return true;
   tp.ntiles = static_cast<int>(nt);
@@ -120,7 +116,7 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
     tma_counts[count_index(BM, BN, CS)].fetch_add(1, std::memory_order_relaxed);
     return true;
   };
-  return bf16 ? go(k90::gmm_tma_kernel<BFloat16, BM, BN, CS, PB>) : go(k90::gmm_tma_kernel<Half, BM, BN, CS, PB>);
+  return bf16 ? go(k90::gmm_tma_kernel<BFloat16, BM, BN, CS>) : go(k90::gmm_tma_kernel<Half, BM, BN, CS>);
 }
 
 }  // namespace
@@ -130,7 +126,6 @@ int64_t gmm_tma_launches(Gmm90Kernel which) {
     case Gmm90Kernel::Tma: return tma_counts[count_index(128, 128, 1)].load(std::memory_order_relaxed);
     case Gmm90Kernel::Tma64: return tma_counts[count_index(64, 128, 1)].load(std::memory_order_relaxed);
     case Gmm90Kernel::TmaWide: return tma_counts[count_index(128, 256, 1)].load(std::memory_order_relaxed);
-    case Gmm90Kernel::TmaWidePair: return tma_counts[count_index(128, 256, 2)].load(std::memory_order_relaxed);
     case Gmm90Kernel::TmaCluster2: return tma_counts[count_index(128, 128, 2)].load(std::memory_order_relaxed);
     case Gmm90Kernel::TmaCluster4: return tma_counts[count_index(128, 128, 4)].load(std::memory_order_relaxed);
     default: return 0;
@@ -146,7 +141,6 @@ bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, Gmm90Kernel which, in
     const bool ok = which == Gmm90Kernel::Tma           ? launch_tma<128, 128, 1>(p, bf16, device, stream, op)
                     : which == Gmm90Kernel::Tma64       ? launch_tma<64, 128, 1>(p, bf16, device, stream, op)
                     : which == Gmm90Kernel::TmaWide     ? launch_tma<128, 256, 1>(p, bf16, device, stream, op)
-                    : which == Gmm90Kernel::TmaWidePair ? launch_tma<128, 256, 2, true>(p, bf16, device, stream, op)
                     : which == Gmm90Kernel::TmaCluster2 ? launch_tma<128, 128, 2>(p, bf16, device, stream, op)
                                                         : launch_tma<128, 128, 4>(p, bf16, device, stream, op);
     if (ok) {

@@ -67,12 +67,76 @@ __device__ __forceinline__ void mma_k64(float (&acc)[BN / 2], uint32_t a_addr, u
     Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
 }
 
-// The epilogue's straight run (GmmArgs::fast_epilogue, opt-in): every column pair of the thread's two rows
-// (C offsets roff) as one store (4 bytes of 16-bit C, 8 of f32 C) at columns nb + 8 j, no per-element check:
-// the caller has established that both rows are stored, C's columns are contiguous and aligned and the tile
-// lies inside N. One short block of code per form (16-bit C with SiLU-mul or not, f32 C without) instead of
-// the general loop's checks and store forms per element, whose code the instruction cache must hold across
-// every tile. C: the output element type (T, or float).
+// The epilogue's straight run (GmmArgs::fast_epilogue, the default): every column pair of the thread's two
+// rows (C offsets roff) as one store (4 bytes of 16-bit C, 8 of f32 C) at columns nb + 8 j, no per-element
+// check: the caller has established that both rows are stored, C's columns are contiguous and aligned and
+// the tile lies inside N. One short block of code per form (16-bit C with SiLU-mul or not, f32 C without)
+// instead of the general loop's checks and store forms per element, whose code the instruction cache must
+// hold across every tile. C: the output element type (T, or float).
+//
+// gmm90_store_run16 (GmmArgs::wide_stores, opt-in): 16-bit C in 16-byte stores. The four lanes of a quad
+// hold one row's columns 8 j .. 8 j + 7 as four 4-byte pairs; for every four consecutive j they transpose
+// those words (two exchange rounds, shfl_xor 1 and 2), so that lane t holds all eight columns of j = 4 q + t
+// and stores them at once: a quarter of the store instructions, each quad writing 64 contiguous bytes of a
+// row instead of 16 (Nsight Compute showed the 128 x 256 tiles stalled on the store queue, lg_throttle,
+// about 2.9 warps per issued instruction). Needs C's rows 16-byte aligned.
+template <class T, int BN>
+__device__ __forceinline__ void gmm90_store_run16(T* c, const int64_t (&roff)[2], int64_t n0, const float (&acc)[BN / 2],
+                                                  bool act, int lane) {
+  constexpr int kOutJ = BN / 8;
+  const int t = lane % 4;
+  const bool odd = t & 1, hi = t & 2;
+  // The quad's lanes share their rows, so they take this path together; other quads of the warp may not.
+  const unsigned quad = 0xFu << (lane & ~3);
+  auto pack = [](float v0, float v1) {
+    const T lo = gemv_from_f32<T>(v0), hv = gemv_from_f32<T>(v1);
+    return static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hv.x) << 16);
+  };
+  // w[i]: this lane's pair of j = j0 + i; out: the eight columns of j0 + t, stored at column n0 + 8 (j0 + t).
+  auto emit = [&](int64_t off, uint32_t (&w)[4], int j0) {
+    // Round 1 (lanes t, t ^ 1): a word whose index differs from t in bit 0 comes from the partner's index ^ 1.
+#pragma unroll
+    for (int k = 0; k < 4; k += 2) {
+      const uint32_t r = __shfl_xor_sync(quad, odd ? w[k] : w[k + 1], 1);
+      if (odd) w[k] = r;
+      else w[k + 1] = r;
+    }
+    // Round 2 (lanes t, t ^ 2): the same in bit 1.
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t r = __shfl_xor_sync(quad, hi ? w[k] : w[k + 2], 2);
+      if (hi) w[k] = r;
+      else w[k + 2] = r;
+    }
+    *reinterpret_cast<uint4*>(c + off + n0 + 8 * (j0 + t)) = make_uint4(w[0], w[1], w[2], w[3]);
+  };
+  if (act) {
+#pragma unroll
+    for (int j0 = 0; j0 < kOutJ / 2; j0 += 4)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = j0 + i;
+          w[i] = pack(moe_math::silu_mul(acc[4 * j + 2 * h], acc[4 * (j + kOutJ / 2) + 2 * h]),
+                      moe_math::silu_mul(acc[4 * j + 2 * h + 1], acc[4 * (j + kOutJ / 2) + 2 * h + 1]));
+        }
+        emit(roff[h], w, j0);
+      }
+  } else {
+#pragma unroll
+    for (int j0 = 0; j0 < kOutJ; j0 += 4)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = pack(acc[4 * (j0 + i) + 2 * h], acc[4 * (j0 + i) + 2 * h + 1]);
+        emit(roff[h], w, j0);
+      }
+  }
+}
+
 template <class C, int BN>
 __device__ __forceinline__ void gmm90_store_run(C* c, const int64_t (&roff)[2], int64_t nb, const float (&acc)[BN / 2],
                                                 bool act) {
@@ -123,6 +187,8 @@ __device__ __forceinline__ void gmm90_epilogue(const GmmArgs& p, const float (&a
   if (p.fast_epilogue && pairs && !(p.out_f32 && p.act) && roff[0] >= 0 && roff[1] >= 0 &&
       n0 + (p.act ? BN / 2 : BN) <= p.N) {
     if (p.out_f32) gmm90_store_run<float, BN>(static_cast<float*>(p.c), roff, n0 + 2 * (lane % 4), acc, false);
+    else if (p.wide_stores && ((p.c_sm | p.c_sg) & 7) == 0 && reinterpret_cast<uintptr_t>(p.c) % 16 == 0)
+      gmm90_store_run16<T, BN>(static_cast<T*>(p.c), roff, n0, acc, p.act, lane);
     else gmm90_store_run<T, BN>(static_cast<T*>(p.c), roff, n0 + 2 * (lane % 4), acc, p.act);
     return;
   }
@@ -276,12 +342,14 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // 128-row tile would be rows of other groups loaded and multiplied for nothing. One math warpgroup
 // (m64n128 MMAs) and the copy warpgroup, four 24 KB stages, two blocks per SM, so one block's epilogue
 // overlaps the other's MMAs. No cluster variant.
-// BN = 256 (GroupedMmPath::TiledTmaWide, opt-in, BM = 128): four 48 KB stages and 128 accumulators per math
-// thread, a quarter fewer bytes received per product than 128 x 128. Measured 0.63x PyTorch geomean against
-// 0.78x for 128 x 128 on the H200 (thirteenth run) with Nsight Compute showing 7.5 instruction-fetch stalls
-// per issued instruction and the tensor pipe active 19% of the time. Its general epilogue, run once per
-// tile, is thousands of instructions of checks and store forms (10000-15000 in the whole kernel). Kept to
-// be measured with the straight-run epilogue (GmmArgs::fast_epilogue).
+// BN = 256 (GroupedMmPath::TiledTmaWide, BM = 128; Auto where groups average 192 rows or more): four 48 KB
+// stages and 128 accumulators per math thread, a quarter fewer bytes received per product than 128 x 128.
+// With the general epilogue it measured 0.63x PyTorch geomean against 0.78x for 128 x 128 on the H200
+// (thirteenth run; Nsight Compute: 7.5 instruction-fetch stalls per issued instruction, the tensor pipe
+// active 19% of the time); with the straight-run epilogue it is the fastest tile at 256 and 512 rows a group
+// (fourteenth run: tensor pipe 48%, the stalls now on the store queue and L2 at 82% of its throughput).
+// Measured and dropped (fourteenth run): pairs of 128 x 256 tiles in clusters sharing B by multicast (L2
+// throughput 82% -> 71%, but 0-8% slower at T4096: the L2 was not what held the tile back).
 // CS > 1 (GroupedMmPath::TiledTmaCluster2 / 4, BM = 128): thread-block clusters of CS blocks along n share
 // each A tile. The cluster walks the list of (m-tile, CS consecutive n-tiles); block rank r takes the r-th
 // n-tile (past the last n-tile it multiplies and stores nothing) and loads rows 128 r / CS.. of the A tile
@@ -289,13 +357,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // instead of all of it. Opt-in: on the H200 clusters of 2 were about as fast as single blocks (grouped_mm
 // geomean 0.82x PyTorch against 0.81x) and clusters of 4 slower (0.76x; docs/benchmarks.md, twelfth run):
 // each SM still receives every byte of its tiles.
-// PB (GroupedMmPath::TiledTmaWidePair, opt-in, 128 x 256 tiles, CS = 2): the pair of blocks shares B
-// instead: the list is of (pair of m-tiles, n-tile), rank r takes m-tile 2 i + r of the pair (past the last
-// m-tile: the pair's first again, not stored). Where both m-tiles lie in one group (nearly always when groups
-// hold several tiles) each block loads one of the two B boxes into both blocks (multicast), so each SM pulls
-// 16 KB of A and 16 of B through L2 per K step instead of 16 and 32; otherwise each loads its own B. Both
-// blocks use every stage of every pair (a tile of rows past the last offset loads and multiplies like the
-// others and stores zeros), so their rings stay in step.
 // A stage is refilled only once the math warps of every block of the cluster are done with it (their
 // arrivals go to each block's empty barrier: one per math warp of each block); every block's full barrier
 // counts all the stage's bytes, its own and its peers'. The blocks of a cluster meet at the start (barriers
@@ -346,20 +407,18 @@ struct GmmTmaParams {
   int mtiles;            // Batched: m-tiles per group, ceil(M / BM)
 };
 
-template <class T, int BM, int BN, int CS, bool PB = false>
+template <class T, int BM, int BN, int CS>
 __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     gmm_tma_kernel(const __grid_constant__ GmmTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!std::is_same_v<T, float>, "16-bit inputs");
   static_assert(CS == 1 || CS == 2 || CS == 4, "clusters of 1, 2 or 4 blocks");
-  static_assert((BM == 128 && BN == 128) || CS == 1 || (PB && BM == 128 && BN == 256 && CS == 2),
-                "clusters of 128 x 128 tiles sharing A, or pairs of 128 x 256 tiles sharing B");
-  static_assert(!PB || CS == 2, "B is shared by pairs");
+  static_assert((BM == 128 && BN == 128) || CS == 1, "clusters of 128 x 128 tiles only");
   static_assert((BM == 128 && (BN == 128 || BN == 256)) || (BM == 64 && BN == 128), "128 x 128, 128 x 256 or 64 x 128 tiles");
   constexpr int S = tma_stages<BM, BN>();
   constexpr uint32_t kStage = tma_stage_bytes<BM, BN>();
   constexpr int kMath = tma_math_threads<BM>(), kThreadsAll = tma_threads<BM>();
-  constexpr int kARows = PB ? BM : BM / CS;  // A rows each block of a cluster copies
+  constexpr int kARows = BM / CS;  // A rows each block of a cluster copies
   extern __shared__ __align__(1024) unsigned char sm_raw[];
   __shared__ int warp_tmp[kThreadsAll / 32];
   const uint32_t raw = smem_addr(sm_raw);
@@ -383,16 +442,13 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   }
   const bool rows = p.mode == GmmMode::RowGroups;
   // The list: (m-tile, group of CS n-tiles), the latter fastest; this block's n-tile in a group is its rank.
-  // PB: (pair of m-tiles, n-tile), n fastest; this block's m-tile in a pair is its rank.
-  const int ngroups = PB ? tp.ntiles : (tp.ntiles + CS - 1) / CS;
-  const int mpairs = (tp.mtiles + 1) / 2;  // PB, Batched: pairs per group
-  int total, mcount = 0;
+  const int ngroups = (tp.ntiles + CS - 1) / CS;
+  int total;
   if (rows) {
     gmm_scan_row_tiles<kThreadsAll, BM>(p, dyn, warp_tmp, blockIdx.x == 0);
-    mcount = dyn[2 * p.G];
-    total = (PB ? (mcount + 1) / 2 : mcount) * ngroups;  // the m-tiles (or their pairs), times the n-tile groups
+    total = dyn[2 * p.G] * ngroups;  // the m-tile count, times the n-tile groups
   } else {
-    total = p.G * (PB ? mpairs : tp.mtiles) * ngroups;
+    total = p.G * tp.mtiles * ngroups;
   }
   __syncthreads();  // the barriers are initialised; the scans are complete
   if constexpr (CS > 1) cluster_sync();  // and so are the peers' barriers
@@ -402,41 +458,18 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   const int first = static_cast<int>(blockIdx.x) / CS, stride = static_cast<int>(gridDim.x) / CS;
   // Entry u of the list: group g (RowGroups: g == G is the rows past the last offset), rows [m0, m1), this
   // block's columns from n0; false when that n-tile lies past the last (a cluster's spare block).
-  // PB: the m-tile of rank r (either block's, so both can tell whether they share a group) and false for the
-  // spare block of a pair past the last m-tile (it takes the pair's first m-tile and stores nothing).
-  auto tile_at = [&](int u, int& g, int& m0, int& m1, int64_t& n0, int r) {
-    if constexpr (PB) {
-      const int pair = u / ngroups;
-      n0 = static_cast<int64_t>(u % ngroups) * ncols;
-      int mt;
-      bool real;
-      if (rows) {
-        mt = 2 * pair + r;
-        real = mt < mcount;
-        if (!real) mt = 2 * pair;
-        gmm_row_tile_at<BM>(p, dyn, mt, g, m0, m1);
-      } else {
-        g = pair / mpairs;
-        mt = 2 * (pair % mpairs) + r;
-        real = mt < tp.mtiles;
-        if (!real) mt -= 1;
-        m0 = mt * BM;
-        m1 = m0 + BM < p.M ? m0 + BM : p.M;
-      }
-      return real;
+  auto tile_at = [&](int u, int& g, int& m0, int& m1, int64_t& n0) {
+    const int mt = u / ngroups;
+    const int nt = (u % ngroups) * CS + rank;
+    n0 = static_cast<int64_t>(nt) * ncols;
+    if (rows) {
+      gmm_row_tile_at<BM>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
     } else {
-      const int mt = u / ngroups;
-      const int nt = (u % ngroups) * CS + r;
-      n0 = static_cast<int64_t>(nt) * ncols;
-      if (rows) {
-        gmm_row_tile_at<BM>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
-      } else {
-        g = mt / tp.mtiles;
-        m0 = (mt % tp.mtiles) * BM;
-        m1 = m0 + BM < p.M ? m0 + BM : p.M;
-      }
-      return nt < tp.ntiles;
+      g = mt / tp.mtiles;
+      m0 = (mt % tp.mtiles) * BM;
+      m1 = m0 + BM < p.M ? m0 + BM : p.M;
     }
+    return nt < tp.ntiles;
   };
 
   if (tid >= kMath) {  // the copy warpgroup
@@ -447,16 +480,8 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
       for (int u = first; u < total; u += stride) {
         int g, m0, m1;
         int64_t n0;
-        tile_at(u, g, m0, m1, n0, rank);  // a spare block still copies its share of A (its B: rows past N, or unused)
-        bool share_b = false;  // PB: both m-tiles of the pair in one group
-        if constexpr (PB) {
-          int g2, m02, m12;
-          int64_t n02;
-          tile_at(u, g2, m02, m12, n02, rank ^ 1);
-          share_b = g2 == g;
-        } else {
-          if (rows && g == p.G) continue;  // zeros: nothing to load (the whole cluster skips the tile)
-        }
+        tile_at(u, g, m0, m1, n0);  // a spare block still copies its share of A (its B: rows past N, or unused)
+        if (rows && g == p.G) continue;  // zeros: nothing to load (the whole cluster skips the tile)
         const int aslot = tp.a_slots ? g : 0, bslot = tp.b_slots ? g : 0;
         const int nb0 = static_cast<int>(n0), nb1 = static_cast<int>(p.act ? p.N + n0 : n0 + BN / 2);
         for (int ks = 0; ks < steps; ++ks, ++it) {
@@ -464,19 +489,14 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
           mbar_wait(empty + 8 * st, ((it / S) & 1) ^ 1);
           mbar_expect_tx(full + 8 * st, kStage);
           const uint32_t as = ring + st * kStage, bs = as + tma_a_bytes<BM>();
-          if constexpr (CS == 1 || PB) {
+          if constexpr (CS == 1) {
             tma_load_3d(as, &tp.ta, ks * kBK, m0, aslot, full + 8 * st);
           } else {
             tma_load_3d_multicast(as + rank * kARows * 128, &tp.ta, ks * kBK, m0 + rank * kARows, aslot,
                                   full + 8 * st, static_cast<uint16_t>((1u << CS) - 1));
           }
-          if (share_b) {  // PB: B box `rank` into both blocks
-            tma_load_3d_multicast(bs + rank * (BN / 2) * 128, &tp.tb, ks * kBK, rank ? nb1 : nb0, bslot, full + 8 * st,
-                                  static_cast<uint16_t>(3));
-          } else {
-            tma_load_3d(bs, &tp.tb, ks * kBK, nb0, bslot, full + 8 * st);
-            tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
-          }
+          tma_load_3d(bs, &tp.tb, ks * kBK, nb0, bslot, full + 8 * st);
+          tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
         }
       }
       // Clusters: this block exits only once every math warp of the cluster has released each stage's last
@@ -506,10 +526,9 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   for (int u = first; u < total; u += stride) {
     int g, m0, m1;
     int64_t n0;
-    const bool mine = tile_at(u, g, m0, m1, n0, rank);
+    const bool mine = tile_at(u, g, m0, m1, n0);
     const int64_t cg = rows ? 0 : g;
-    const bool zeros = rows && g == p.G;  // the rows past the last offset
-    if (zeros && !PB) {
+    if (rows && g == p.G) {
       if (mine) gmm_store_zeros<T, kMath>(p, cg, m0, m1, n0, ncols);
       continue;
     }
@@ -529,10 +548,7 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     wg_wait_all();
     fence_regs(acc);
     if (steps > 0) release((it - 1) % S);
-    if (mine) {
-      if (zeros) gmm_store_zeros<T, kMath>(p, cg, m0, m1, n0, ncols);  // PB: multiplied in step with the peer
-      else gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
-    }
+    if (mine) gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
   }
 #else
   __trap();  // not an sm_90a build: the host does not launch this kernel
