@@ -49,7 +49,7 @@ struct FastEpilogue {
   ~FastEpilogue() { cuda::set_grouped_fast_epilogue(before); }
   bool before;
 };
-// The straight run's 16-byte stores (opt-in) for a scope.
+// The straight run's 16-byte stores (on by default) for a scope.
 struct WideStores {
   explicit WideStores(bool on) : before(cuda::grouped_wide_stores()) { cuda::set_grouped_wide_stores(on); }
   ~WideStores() { cuda::set_grouped_wide_stores(before); }
@@ -505,7 +505,7 @@ TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
   }
 }
 
-// The straight-run epilogue (the default; with and without its opt-in 16-byte stores) in the MoE block, and
+// The straight-run epilogue (the default; with and without its 16-byte stores) in the MoE block, and
 // the same through the general epilogue: T = 300 tokens over 4 experts (groups with whole 128-row tiles and
 // a partial one); gate_up's h with SiLU-mul,
 // I = 192 (three whole 64-column output tiles, one whole 128-column one); down's f32 partials scattered to

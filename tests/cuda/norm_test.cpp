@@ -339,10 +339,16 @@ TEST(CudaSiluAndMul, LauncherWritesEveryOutputElementAndNothingElse) {
 // The device's cosf/sinf may differ from glibc's by an ulp or two (see the top of the file). An f32 ulp of
 // cos or sin moves x*cos - y*sin by ~2^-24 of |x| + |y|, which for a result that nearly cancels (|result| <<
 // |x|) is more than one half-type ulp of the result: seen on the H200 as 2 f16 ulps at 9e-5 (20 of 153600
-// elements). Hence 2 ulps, on at most 1% of the elements.
+// elements). Hence 2 ulps, on at most 1% of the elements; and a result within 1e-6 of the CPU's counts as
+// equal however few ulps that is (inputs in [-2, 2): 2^-24 (|x| + |y|) <= 2.4e-7; seen: 3 bf16 ulps at 1.1e-5,
+// 1.8e-7 apart).
 ::testing::AssertionResult rope_close(const Tensor& got, const Tensor& want) {
   if (want.dtype() == DType::F32 || want.dtype() == DType::F64) return all_close(got.cpu(), want, Tolerance{1e-5, 1e-5});
-  return near_bits(got, want, 2, INT64_MAX, 0.01);
+  std::vector<double> g = got.cpu().contiguous().to_vector<double>();
+  const std::vector<double> w = want.contiguous().to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i)
+    if (std::fabs(g[i] - w[i]) <= 1e-6) g[i] = w[i];
+  return near_bits(from_vector<double>(g, want.sizes()).to(want.dtype()), want, 2, INT64_MAX, 0.01);
 }
 
 struct RopeCase {

@@ -74,7 +74,7 @@ __device__ __forceinline__ void mma_k64(float (&acc)[BN / 2], uint32_t a_addr, u
 // instead of the general loop's checks and store forms per element, whose code the instruction cache must
 // hold across every tile. C: the output element type (T, or float).
 //
-// gmm90_store_run16 (GmmArgs::wide_stores, opt-in): 16-bit C in 16-byte stores. The four lanes of a quad
+// gmm90_store_run16 (GmmArgs::wide_stores, the default): 16-bit C in 16-byte stores. The four lanes of a quad
 // hold one row's columns 8 j .. 8 j + 7 as four 4-byte pairs; for every four consecutive j they transpose
 // those words (two exchange rounds, shfl_xor 1 and 2), so that lane t holds all eight columns of j = 4 q + t
 // and stores them at once: a quarter of the store instructions, each quad writing 64 contiguous bytes of a
