@@ -162,12 +162,15 @@ std::atomic<int>& decode_min_blocks_ref() {
 }
 int decode_min_blocks() { return decode_min_blocks_ref().load(std::memory_order_relaxed); }
 
-// Blocks of `kernel` (kDecThreads threads, little shared memory) resident per SM, asked once per instance.
-template <class K>
-int decode_resident_blocks(K kernel) {
-  static const int n = [&] {
+// Blocks of the one-row decode instance with register bound MINB (kDecThreads threads, little shared memory)
+// resident per SM, asked once per instance. (Keyed by the instance, not by the kernel's pointer type, which
+// is the same for both bounds.)
+template <class T, bool F8, int MINB>
+int decode_resident_blocks() {
+  static const int n = [] {
     int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kernels::kDecThreads, 1024) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernels::gmm_decode_kernel<T, F8, 1, MINB>,
+                                                      kernels::kDecThreads, 1024) != cudaSuccess) {
       (void)cudaGetLastError();
       return 0;
     }
@@ -181,12 +184,12 @@ int decode_resident_blocks(K kernel) {
 // fourteenth run, KILN_GMM_DECODE_MINB=6 for every one-row grid): one-token grouped_mm over 128 experts,
 // gate_up (768 blocks: 660 + 108 at 5 per SM, one round at 6) 17.14 -> 16.39 us; the grids that fit one
 // round either way lost to the spill (E256 gate_up 13.08 -> 15.01, the downs 8-19% slower).
-template <class K1, class K6>
-bool decode_take_min6(K1 k1, K6 k6, int64_t blocks, int device) {
+template <class T, bool F8>
+bool decode_take_min6(int64_t blocks, int device) {
   const int m = decode_min_blocks();
   if (m != 0) return m == 6;
   const int64_t sms = multiprocessor_count(device);
-  const int r1 = decode_resident_blocks(k1), r6 = decode_resident_blocks(k6);
+  const int r1 = decode_resident_blocks<T, F8, 1>(), r6 = decode_resident_blocks<T, F8, 6>();
   return r6 > r1 && r1 > 0 && blocks > sms * r1 && blocks <= sms * r6;
 }
 
@@ -236,8 +239,7 @@ void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cu
   };
   if (!decode_one_row(p)) go(kernels::gmm_decode_kernel<T, F8>);
   else if constexpr (F8) go(kernels::gmm_decode_kernel<T, F8, 1>);
-  else if (!decode_take_min6(kernels::gmm_decode_kernel<T, F8, 1>, kernels::gmm_decode_kernel<T, F8, 1, 6>,
-                             gx * p.M, device))
+  else if (!decode_take_min6<T, F8>(gx * p.M, device))
     go(kernels::gmm_decode_kernel<T, F8, 1>);
   else go(kernels::gmm_decode_kernel<T, F8, 1, 6>);
 }
