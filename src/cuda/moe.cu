@@ -49,6 +49,15 @@ std::atomic<GroupedMmPath>& forced_path() {
   return p;
 }
 
+// An on/off switch from an environment variable (0 or 1), or `fallback` when unset.
+bool switch_from_env(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  const std::string s(v);
+  KILN_CHECK(s == "0" || s == "1", name, "=", s, " is not 0 or 1");
+  return s == "1";
+}
+
 // A row bound of Auto's tile choice from an environment variable (a count >= 0), or `fallback`.
 int64_t rows_from_env(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
@@ -199,13 +208,7 @@ bool decode_take_min6(int64_t blocks, int device) {
 // 12 shapes (e.g. T512 E64 down 140.5 -> 112.0 us, T4096 E256 down 320.8 -> 248.0), geomean over the 18
 // grouped_mm cases 1.10 -> 1.20x PyTorch, MoE block at T512 1.42-1.53x -> 1.49-1.58x; decode unchanged.
 std::atomic<bool>& fast_epilogue_ref() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("KILN_GMM_FAST_EPILOGUE");
-    if (!v || !*v) return true;
-    const std::string s(v);
-    KILN_CHECK(s == "0" || s == "1", "KILN_GMM_FAST_EPILOGUE=", s, " is not 0 or 1");
-    return s == "1";
-  }()};
+  static std::atomic<bool> on{switch_from_env("KILN_GMM_FAST_EPILOGUE", true)};
   return on;
 }
 
@@ -215,13 +218,7 @@ std::atomic<bool>& fast_epilogue_ref() {
 // 280.3 -> 242.6 us, E256 down 261.9 -> 225.5), the 128 x 256 kernel's store-queue stalls 2.9 -> 0.01 per
 // issued instruction and its tensor pipe 48% -> 53% busy; T512, T1 and the MoE block within noise.
 std::atomic<bool>& wide_stores_ref() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("KILN_GMM_WIDE_STORES");
-    if (!v || !*v) return true;
-    const std::string s(v);
-    KILN_CHECK(s == "0" || s == "1", "KILN_GMM_WIDE_STORES=", s, " is not 0 or 1");
-    return s == "1";
-  }()};
+  static std::atomic<bool> on{switch_from_env("KILN_GMM_WIDE_STORES", true)};
   return on;
 }
 
