@@ -222,6 +222,15 @@ std::atomic<bool>& wide_stores_ref() {
   return on;
 }
 
+// The Hopper 128-row tile kernels skip the MMAs of a warpgroup whose 64 rows all lie past the tile's end
+// (GmmArgs::skip_idle_half): on by default; KILN_GMM_SKIP_IDLE_HALF=0 or set_grouped_skip_idle_half(false)
+// multiplies every tile's 128 rows. A group's last tile holds at most 64 of its rows about half the time at
+// prefill sizes (e.g. 4096 tokens over 128 experts: 256 +- 16 rows a group).
+std::atomic<bool>& skip_idle_half_ref() {
+  static std::atomic<bool> on{switch_from_env("KILN_GMM_SKIP_IDLE_HALF", true)};
+  return on;
+}
+
 // The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
 template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
@@ -259,6 +268,7 @@ void launch_gmm(const GmmArgs& p, bool decode, int device, cudaStream_t stream, 
       GmmArgs q = p;
       q.fast_epilogue = fast_epilogue_ref().load(std::memory_order_relaxed);
       q.wide_stores = wide_stores_ref().load(std::memory_order_relaxed);
+      q.skip_idle_half = skip_idle_half_ref().load(std::memory_order_relaxed);
       if (vec && p.mode != GmmMode::KGroups && f != GroupedMmPath::TiledPortable &&
           launch_gmm_sm90(q, std::is_same_v<T, BFloat16>, sm90_kernel(f, &q), device, stream, op))
         return;
@@ -335,6 +345,9 @@ bool grouped_fast_epilogue() { return fast_epilogue_ref().load(std::memory_order
 
 void set_grouped_wide_stores(bool on) { wide_stores_ref().store(on, std::memory_order_relaxed); }
 bool grouped_wide_stores() { return wide_stores_ref().load(std::memory_order_relaxed); }
+
+void set_grouped_skip_idle_half(bool on) { skip_idle_half_ref().store(on, std::memory_order_relaxed); }
+bool grouped_skip_idle_half() { return skip_idle_half_ref().load(std::memory_order_relaxed); }
 
 int64_t grouped_tma_launches(GroupedMmPath path) {
   KILN_CHECK(path == GroupedMmPath::TiledTma || path == GroupedMmPath::TiledTma64 || path == GroupedMmPath::TiledTmaWide ||

@@ -57,6 +57,11 @@ bool grouped_fast_epilogue();
 // also KILN_GMM_WIDE_STORES=0|1.
 void set_grouped_wide_stores(bool on);
 bool grouped_wide_stores();
+// The 128-row tile kernels on Hopper: a math warpgroup whose 64 rows all lie past the tile's end (a group's
+// last tile of at most 64 rows) skips its MMAs and its epilogue. On by default; also
+// KILN_GMM_SKIP_IDLE_HALF=0|1.
+void set_grouped_skip_idle_half(bool on);
+bool grouped_skip_idle_half();
 // Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaWide, TiledTmaCluster2 or
 // TiledTmaCluster4; tests check that a forced path ran).
 int64_t grouped_tma_launches(GroupedMmPath path);

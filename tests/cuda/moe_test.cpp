@@ -55,6 +55,12 @@ struct WideStores {
   ~WideStores() { cuda::set_grouped_wide_stores(before); }
   bool before;
 };
+// The 128-row tiles' idle warpgroup skipping its MMAs (on by default) for a scope.
+struct SkipIdleHalf {
+  explicit SkipIdleHalf(bool on) : before(cuda::grouped_skip_idle_half()) { cuda::set_grouped_skip_idle_half(on); }
+  ~SkipIdleHalf() { cuda::set_grouped_skip_idle_half(before); }
+  bool before;
+};
 const char* path_name(GroupedMmPath p) {
   switch (p) {
     case GroupedMmPath::Decode: return "decode";
@@ -181,14 +187,18 @@ TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
   KILN_REQUIRE_CUDA();
   for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
   for (DType d : {DType::BF16, DType::F16})
-  for (int form : {0, 1, 2}) {  // whole tiles through the general loop, the straight run, its 16-byte stores
+  // whole tiles through the general loop, the straight run, its 16-byte stores; and those with every
+  // 128-row tile multiplied whole (no warpgroup skipping its MMAs)
+  for (int form : {0, 1, 2, 3}) {
     const bool fast = form > 0;
     ForcePath force(path);
     FastEpilogue fast_scope(fast);
-    WideStores wide_scope(form == 2);
+    WideStores wide_scope(form >= 2);
+    SkipIdleHalf skip_scope(form != 3);
     SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), fast ? " straight-run epilogue" : "",
-                     form == 2 ? " (16-byte stores)" : ""));
-    // N = 1300: 11 column tiles, so clusters of 2 and 4 have spare blocks (past the last n-tile).
+                     form >= 2 ? " (16-byte stores)" : "", form == 3 ? " without skipping idle halves" : ""));
+    // N = 1300: 11 column tiles, so clusters of 2 and 4 have spare blocks (past the last n-tile). Groups
+    // of 500, 700, 0, 1300 and 490 rows: last tiles of 116, 60, 20 and 106 rows.
     const int64_t M = 3000, K = 136, N = 1300;
     const std::vector<int32_t> ends = {500, 1200, 1200, 2500, 2990};
     const Tensor a = rnd({M, K}, d, false);
@@ -513,13 +523,15 @@ TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
 TEST(CudaMoeForward, StraightRunEpilogueMatchesCpu) {
   KILN_REQUIRE_CUDA();
   for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide})
-    for (int form : {0, 1, 2}) {  // the general loop, the straight run, its 16-byte stores
+    // the general loop, the straight run, its 16-byte stores; those without skipping idle halves
+    for (int form : {0, 1, 2, 3}) {
       const bool fast = form > 0;
       ForcePath force(path);
       FastEpilogue fast_scope(fast);
-      WideStores wide_scope(form == 2);
+      WideStores wide_scope(form >= 2);
+      SkipIdleHalf skip_scope(form != 3);
       SCOPED_TRACE(str(path_name(path), fast ? " straight-run epilogue" : " general epilogue",
-                       form == 2 ? " (16-byte stores)" : ""));
+                       form >= 2 ? " (16-byte stores)" : "", form == 3 ? " without skipping idle halves" : ""));
       const bool tma = path != GroupedMmPath::Tiled;
       const int64_t before = tma ? cuda::grouped_tma_launches(path) : 0;
       for (DType d : {DType::BF16, DType::F16}) check_moe(MoeCase{300, 256, 192, 4, 2, true}, d, false);

@@ -79,6 +79,7 @@ struct GmmArgs {
   bool out_f32;              // C is f32 (else the input dtype)
   bool fast_epilogue;        // Hopper tile kernels: straight runs of stores for whole tiles (gmm90_store_run)
   bool wide_stores;          // and of 16-bit C in 16-byte stores (gmm90_store_run16)
+  bool skip_idle_half;       // Hopper 128-row tiles: a warpgroup whose 64 rows all lie past the tile's end skips its MMAs
   DeviceErrorRecord* err;
 };
 

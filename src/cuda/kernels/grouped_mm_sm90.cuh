@@ -292,6 +292,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
   };
 
   const int wg = tid / 128;
+  // A warpgroup none of whose 64 rows the tile stores (a group's last tile of at most 64 rows) issues no MMAs.
+  const bool busy = !p.skip_idle_half || m0 + 64 * wg < m1;
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
@@ -306,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
     __syncthreads();  // every thread's step is in; every warpgroup is done with step - 2's stage
     if (step + kAhead < steps) issue(step + kAhead);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+    if (!busy) continue;
     const uint32_t as = ring + (step % kStages) * kStage;
     wg_fence();
     mma_k64<T, BN>(acc, as + wg * 64 * 128, as + kATileBytes);
@@ -317,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
   fence_regs(acc);
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 
-  gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
+  if (busy) gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
 #else
   __trap();  // not an sm_90a build: the host does not launch this kernel
 #endif
@@ -530,6 +533,16 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     const int64_t cg = rows ? 0 : g;
     if (rows && g == p.G) {
       if (mine) gmm_store_zeros<T, kMath>(p, cg, m0, m1, n0, ncols);
+      continue;
+    }
+    // BM = 128: a warpgroup none of whose 64 rows the tile stores (a group's last tile of at most 64 rows)
+    // only passes each stage on; the other one's MMAs then have the tensor cores to themselves.
+    if (BM == 128 && p.skip_idle_half && m0 + 64 * wg >= m1) {
+      for (int ks = 0; ks < steps; ++ks, ++it) {
+        const uint32_t st = it % S;
+        mbar_wait(full + 8 * st, (it / S) & 1);
+        release(st);
+      }
       continue;
     }
 #pragma unroll
