@@ -48,17 +48,18 @@ DecodeTuning tuning_from_env() {
     else if (key == "blocks") t.max_blocks = val;
     else if (key == "l2") t.l2_prefetch = val;
     else if (key == "rowc") t.row_combine_splits = val;
+    else if (key == "early") t.early = val;
     else if (key == "kernel" && (text == "cp.async" || text == "tma" || text == "regs"))
       t.kernel = text == "tma" ? DecodeKernel::Tma : text == "regs" ? DecodeKernel::Regs : DecodeKernel::CpAsync;
     else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma|regs, "
-                        "l2=0|128, rowc=N)"));
+                        "l2=0|128, rowc=N, early=0|1|2)"));
     pos = end + 1;
   }
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
-                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0,
-             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0, l2 0 or 128 and "
-             "rowc >= 0, "
-             "got \"",
+                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0 && t.early >= 0 &&
+                 t.early <= 2,
+             "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0, l2 0 or 128, "
+             "rowc >= 0 and early 0, 1 or 2, got \"",
              spec, "\"");
   return t;
 }
@@ -200,6 +201,8 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   // Splits: at most one per tuning.min_split_keys keys of the cache. Sized by Lmax; the kernels divide the
   // current length (on the device) among them, so a short context leaves the later splits empty.
   const DecodeTuning tune = decode_tuning();
+  p.early = tune.early;
+  p.guess_skew = tune.early_guess_skew;
   const int64_t base = b * hkv * row_tiles;
   const int64_t sms = multiprocessor_count(dev.index);
   const int64_t max_splits = std::clamp<int64_t>((L.lkv + tune.min_split_keys - 1) / tune.min_split_keys, 1,
@@ -347,9 +350,10 @@ int64_t decode_regs_launches() { return regs_launches().load(std::memory_order_r
 
 void set_decode_tuning(const DecodeTuning& t) {
   KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
-                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0,
+                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0 && t.early >= 0 &&
+                 t.early <= 2,
              "set_decode_tuning: min_split_keys must be a positive multiple of 64, blocks_per_sm positive, "
-             "max_blocks >= 0, l2_prefetch 0 or 128 and row_combine_splits >= 0");
+             "max_blocks >= 0, l2_prefetch 0 or 128, row_combine_splits >= 0 and early 0, 1 or 2");
   std::lock_guard<std::mutex> lock(tuning_mu());
   tuning_ref() = t;
 }

@@ -286,7 +286,7 @@ enum class DecodeKernel { CpAsync, Tma, Regs };
 struct Tuning {
   int min_split_keys, blocks_per_sm;
   DecodeKernel kernel;
-  int max_blocks, l2_prefetch, row_combine_splits = 16;
+  int max_blocks, l2_prefetch, row_combine_splits = 16, early = 0, early_guess_skew = 0;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
@@ -297,9 +297,11 @@ struct TuningScope {
 // per row, one block per row); the cp.async kernel with the 128-byte L2 prefetch, with longer splits, with
 // fewer blocks (so fewer splits) and no prefetch hint, and with more blocks than fit at once; the TMA kernel
 // (Hopper) by default and on a persistent grid of three blocks (each block takes many items, its ring running
-// on from one into the next).
+// on from one into the next). The register kernel also with its L2 prefetch before the wait, and with that
+// and the speculative first chunk.
 const Tuning kTunings[] = {{64, 2, DecodeKernel::Regs, 0, 128},    {256, 1, DecodeKernel::Regs, 0, 128},
                            {64, 2, DecodeKernel::Regs, 0, 128, 128}, {64, 2, DecodeKernel::Regs, 0, 128, 0},
+                           {64, 2, DecodeKernel::Regs, 0, 128, 16, 1}, {64, 2, DecodeKernel::Regs, 0, 128, 16, 2},
                            {64, 2, DecodeKernel::CpAsync, 0, 128}, {256, 1, DecodeKernel::CpAsync, 0, 128},
                            {64, 1, DecodeKernel::CpAsync, 0, 0},   {64, 6, DecodeKernel::CpAsync, 0, 128},
                            {64, 2, DecodeKernel::Tma, 0, 128},     {256, 1, DecodeKernel::Tma, 3, 128}};
@@ -308,7 +310,8 @@ std::string tuning_name(const Tuning& t) {
                        : t.kernel == DecodeKernel::Regs ? "register kernel"
                                                         : "cp.async kernel";
   return str(kernel, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM, ", t.max_blocks,
-             " blocks, L2 prefetch ", t.l2_prefetch, ", row combine up to ", t.row_combine_splits, " splits");
+             " blocks, L2 prefetch ", t.l2_prefetch, ", row combine up to ", t.row_combine_splits, " splits, early ",
+             t.early, t.early_guess_skew ? str(" (guess off by ", t.early_guess_skew, " keys)") : std::string());
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
@@ -349,6 +352,33 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
   // f32 caches and unaligned caches take the general kernel.
   check_decode({2, 8, 2, 64, 300, {300, 7}}, DType::F32, 3);
   check_decode({2, 8, 2, 128, 300, {300, 7}}, DType::BF16, 2, true);
+}
+
+// The register kernel's speculative first chunk (early = 2) when the length read before the wait is not the
+// length after it (as when the kernel that sets it runs late): guesses short and long by a key, by a chunk,
+// by a whole split and past the cache; the chunk must be loaded again wherever its keys differ. The caches
+// past each length hold NaN, so a chunk kept with keys the real length excludes would show.
+TEST(CudaDecodeAttention, SpeculativeFirstChunkWithAWrongGuess) {
+  KILN_REQUIRE_CUDA();
+  for (int skew : {1, -1, 16, -16, 700, -700, 100000, -100000})
+  for (DType dt : {DType::BF16, DType::F16}) {
+    TuningScope scope(Tuning{64, 2, DecodeKernel::Regs, 0, 128, 16, 2, skew});
+    SCOPED_TRACE(str(dtype_name(dt), ", guess off by ", skew));
+    const int64_t b = 3, hq = 16, hkv = 2, d = 128, lmax = 3000;
+    const std::vector<int32_t> lens = {2999, 1300, 17};
+    Tensor kc = random_tensor({b, hkv, lmax, d}, dt), vc = random_tensor({b, hkv, lmax, d}, dt);
+    for (int64_t i = 0; i < b; ++i) {
+      kc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(NAN);
+      vc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(NAN);
+    }
+    for (int64_t lq : {1, 2}) {
+      const Tensor q = random_tensor({b, hq, lq, d}, dt);
+      const Tensor cpu = decode_attention(q, kc, vc, from_vector<int32_t>(lens));
+      poison_next(cpu.sizes(), dt);
+      const Tensor got = decode_attention(q.to(kGpu), kc.to(kGpu), vc.to(kGpu), from_vector<int32_t>(lens).to(kGpu)).cpu();
+      EXPECT_TRUE(all_close(got, cpu, tol(dt))) << "Lq " << lq;
+    }
+  }
 }
 
 // Cache rows past each sequence's length hold NaN and inf (a cache that was never written there): no kernel

@@ -31,6 +31,8 @@ struct DecodeParams {
   int splits, row_tiles;
   int lq, rows;  // queries per sequence; rows of a KV group (Hq / Hkv * Lq), both < 2^31 (checked)
   bool q_vec;    // q rows can be read in 16-byte pieces (contiguous channels, 8-element strides, aligned)
+  int early;     // register kernel, before its pdl_wait: 0 nothing, 1 L2 prefetch, 2 also speculative loads (DecodeTuning)
+  int guess_skew;  // tests: keys added to the length read before the wait (DecodeTuning::early_guess_skew)
   DeviceErrorRecord* err;
 };
 
@@ -46,15 +48,27 @@ constexpr int decode_smem_elems() {
 struct SplitRange {
   int n, kb, ke;
 };
+// Split `split`'s keys [kb, ke) of a length n in [0, Lkv]: equal runs of whole tiles.
+__device__ __forceinline__ SplitRange split_keys(const DecodeParams& p, int n, int split) {
+  const int per = (n + p.splits - 1) / p.splits;
+  const int chunk = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
+  const int kb = split * chunk;
+  return {n, kb, kb + chunk < n ? kb + chunk : n};
+}
 __device__ __forceinline__ SplitRange decode_split_range(const DecodeParams& p, int n, int split, bool reporter) {
   if (n < 0 || n > p.L.lkv) {
     if (reporter) report_device_error(p.err, DeviceErrorCode::IndexOutOfRange, OpId::DecodeAttention, n, p.L.lkv + 1);
     n = 0;
   }
-  const int per = (n + p.splits - 1) / p.splits;
-  const int chunk = (per + kTileKeys - 1) / kTileKeys * kTileKeys;
-  const int kb = split * chunk;
-  return {n, kb, kb + chunk < n ? kb + chunk : n};
+  return split_keys(p, n, split);
+}
+// The same for sequence b's length read before pdl_wait (possibly stale: the kernel that sets it may not have
+// finished), to choose addresses only: no error report; a length out of range is clamped into it.
+__device__ __forceinline__ SplitRange decode_split_range_guess(const DecodeParams& p, int b, int split) {
+  int n;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(n) : "l"(p.lengths + b) : "memory");
+  n += p.guess_skew;
+  return split_keys(p, n < 0 ? 0 : n > p.L.lkv ? p.L.lkv : n, split);
 }
 
 // acc += f * o and total += f * l: one partial (o, l) of a merge, weighted by f = 2^(its max - the merged max).

@@ -53,6 +53,23 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   const uint16_t* kbase = p.k + b * L.bk[0] + hk * L.hk;
   const uint16_t* vbase = p.v + b * L.bv[0] + hk * L.hv;
 
+  // Before the wait (p.early, DecodeTuning::early): the length as it stands now (the kernel that sets it may
+  // not have finished) gives a guess of this split's keys; L2 is asked for the K/V lines of the warp's first
+  // two chunks, and the first chunk is loaded speculatively after the wait (early = 2), so that the first
+  // loads need not wait for the length's round trip. A prefetch is only a hint (L2 is coherent), and the
+  // speculative chunk is used only where the real length gives it the same keys.
+  SplitRange guess{0, 0, 0};
+  if (p.early) {
+    guess = decode_split_range_guess(p, b, split);
+    constexpr int kLines = D * 2 / 128;  // 128-byte lines of a K or V row
+    for (int i = lane; i < 2 * 16 * kLines; i += 32) {
+      const int key = guess.kb + 16 * (warp + 4 * (i / (16 * kLines))) + (i / kLines) % 16;
+      if (key >= guess.ke) continue;
+      const int col = (i % kLines) * 64;
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kbase + static_cast<int64_t>(key) * L.k_row + col));
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(vbase + static_cast<int64_t>(key) * L.v_row + col));
+    }
+  }
   kernels::pdl_wait();  // q, the caches and the lengths come from earlier kernels
   int n = p.lengths[b];
   // q as B fragments: column g = query row g (query head g / Lq, query g % Lq); rows past nrows are zero.
@@ -71,19 +88,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
       qf[2 * j + 1][1] = v.w;
     }
   }
-  const SplitRange range = decode_split_range(p, n, split, split == 0 && hk == 0 && tid == 0);
-  n = range.n;
-  const int kb = range.kb, ke = range.ke;
-  const int nch = ke > kb ? (ke - kb + 15) / 16 : 0;  // 16-key chunks of the block
-  // One past the last key each of the lane's two query rows (2t, 2t + 1) sees in this split.
-  int e[2];
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    const int row = 2 * t + c;
-    const int64_t lim = row < nrows ? am::key_end(p.lq == 1 ? 0 : row % p.lq, p.lq, n, true, true) : ke;
-    e[c] = lim < ke ? static_cast<int>(lim) : ke;
-  }
-
+  // The split's keys [kb, ke): the guess's while the speculative chunk loads, then the length's; e: one past
+  // the last key each of the lane's two query rows (2t, 2t + 1) sees in this split (set below).
+  int kb = guess.kb, ke = guess.ke;
+  int e[2] = {0, 0};
   // Chunk c's keys into registers: K of keys g, g + 8; V of keys 2t, 2t + 1, 2t + 8, 2t + 9. A key at or past
   // ke reads key 0 of the head instead (in bounds even if the load is executed speculatively) and is zeroed.
   auto load = [&](int c, uint4 (&kr)[2][KL], uint4 (&vr)[4][VL]) {
@@ -187,8 +195,25 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   };
   // Two register buffers in turn (no copies): the next chunk's loads in flight while a chunk multiplies.
   uint4 kx[2][KL], vx[4][VL], ky[2][KL], vy[4][VL];
+  const bool spec = p.early == 2 && kb + 16 * warp < ke;
+  if (spec) load(warp, kx, vx);
+  const SplitRange range = decode_split_range(p, n, split, split == 0 && hk == 0 && tid == 0);
+  n = range.n;
+  // The speculative chunk stands where the length gives the split the same start and the chunk the same
+  // keys (it lies below both ends, or the ends agree).
+  const int k0 = kb + 16 * warp;
+  const bool keep = spec && range.kb == kb && (range.ke == ke || (k0 + 16 <= range.ke && k0 + 16 <= ke));
+  kb = range.kb;
+  ke = range.ke;
+  const int nch = ke > kb ? (ke - kb + 15) / 16 : 0;  // 16-key chunks of the block
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int row = 2 * t + c;
+    const int64_t lim = row < nrows ? am::key_end(p.lq == 1 ? 0 : row % p.lq, p.lq, n, true, true) : ke;
+    e[c] = lim < ke ? static_cast<int>(lim) : ke;
+  }
   int c = warp;
-  if (c < nch) load(c, kx, vx);
+  if (c < nch && !keep) load(c, kx, vx);
   for (; c < nch; c += 8) {
     if (c + 4 < nch) load(c + 4, ky, vy);
     else zero(ky, vy);
