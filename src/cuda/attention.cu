@@ -29,6 +29,12 @@ namespace {
 
 namespace am = attention_math;
 
+bool tuning_valid(const DecodeTuning& t) {
+  return t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
+         (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0 && t.early >= 0 && t.early <= 2 &&
+         t.early_chunks >= 0 && t.early_chunks <= 2;
+}
+
 DecodeTuning tuning_from_env() {
   DecodeTuning t;
   const char* v = std::getenv("KILN_DECODE_TUNING");
@@ -49,17 +55,16 @@ DecodeTuning tuning_from_env() {
     else if (key == "l2") t.l2_prefetch = val;
     else if (key == "rowc") t.row_combine_splits = val;
     else if (key == "early") t.early = val;
+    else if (key == "pf") t.early_chunks = val;
     else if (key == "kernel" && (text == "cp.async" || text == "tma" || text == "regs"))
       t.kernel = text == "tma" ? DecodeKernel::Tma : text == "regs" ? DecodeKernel::Regs : DecodeKernel::CpAsync;
     else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma|regs, "
-                        "l2=0|128, rowc=N, early=0|1|2)"));
+                        "l2=0|128, rowc=N, early=0|1|2, pf=0|1|2)"));
     pos = end + 1;
   }
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
-                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0 && t.early >= 0 &&
-                 t.early <= 2,
+  KILN_CHECK(tuning_valid(t),
              "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0, l2 0 or 128, "
-             "rowc >= 0 and early 0, 1 or 2, got \"",
+             "rowc >= 0, early and pf 0, 1 or 2, got \"",
              spec, "\"");
   return t;
 }
@@ -202,6 +207,7 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   // current length (on the device) among them, so a short context leaves the later splits empty.
   const DecodeTuning tune = decode_tuning();
   p.early = tune.early;
+  p.early_chunks = tune.early_chunks;
   p.guess_skew = tune.early_guess_skew;
   const int64_t base = b * hkv * row_tiles;
   const int64_t sms = multiprocessor_count(dev.index);
@@ -349,11 +355,9 @@ int64_t decode_tma_launches() { return tma_launches().load(std::memory_order_rel
 int64_t decode_regs_launches() { return regs_launches().load(std::memory_order_relaxed); }
 
 void set_decode_tuning(const DecodeTuning& t) {
-  KILN_CHECK(t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
-                 (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0 && t.early >= 0 &&
-                 t.early <= 2,
+  KILN_CHECK(tuning_valid(t),
              "set_decode_tuning: min_split_keys must be a positive multiple of 64, blocks_per_sm positive, "
-             "max_blocks >= 0, l2_prefetch 0 or 128, row_combine_splits >= 0 and early 0, 1 or 2");
+             "max_blocks >= 0, l2_prefetch 0 or 128, row_combine_splits >= 0, early and early_chunks 0, 1 or 2");
   std::lock_guard<std::mutex> lock(tuning_mu());
   tuning_ref() = t;
 }

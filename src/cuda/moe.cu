@@ -83,9 +83,11 @@ int64_t tma64_max_rows() {
 // 0: never). TUNE (H200, docs/benchmarks.md, fourteenth run, both with the straight-run epilogue): at 256
 // and 512 rows a group (T4096 over 128 and 64 experts) they took grouped_mm from 0.68-0.79x PyTorch to
 // 0.77-0.96x (a quarter fewer bytes received per product); at 128 rows (T4096 over 256 experts) they tied
-// on gate_up and lost on down (264 against 248 us), at 64 rows and fewer they lost everywhere.
+// on gate_up and lost on down (264 against 248 us), at 64 rows and fewer they lost everywhere. Fifteenth
+// run, with the idle warpgroup of a group's last tile skipping its MMAs (GmmArgs::skip_idle_half): at 128
+// rows they won (T4096 over 256 experts, down 240.8 -> 214.5 us, gate_up 343.3 -> 340.1), hence 96.
 int64_t wide_min_rows() {
-  static const int64_t n = rows_from_env("KILN_GMM_WIDE_ROWS", 192);
+  static const int64_t n = rows_from_env("KILN_GMM_WIDE_ROWS", 96);
   return n;
 }
 

@@ -24,7 +24,7 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tenso
 // decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-cluster2, tma-cluster4, portable): Tiled / TiledWide the
 // cp.async wgmma kernel with 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel with 128 x 128 tiles,
 // TiledTma64 with 64 x 128 tiles, TiledTmaWide with 128 x 256 tiles (Auto takes one of these three by the
-// rows per group: 64 x 128 up to 48 on average, 128 x 256 from 192; KILN_GMM_TMA64_ROWS, KILN_GMM_WIDE_ROWS),
+// rows per group: 64 x 128 up to 48 on average, 128 x 256 from 96; KILN_GMM_TMA64_ROWS, KILN_GMM_WIDE_ROWS),
 // TiledTmaCluster2 / 4 the TMA kernel in clusters of 2 / 4 blocks sharing each A tile, TiledPortable the
 // portable tiles only; Auto: the heuristic.
 enum class GroupedMmPath {

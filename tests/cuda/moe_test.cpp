@@ -213,7 +213,7 @@ TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
 }
 
 // Auto's tile size on Hopper follows the rows per group: 64 x 128 tiles at 32 rows a group, 128 x 128 at
-// 128, 128 x 256 at 256 (KILN_GMM_TMA64_ROWS / KILN_GMM_WIDE_ROWS unset); each result against the CPU.
+// 80, 128 x 256 at 128 and 256 (KILN_GMM_TMA64_ROWS / KILN_GMM_WIDE_ROWS unset); each result against the CPU.
 TEST(CudaGroupedMm, AutoTileSizeFollowsRowsPerGroup) {
   KILN_REQUIRE_CUDA();
   if (!cuda::wgmma_available(0)) GTEST_SKIP() << "no Hopper tensor-core kernels on this GPU (wgmma_available is false)";
@@ -221,7 +221,8 @@ TEST(CudaGroupedMm, AutoTileSizeFollowsRowsPerGroup) {
     GTEST_SKIP() << "KILN_GMM_TMA64_ROWS, KILN_GMM_WIDE_ROWS or KILN_GROUPED_MM_PATH is set: the defaults are not in force";
   const int64_t G = 4, K = 192, N = 264;
   const std::pair<int64_t, GroupedMmPath> cases[] = {
-      {32, GroupedMmPath::TiledTma64}, {128, GroupedMmPath::TiledTma}, {256, GroupedMmPath::TiledTmaWide}};
+      {32, GroupedMmPath::TiledTma64}, {80, GroupedMmPath::TiledTma}, {128, GroupedMmPath::TiledTmaWide},
+      {256, GroupedMmPath::TiledTmaWide}};
   for (const auto& [rows, expect] : cases) {
     SCOPED_TRACE(str(rows, " rows a group: expected ", path_name(expect)));
     std::vector<int32_t> ends;

@@ -32,6 +32,7 @@ struct DecodeParams {
   int lq, rows;  // queries per sequence; rows of a KV group (Hq / Hkv * Lq), both < 2^31 (checked)
   bool q_vec;    // q rows can be read in 16-byte pieces (contiguous channels, 8-element strides, aligned)
   int early;     // register kernel, before its pdl_wait: 0 nothing, 1 L2 prefetch, 2 also speculative loads (DecodeTuning)
+  int early_chunks;  // chunks of each warp prefetched into L2 before the wait (DecodeTuning::early_chunks)
   int guess_skew;  // tests: keys added to the length read before the wait (DecodeTuning::early_guess_skew)
   DeviceErrorRecord* err;
 };

@@ -55,14 +55,14 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
 
   // Before the wait (p.early, DecodeTuning::early): the length as it stands now (the kernel that sets it may
   // not have finished) gives a guess of this split's keys; L2 is asked for the K/V lines of the warp's first
-  // two chunks, and the first chunk is loaded speculatively after the wait (early = 2), so that the first
-  // loads need not wait for the length's round trip. A prefetch is only a hint (L2 is coherent), and the
-  // speculative chunk is used only where the real length gives it the same keys.
+  // p.early_chunks chunks, and the first chunk is loaded speculatively after the wait (early = 2), so that
+  // the first loads need not wait for the length's round trip. A prefetch is only a hint (L2 is coherent),
+  // and the speculative chunk is used only where the real length gives it the same keys.
   SplitRange guess{0, 0, 0};
   if (p.early) {
     guess = decode_split_range_guess(p, b, split);
     constexpr int kLines = D * 2 / 128;  // 128-byte lines of a K or V row
-    for (int i = lane; i < 2 * 16 * kLines; i += 32) {
+    for (int i = lane; i < p.early_chunks * 16 * kLines; i += 32) {
       const int key = guess.kb + 16 * (warp + 4 * (i / (16 * kLines))) + (i / kLines) % 16;
       if (key >= guess.ke) continue;
       const int col = (i % kLines) * 64;

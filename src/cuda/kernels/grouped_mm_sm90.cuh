@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // 128-row tile would be rows of other groups loaded and multiplied for nothing. One math warpgroup
 // (m64n128 MMAs) and the copy warpgroup, four 24 KB stages, two blocks per SM, so one block's epilogue
 // overlaps the other's MMAs. No cluster variant.
-// BN = 256 (GroupedMmPath::TiledTmaWide, BM = 128; Auto where groups average 192 rows or more): four 48 KB
+// BN = 256 (GroupedMmPath::TiledTmaWide, BM = 128; Auto where groups average 96 rows or more): four 48 KB
 // stages and 128 accumulators per math thread, a quarter fewer bytes received per product than 128 x 128.
 // With the general epilogue it measured 0.63x PyTorch geomean against 0.78x for 128 x 128 on the H200
 // (thirteenth run; Nsight Compute: 7.5 instruction-fetch stalls per issued instruction, the tensor pipe
