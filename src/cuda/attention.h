@@ -41,12 +41,13 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //                     each warp's first early_chunks 16-key chunks of the split that length gives; 2 (the
 //                     default) also loads the first chunk right after the wait, with the length's load in
 //                     flight, and keeps it where the length read then gives that chunk the same keys (else
-//                     loads it again). On the H200 (docs/benchmarks.md, fifteenth run) 2 against 0: 3-5%
-//                     faster at L512, L2048 and L32768, 1-5% slower at L8192.
-//   early_chunks      0, 1 or 2 (the default).
+//                     loads it again).
+//   early_chunks      0, 1 (the default) or 2. On the H200 (docs/benchmarks.md, fifteenth run, call 3) early=2
+//                     with one chunk against early=0: faster at all 16 benchmark shapes (1.8-6.0%; geomean
+//                     1.23x PyTorch against 1.19x); with two chunks 1-5% slower than early=0 at L8192.
 //   early_guess_skew  tests: keys added to the length read before the wait, so that the guess is wrong.
 // Set for tests and benchmarks by set_decode_tuning, or
-// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,rowc=16,early=2,pf=2" (kernel=regs|cp.async|tma;
+// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,rowc=16,early=2,pf=1" (kernel=regs|cp.async|tma;
 // pf: early_chunks).
 enum class DecodeKernel { CpAsync, Tma, Regs };
 struct DecodeTuning {
@@ -57,7 +58,7 @@ struct DecodeTuning {
   int l2_prefetch = 128;
   int row_combine_splits = 16;
   int early = 2;
-  int early_chunks = 2;
+  int early_chunks = 1;
   int early_guess_skew = 0;
 };
 DecodeTuning decode_tuning();
