@@ -104,7 +104,7 @@ bool use_decode(int64_t m, int64_t g) {
 }
 
 // The Hopper tile kernel for the path. Auto: the TMA kernel, with 64 x 128 tiles where groups hold at most
-// tma64_max_rows() rows on average (48 by default), 128 x 256 tiles from wide_min_rows() (192), else
+// tma64_max_rows() rows on average (48 by default), 128 x 256 tiles from wide_min_rows() (96), else
 // 128 x 128 (p: the product; null, 128 x 128).
 // TUNE (H200, `kiln bench ops --filter 'grouped_mm|^moe/bf16'`, docs/benchmarks.md): against the cp.async
 // kernel the TMA kernel took grouped_mm T512/T4096 from 0.60-0.93x PyTorch to 0.54-1.11x (geomean up, 10 of

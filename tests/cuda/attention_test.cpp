@@ -356,6 +356,25 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
   check_decode({2, 8, 2, 128, 300, {300, 7}}, DType::BF16, 2, true);
 }
 
+// Decode over caches [3, 2, 3000, 128] (16 query heads) whose rows past each sequence's length hold NaN in K
+// and v_past in V (a cache never written there), for each Lq in lqs: the GPU against the CPU.
+void check_decode_past_lengths(DType dt, const std::vector<int32_t>& lens, float v_past,
+                               std::initializer_list<int64_t> lqs) {
+  const int64_t b = static_cast<int64_t>(lens.size()), hq = 16, hkv = 2, d = 128, lmax = 3000;
+  Tensor kc = random_tensor({b, hkv, lmax, d}, dt), vc = random_tensor({b, hkv, lmax, d}, dt);
+  for (int64_t i = 0; i < b; ++i) {
+    kc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(NAN);
+    vc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(v_past);
+  }
+  for (int64_t lq : lqs) {
+    const Tensor q = random_tensor({b, hq, lq, d}, dt);
+    const Tensor cpu = decode_attention(q, kc, vc, from_vector<int32_t>(lens));
+    poison_next(cpu.sizes(), dt);
+    const Tensor got = decode_attention(q.to(kGpu), kc.to(kGpu), vc.to(kGpu), from_vector<int32_t>(lens).to(kGpu)).cpu();
+    EXPECT_TRUE(all_close(got, cpu, tol(dt))) << "Lq " << lq;
+  }
+}
+
 // The register kernel's speculative first chunk (early = 2) when the length read before the wait is not the
 // length after it (as when the kernel that sets it runs late): guesses short and long by a key, by a chunk,
 // by a whole split and past the cache; the chunk must be loaded again wherever its keys differ. The caches
@@ -366,20 +385,7 @@ TEST(CudaDecodeAttention, SpeculativeFirstChunkWithAWrongGuess) {
   for (DType dt : {DType::BF16, DType::F16}) {
     TuningScope scope(Tuning{64, 2, DecodeKernel::Regs, 0, 128, 16, 2, skew % 2 == 0 ? 1 : 2, skew});
     SCOPED_TRACE(str(dtype_name(dt), ", guess off by ", skew));
-    const int64_t b = 3, hq = 16, hkv = 2, d = 128, lmax = 3000;
-    const std::vector<int32_t> lens = {2999, 1300, 17};
-    Tensor kc = random_tensor({b, hkv, lmax, d}, dt), vc = random_tensor({b, hkv, lmax, d}, dt);
-    for (int64_t i = 0; i < b; ++i) {
-      kc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(NAN);
-      vc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(NAN);
-    }
-    for (int64_t lq : {1, 2}) {
-      const Tensor q = random_tensor({b, hq, lq, d}, dt);
-      const Tensor cpu = decode_attention(q, kc, vc, from_vector<int32_t>(lens));
-      poison_next(cpu.sizes(), dt);
-      const Tensor got = decode_attention(q.to(kGpu), kc.to(kGpu), vc.to(kGpu), from_vector<int32_t>(lens).to(kGpu)).cpu();
-      EXPECT_TRUE(all_close(got, cpu, tol(dt))) << "Lq " << lq;
-    }
+    check_decode_past_lengths(dt, {2999, 1300, 17}, NAN, {1, 2});
   }
 }
 
@@ -391,20 +397,7 @@ TEST(CudaDecodeAttention, CachePastTheLengthIsNeverRead) {
   for (DType dt : {DType::BF16, DType::F16}) {
     TuningScope scope(tune);
     SCOPED_TRACE(str(dtype_name(dt), ", ", tuning_name(tune)));
-    const int64_t b = 3, hq = 16, hkv = 2, d = 128, lmax = 3000;
-    const std::vector<int32_t> lens = {2999, 130, 1};
-    Tensor kc = random_tensor({b, hkv, lmax, d}, dt), vc = random_tensor({b, hkv, lmax, d}, dt);
-    for (int64_t i = 0; i < b; ++i) {
-      kc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(NAN);
-      vc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(INFINITY);
-    }
-    for (int64_t lq : {1, 3}) {
-      const Tensor q = random_tensor({b, hq, lq, d}, dt);
-      const Tensor cpu = decode_attention(q, kc, vc, from_vector<int32_t>(lens));
-      poison_next(cpu.sizes(), dt);
-      const Tensor got = decode_attention(q.to(kGpu), kc.to(kGpu), vc.to(kGpu), from_vector<int32_t>(lens).to(kGpu)).cpu();
-      EXPECT_TRUE(all_close(got, cpu, tol(dt))) << "Lq " << lq;
-    }
+    check_decode_past_lengths(dt, {2999, 130, 1}, INFINITY, {1, 3});
   }
 }
 

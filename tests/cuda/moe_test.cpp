@@ -37,30 +37,21 @@ struct ForcePath {
   explicit ForcePath(GroupedMmPath p) { cuda::set_forced_grouped_mm_path(p); }
   ~ForcePath() { cuda::set_forced_grouped_mm_path(GroupedMmPath::Auto); }
 };
-// The register bound of the matrix-vector kernel's one-row instance for a scope.
-struct DecodeMinBlocks {
-  explicit DecodeMinBlocks(int n) : before(cuda::grouped_decode_min_blocks()) { cuda::set_grouped_decode_min_blocks(n); }
-  ~DecodeMinBlocks() { cuda::set_grouped_decode_min_blocks(before); }
-  int before;
+// A grouped-product setting (get / set functions of cuda/moe.h) changed for a scope.
+template <class V, V (*Get)(), void (*Set)(V)>
+struct SettingScope {
+  explicit SettingScope(V v) : before(Get()) { Set(v); }
+  ~SettingScope() { Set(before); }
+  V before;
 };
-// The Hopper tile kernels' straight-run epilogue (on by default) for a scope.
-struct FastEpilogue {
-  explicit FastEpilogue(bool on) : before(cuda::grouped_fast_epilogue()) { cuda::set_grouped_fast_epilogue(on); }
-  ~FastEpilogue() { cuda::set_grouped_fast_epilogue(before); }
-  bool before;
-};
-// The straight run's 16-byte stores (on by default) for a scope.
-struct WideStores {
-  explicit WideStores(bool on) : before(cuda::grouped_wide_stores()) { cuda::set_grouped_wide_stores(on); }
-  ~WideStores() { cuda::set_grouped_wide_stores(before); }
-  bool before;
-};
-// The 128-row tiles' idle warpgroup skipping its MMAs (on by default) for a scope.
-struct SkipIdleHalf {
-  explicit SkipIdleHalf(bool on) : before(cuda::grouped_skip_idle_half()) { cuda::set_grouped_skip_idle_half(on); }
-  ~SkipIdleHalf() { cuda::set_grouped_skip_idle_half(before); }
-  bool before;
-};
+// The register bound of the matrix-vector kernel's one-row instance.
+using DecodeMinBlocks = SettingScope<int, cuda::grouped_decode_min_blocks, cuda::set_grouped_decode_min_blocks>;
+// The Hopper tile kernels' straight-run epilogue (on by default).
+using FastEpilogue = SettingScope<bool, cuda::grouped_fast_epilogue, cuda::set_grouped_fast_epilogue>;
+// The straight run's 16-byte stores (on by default).
+using WideStores = SettingScope<bool, cuda::grouped_wide_stores, cuda::set_grouped_wide_stores>;
+// The 128-row tiles' idle warpgroup skipping its MMAs (on by default).
+using SkipIdleHalf = SettingScope<bool, cuda::grouped_skip_idle_half, cuda::set_grouped_skip_idle_half>;
 const char* path_name(GroupedMmPath p) {
   switch (p) {
     case GroupedMmPath::Decode: return "decode";
