@@ -127,8 +127,13 @@ int auto_config(int64_t n, int64_t k, bool vec, int device) {
 
 template <class X, class O, class B, int MT, int CFG = 0>
 void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream) {
+  KILN_CHECK(g.xs == nullptr || (std::is_same_v<X, Float8_e4m3fn>), "fp8 gemv: activation scales need e4m3 activations");
+  // The 16-byte path offsets the scales along K in 32 bits; scale strides beyond that take the scalar path.
+  const int64_t kblocks = (static_cast<int64_t>(g.k) + g.kblk - 1) / std::max(g.kblk, 1);
+  const int64_t bound = INT_MAX / std::max<int64_t>(kblocks - 1, 1);
+  const bool vec = g.vec && g.ws_sk >= 0 && g.xs_sk >= 0 && g.ws_sk <= bound && g.xs_sk <= bound;
   constexpr int R = kernels::fp8_gemv_rows_per_warp<MT, CFG>();
-  const int split = split_for(g.n, g.k, R, kernels::fp8_gemv_unroll<MT, X, CFG>(), g.vec, device);
+  const int split = split_for(g.n, g.k, R, kernels::fp8_gemv_unroll<MT, X, CFG>(), vec, device);
   const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (g.n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
@@ -137,7 +142,7 @@ void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream
                    dim3(kernels::kGemvThreads), 0, stream, device, "fp8 gemv", static_cast<const X*>(g.x), g.ldx,
                    rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn, g.ws_sk, g.xs,
                    g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
-                   static_cast<O*>(g.y), g.ldy, split, g.vec);
+                   static_cast<O*>(g.y), g.ldy, split, vec);
 }
 
 // All M rows in launches of at most 16 (each reads the whole weight once).
@@ -159,6 +164,9 @@ void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
             case 1: launch_gemv_mt<X, O, B, 1, 1>(s, rows, device, stream); break;
             case 2: launch_gemv_mt<X, O, B, 1, 2>(s, rows, device, stream); break;
             case 3: launch_gemv_mt<X, O, B, 1, 3>(s, rows, device, stream); break;
+            case 4: launch_gemv_mt<X, O, B, 1, 4>(s, rows, device, stream); break;
+            case 5: launch_gemv_mt<X, O, B, 1, 5>(s, rows, device, stream); break;
+            case 6: launch_gemv_mt<X, O, B, 1, 6>(s, rows, device, stream); break;
             default: launch_gemv_mt<X, O, B, 1>(s, rows, device, stream); break;
           }
         } else {

@@ -32,7 +32,7 @@ const char* fp8_path_name(Fp8Path p);
 // (auto, the default: chosen per layer shape, see auto_config in fp8.cu) or forced, for tests and A/B runs:
 // 0: 4 weight rows per warp group x 2 loads each, two blocks per multiprocessor; 1: 2 x 4, three blocks;
 // 2: 4 x 1, three blocks; 3: 2 x 2, four blocks (kernels/fp8.cuh). Process-wide; initial value from
-// KILN_FP8_GEMV_CONFIG (auto or 0..3).
+// KILN_FP8_GEMV_CONFIG (auto or 0..6).
 void set_fp8_gemv_config(int c);
 int fp8_gemv_config();
 

@@ -288,10 +288,12 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   struct NK {
     int64_t n, k;
   };
-  for (int cfg = -1; cfg < 4; ++cfg) {  // -1: auto
+  // Configs 4..6 software-pipeline the steps: the K lengths give each thread odd and even step counts and a
+  // remainder after them (2064 = 129 chunks of 16).
+  for (int cfg = -1; cfg < 7; ++cfg) {  // -1: auto
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
-    for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{64, 14336}})
+    for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{64, 14336}, NK{130, 2064}})
       for (ScaleRecipe r : kRecipes)
         for (DType dt : {DType::BF16, DType::F16}) {
           Fp8Path took = Fp8Path::Auto;
@@ -299,7 +301,7 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
           EXPECT_EQ(took, Fp8Path::Gemv);
         }
   }
-  EXPECT_THROW(cuda::set_fp8_gemv_config(4), Error);
+  EXPECT_THROW(cuda::set_fp8_gemv_config(7), Error);
   EXPECT_THROW(cuda::set_fp8_gemv_config(-2), Error);
 }
 

@@ -185,26 +185,35 @@ __global__ void __launch_bounds__(kQuantThreads)
 // Bounds: rows beyond n and activation rows beyond `rows` are clamped to the last valid one for loading
 // and not stored; chunk indices stay below k / 16.
 
-// Weight rows per warp group and 16-byte loads in flight per row: chosen so that no instantiation spills
-// under the 128-register cap of two blocks per SM (ptxas -v). M = 1 (decode) shares each activation chunk
+// Weight rows per warp group and 16-byte loads in flight per row, under the 128-register cap of two blocks per
+// SM (ptxas -v: only the 16-row instantiations with 16-bit or f32 activations and the 8-row f32 one spill,
+// 16-40 bytes; the one-row shapes do not). M = 1 (decode) shares each activation chunk
 // between 4 weight rows and keeps 8 weight loads in flight per thread.
 // TUNE (H200, `kiln bench ops`): R and U per row count.
-// CFG (M = 1 with 16-bit activations only, linear's decode case; 0 elsewhere) selects one of four shapes;
+// CFG (M = 1 with 16-bit activations only, linear's decode case; 0 elsewhere) selects one of seven shapes;
 // 1..3 take fewer registers, so that more blocks fit per multiprocessor: 1: R = 2, U = 4, three blocks;
-// 2: R = 4, U = 1, three blocks; 3: R = 2, U = 2, four blocks. The launcher picks one per layer shape
-// (auto_config in cuda/fp8.cu; cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
-inline constexpr int kFp8GemvConfigs = 4;
+// 2: R = 4, U = 1, three blocks; 3: R = 2, U = 2, four blocks. 4..6 software-pipeline the steps (the next
+// step's U * R loads are issued before the current step's products, so a warp keeps loads in flight while it
+// converts and multiplies): 4: R = 2, U = 1, four blocks; 5: R = 2, U = 2, three blocks; 6: R = 4, U = 1,
+// two blocks (it spills at three). The launcher picks one per layer shape (auto_config in cuda/fp8.cu;
+// cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
+inline constexpr int kFp8GemvConfigs = 7;
 template <int MT, int CFG = 0>
 constexpr int fp8_gemv_rows_per_warp() {
-  return CFG == 1 || CFG == 3 ? 2 : MT == 1 ? 4 : 2;
+  return CFG == 1 || CFG == 3 || CFG == 4 || CFG == 5 ? 2 : MT == 1 ? 4 : 2;
 }
 template <int MT, class X, int CFG = 0>
 constexpr int fp8_gemv_unroll() {
-  return CFG == 1 ? 4 : CFG == 2 ? 1 : CFG == 3 ? 2 : MT >= 8 || (MT >= 4 && sizeof(X) == 4) ? 1 : 2;
+  return CFG == 1 ? 4 : CFG == 2 || CFG == 4 || CFG == 6 ? 1 : CFG == 3 || CFG == 5 ? 2
+         : MT >= 8 || (MT >= 4 && sizeof(X) == 4) ? 1 : 2;
 }
 template <int CFG>
 constexpr int fp8_gemv_min_blocks() {
-  return CFG == 0 ? 2 : CFG == 3 ? 4 : 3;
+  return CFG == 0 || CFG == 6 ? 2 : CFG == 3 || CFG == 4 ? 4 : 3;
+}
+template <int CFG>
+constexpr bool fp8_gemv_pipelined() {
+  return CFG >= 4;
 }
 
 // Sixteen e4m3 values (one 16-byte load) to f32, in memory order.
@@ -285,43 +294,102 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
   auto kblock = [&](int e) -> int { return kshift >= 0 ? e >> kshift : e / kblk; };
 
   if (vec) {
+    // Per 16-element chunk: one scale load for all R rows when they share a scale row (block-wise scales with
+    // bn a multiple of R, tensor-wise), 32-bit offsets along K (the launcher checks that they fit), and for
+    // 16-bit or f32 activations no activation-scale code at all (linear passes none).
+    constexpr bool kXs = std::is_same_v<X, Float8_e4m3fn>;
+    const bool one_scale = wsr[R - 1] == wsr[0];
+    const int wsk = static_cast<int>(ws_sk), xsk = static_cast<int>(xs_sk);
+    // Row starts of the activations and their scales (hoisted for one row; computed per chunk for more rows,
+    // where MT pointers would cost 2 * MT registers).
+    auto xrow_ptr = [&](int m) { return x + xrow(m) * ldx; };
+    auto xs_ptr = [&](int m) { return kXs && xs != nullptr ? xs + xrow(m) * xs_sm : nullptr; };
+    const X* const x0 = xrow_ptr(0);
+    const float* const xs0 = xs_ptr(0);
     // One 16-element chunk c of the R rows (weights already loaded into wv).
     auto chunk = [&](const uint4 (&wv)[R], int c) {
       const int kb = kblock(c << 4);
       float wsc[R];
+      wsc[0] = wsr[0][kb * wsk];
 #pragma unroll
-      for (int r = 0; r < R; ++r) wsc[r] = wsr[r][kb * ws_sk];
-      {
+      for (int r = 1; r < R; ++r) wsc[r] = one_scale ? wsc[0] : wsr[r][kb * wsk];
+      if constexpr (MT == 1) {
+        // One activation row: its chunk first, then each weight row unpacked just before its 16 products.
+        float xf[16];
+        fp8_load_x16<X>(x0 + (c << 4), xf);
+        const float xsc = kXs && xs0 != nullptr ? xs0[kb * xsk] : 1.f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float wf[16];
+          fp8_unpack16(wv[r], wf);
+          float p = 0.f;
+#pragma unroll
+          for (int e = 0; e < 16; ++e) p = fmaf(wf[e], xf[e], p);
+          acc[r][0] = fmaf(p, kXs ? wsc[r] * xsc : wsc[r], acc[r][0]);
+        }
+      } else {
         // Every weight row unpacked once, each activation chunk read once for the R rows.
         float wf[R][16];
 #pragma unroll
         for (int r = 0; r < R; ++r) fp8_unpack16(wv[r], wf[r]);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-          const int64_t xm = xrow(m);
           float xf[16];
-          fp8_load_x16<X>(x + xm * ldx + (static_cast<int64_t>(c) << 4), xf);
-          const float xsc = xs != nullptr ? xs[xm * xs_sm + kb * xs_sk] : 1.f;
+          fp8_load_x16<X>(xrow_ptr(m) + (c << 4), xf);
+          const float* const xsm = xs_ptr(m);
+          const float xsc = kXs && xsm != nullptr ? xsm[kb * xsk] : 1.f;
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             float p = 0.f;
 #pragma unroll
             for (int e = 0; e < 16; ++e) p = fmaf(wf[r][e], xf[e], p);
-            acc[r][m] = fmaf(p, wsc[r] * xsc, acc[r][m]);
+            acc[r][m] = fmaf(p, kXs ? wsc[r] * xsc : wsc[r], acc[r][m]);
           }
         }
       }
     };
     const int chunks = k >> 4;
+    const int step = U * group_threads;
     int c = t;
     // Full steps: U chunks per thread, all U * R weight loads issued before any is used. The first step's
     // loads go out before the dependent-launch wait (kernels/pdl.cuh): x and its scales come after it.
     bool waited = false;
-    for (; c + (U - 1) * group_threads < chunks; c += U * group_threads) {
-      uint4 wv[U][R];
-      gemv_load_step<U, R>(wv, w, woff, c, group_threads, waited);
+    if constexpr (fp8_gemv_pipelined<CFG>()) {
+      // Two register buffers in turn: the loads of step i + 1 are in flight while step i is computed.
+      auto load = [&](uint4 (&wv)[U][R], int c0) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) chunk(wv[u], c + u * group_threads);
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c0 + u * group_threads);
+      };
+      auto compute = [&](const uint4 (&wv)[U][R], int c0) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) chunk(wv[u], c0 + u * group_threads);
+      };
+      if (c + (U - 1) * group_threads < chunks) {
+        uint4 a[U][R], b[U][R];
+        gemv_load_step<U, R>(a, w, woff, c, group_threads, waited);
+        for (;;) {
+          const bool more = c + step + (U - 1) * group_threads < chunks;
+          if (more) load(b, c + step);
+          compute(a, c);
+          c += step;
+          if (!more) break;
+          const bool more2 = c + step + (U - 1) * group_threads < chunks;
+          if (more2) load(a, c + step);
+          compute(b, c);
+          c += step;
+          if (!more2) break;
+        }
+      }
+    } else {
+      for (; c + (U - 1) * group_threads < chunks; c += step) {
+        uint4 wv[U][R];
+        gemv_load_step<U, R>(wv, w, woff, c, group_threads, waited);
+#pragma unroll
+        for (int u = 0; u < U; ++u) chunk(wv[u], c + u * group_threads);
+      }
     }
     for (; c < chunks; c += group_threads) {
       uint4 wv[R];
