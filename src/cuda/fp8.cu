@@ -64,7 +64,21 @@ int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <
 // left every thread a single round trip of R loads and the blocks' start-up dominated: about 2.6 TB/s on
 // the H200 against the bf16 kernel's 3.9.
 // TUNE (H200, `kiln bench ops`): the same targets as the bf16 kernel; FP8 rows are half the bytes.
+// KILN_FP8_GEMV_SPLIT=1|2|4|8 forces the split of every launch (a tuning knob for A/B runs; unset: the rule).
+int forced_split() {
+  static const int s = [] {
+    const char* v = std::getenv("KILN_FP8_GEMV_SPLIT");
+    if (!v || !*v) return 0;
+    const int x = std::atoi(v);
+    if ((x != 1 && x != 2 && x != 4 && x != 8) || std::strspn(v, "0123456789") != std::strlen(v))
+      throw Error(str("fp8: KILN_FP8_GEMV_SPLIT=", v, " is not one of 1, 2, 4, 8"));
+    return x;
+  }();
+  return s;
+}
+
 int split_for(int64_t n, int64_t k, int rows_per_warp, int unroll, bool vec, int device) {
+  if (const int f = forced_split(); f > 0) return f;
   const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
   const int64_t want_warps = static_cast<int64_t>(multiprocessor_count(device)) * 32;
   const int64_t units = vec ? k / 16 : k;
@@ -111,17 +125,17 @@ double round_fill(int64_t n, int64_t k, bool vec, int device) {
 }
 
 // Auto's shape for one row of 16-bit activations. Short rows (K <= 1024): 2 rows x 4 loads (config 1), so
-// each thread still keeps 4 loads in flight over its few chunks. Layers under 32 MB in bf16 terms: 4 rows x 1
-// load at three blocks per SM (config 2). Larger: 2 rows x 2 loads at four blocks per SM (config 3), unless
-// its grid fills the last round of resident blocks clearly worse than config 2's.
-// TUNE (H200, `kiln bench ops --filter '^linear_fp8/e4m3/M1/'`, docs/benchmarks.md eleventh run): against
-// the former single shape (config 0) this took the 27 benchmark shapes' geomean from 11.74 to 10.02 µs,
-// within 0.6% of the best of the four shapes per case; every case as fast or faster. Fitted on one call and
-// confirmed by the next (10.01 against 11.73 µs, every case faster or equal).
+// each thread still keeps 4 loads in flight over its few chunks. Layers under 32 MB in bf16 terms: 2 rows x 1
+// load, pipelined, at four blocks per SM (config 4). Larger: 2 rows x 2 loads at four blocks per SM (config
+// 3), unless its grid fills the last round of resident blocks clearly worse than config 2's (4 rows x 1 load).
+// TUNE (H200, `kiln bench ops --filter '^linear_fp8/e4m3/M1/'`, docs/benchmarks.md): the eleventh run fitted
+// configs 1-3 on the 27 benchmark shapes (geomean 11.74 -> 10.02 µs against the former single shape); the
+// sixteenth run measured the pipelined shapes: config 4 was 5-18% faster than config 2 at all ten shapes with
+// K > 1024 under 32 MB and slower than config 3 above it (K4096 x N4096 7.92 against 6.59 µs).
 int auto_config(int64_t n, int64_t k, bool vec, int device) {
   if (!vec) return 0;
   if (k <= 1024) return 1;
-  if (2 * n * k < (int64_t{32} << 20)) return 2;
+  if (2 * n * k < (int64_t{32} << 20)) return 4;
   return round_fill<3>(n, k, vec, device) >= round_fill<2>(n, k, vec, device) - 0.02 ? 3 : 2;
 }
 
