@@ -159,6 +159,49 @@ void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream
                    static_cast<O*>(g.y), g.ldy, split, vec);
 }
 
+// The tensor-core kernel for one row of 16-bit activations (config 7, kernels::fp8_gemv_mma_kernel), when the
+// operands fit it: false (nothing launched) otherwise. The split (warps per 8-row tile) is the one of 1, 2, 4,
+// 8 whose grid best fills the resident-block slots (a round's share when the grid is under one round), each
+// warp keeping at least two 64-wide steps; near ties go to the smaller split.
+std::atomic<int64_t>& mma_launches() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+template <class X, class O, class B>
+bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
+  constexpr int kStep = kernels::kFp8MmaStepK;
+  const int64_t smem = 2 * static_cast<int64_t>(g.k);
+  if (!g.vec || g.xs != nullptr || g.k == 0 || g.k % kStep != 0 || (g.kblk % kStep != 0 && g.kblk < g.k) ||
+      smem > (96 << 10) || g.ws_sk < 0 || g.ws_sk > INT_MAX / std::max<int64_t>(g.k / kStep, 1))
+    return false;
+  const int64_t steps = g.k / kStep;
+  const int64_t per_sm = std::clamp<int64_t>((int64_t{228} << 10) / (smem + 2048), 1, 4);
+  const int64_t slots = per_sm * multiprocessor_count(device);
+  int split = 1;
+  double best = -1.0;
+  for (int sp = 1; sp <= kernels::kFp8MmaWarps; sp *= 2) {
+    if (sp > 1 && steps / sp < 2) break;
+    const int64_t rows = static_cast<int64_t>(kernels::kFp8MmaWarps / sp) * kernels::kFp8MmaRows;
+    const int64_t blocks = (g.n + rows - 1) / rows;
+    const double fill = blocks >= slots ? static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots)
+                                        : static_cast<double>(blocks) / static_cast<double>(slots);
+    if (fill > best + 0.02) best = fill, split = sp;
+  }
+  const int64_t rows = static_cast<int64_t>(kernels::kFp8MmaWarps / split) * kernels::kFp8MmaRows;
+  const int64_t blocks = (g.n + rows - 1) / rows;
+  KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
+  auto kernel = kernels::fp8_gemv_mma_kernel<X, O, B>;
+  set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), static_cast<size_t>(smem), device, "fp8 gemv");
+  launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kFp8MmaThreads),
+                   static_cast<size_t>(smem), stream, device, "fp8 gemv", static_cast<const X*>(g.x),
+                   static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn,
+                   static_cast<int>(g.ws_sk), g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
+                   static_cast<O*>(g.y), split);
+  mma_launches().fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 // All M rows in launches of at most 16 (each reads the whole weight once).
 template <class X, class O, class B>
 void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
@@ -173,7 +216,8 @@ void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
         // Linear's decode case (16-bit activations, one row) may take another kernel shape (gemv_config).
         if constexpr (std::is_same_v<X, O> && !std::is_same_v<X, float>) {
           int c = gemv_config().load(std::memory_order_relaxed);
-          if (c < 0) c = auto_config(s.n, s.k, s.vec, device);
+          if (c == 7 && launch_gemv_mma<X, O, B>(s, device, stream)) break;
+          if (c < 0 || c == 7) c = auto_config(s.n, s.k, s.vec, device);
           switch (c) {
             case 1: launch_gemv_mt<X, O, B, 1, 1>(s, rows, device, stream); break;
             case 2: launch_gemv_mt<X, O, B, 1, 2>(s, rows, device, stream); break;
@@ -304,6 +348,7 @@ void set_fp8_gemv_config(int c) {
   gemv_config().store(c, std::memory_order_relaxed);
 }
 int fp8_gemv_config() { return gemv_config().load(std::memory_order_relaxed); }
+int64_t fp8_gemv_mma_launches() { return mma_launches().load(std::memory_order_relaxed); }
 
 const char* fp8_path_name(Fp8Path p) {
   switch (p) {

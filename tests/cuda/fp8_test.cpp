@@ -290,7 +290,7 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   };
   // Configs 4..6 software-pipeline the steps: the K lengths give each thread odd and even step counts and a
   // remainder after them (2064 = 129 chunks of 16).
-  for (int cfg = -1; cfg < 7; ++cfg) {  // -1: auto
+  for (int cfg = -1; cfg < 8; ++cfg) {  // -1: auto; 7: the tensor-core kernel (K a multiple of 64 only)
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
     for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{64, 14336}, NK{130, 2064}})
@@ -301,7 +301,7 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
           EXPECT_EQ(took, Fp8Path::Gemv);
         }
   }
-  EXPECT_THROW(cuda::set_fp8_gemv_config(7), Error);
+  EXPECT_THROW(cuda::set_fp8_gemv_config(8), Error);
   EXPECT_THROW(cuda::set_fp8_gemv_config(-2), Error);
 }
 
@@ -352,6 +352,71 @@ TEST(CudaFp8Linear, MatrixVectorNonFiniteActivations) {
     EXPECT_TRUE(test::linear_close(y.narrow(0, 2, 1).to(dt), ref.narrow(0, 2, 1).to(dt),
                                    test::linear_abs_scale(x.narrow(0, 2, 1), deq_weight(w.cpu), std::nullopt), dt, k));
   }
+}
+
+// The tensor-core one-row kernel (config 7): activations of extreme and of mixed magnitude (the row is scaled
+// by a power of two into f16 once), scale blocks of 64 and of 192 (not a power of two), every recipe, bias,
+// partial tiles, and non-finite activations.
+TEST(CudaFp8Linear, TensorCoreOneRowKernel) {
+  KILN_REQUIRE_CUDA();
+  struct Restore {
+    int before = cuda::fp8_gemv_config();
+    ~Restore() { cuda::set_fp8_gemv_config(before); }
+  } restore;
+  cuda::set_fp8_gemv_config(7);
+  const int64_t launches = cuda::fp8_gemv_mma_launches();
+  int64_t expected = 0;
+  for (double mult : {0x1p100, 0x1p-100, 3e2, 1e-30, 1.0})
+    for (DType dt : {DType::BF16, DType::F16}) {
+      if (dt == DType::F16 && (mult > 1e3 || mult < 1e-7)) continue;  // outputs past f16's range, or not f16 values
+      SCOPED_TRACE(str("activations times ", mult));
+      check_linear(1, 200, 512, ScaleRecipe::BlockWise, dt, true, 0, Fp8Path::Auto, 128, 128, nullptr, mult);
+      ++expected;
+    }
+  for (int64_t bk : {64, 192})
+    for (ScaleRecipe r : kRecipes)
+      for (int64_t n : {1, 37, 300}) {
+        check_linear(1, n, 1152, r, DType::BF16, n == 37, 0, Fp8Path::Auto, bk, bk);
+        ++expected;
+      }
+  EXPECT_EQ(cuda::fp8_gemv_mma_launches() - launches, expected);
+
+  const int64_t n = 40, k = 640;
+  const Weight w = make_weight(n, k, ScaleRecipe::BlockWise);
+  const Tensor wd = deq_weight(w.cpu);
+  const Tensor scales2d = w.gpu.scales.reshape({w.gpu.scales.size(0), w.gpu.scales.size(1)}).contiguous();
+  auto run = [&](const Tensor& x) {
+    return cuda::linear_fp8(x.to(kGpu), w.gpu.values, scales2d, 128, 128, ScaleRecipe::BlockWise, nullptr,
+                            Fp8Path::Auto, nullptr)
+        .to(DType::F32)
+        .cpu();
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    // Magnitudes over 24 binades in one row: each keeps its bits after the row's scaling.
+    std::vector<float> xv = test::random_tensor({1, k}, DType::F32, -1, 1).contiguous().to_vector<float>();
+    for (int64_t j = 0; j < k; ++j) xv[j] = std::ldexp(xv[j], -static_cast<int>(j % 24));
+    Tensor x = from_vector<float>(xv, Shape{1, k}).to(dt);
+    EXPECT_TRUE(test::linear_close(run(x).to(dt), linear(x, w.cpu).to(dt),
+                                   test::linear_abs_scale(x, wd, std::nullopt), dt, k));
+    // NaN anywhere: NaN everywhere.
+    xv = test::random_tensor({1, k}, DType::F32, -1, 1).contiguous().to_vector<float>();
+    xv[5] = NAN;
+    std::vector<float> yv = run(from_vector<float>(xv, Shape{1, k}).to(dt)).contiguous().to_vector<float>();
+    for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(yv[j])) << "column " << j;
+    // inf with a finite value past f16's range (-inf in an f16 x): what the definition gives.
+    xv[5] = 0.5f;
+    xv[17] = INFINITY;
+    xv[18] = -1e6f;
+    x = from_vector<float>(xv, Shape{1, k}).to(dt);
+    yv = run(x).contiguous().to_vector<float>();
+    const std::vector<float> rv = linear(x, w.cpu).to(DType::F32).contiguous().to_vector<float>();
+    for (int64_t j = 0; j < n; ++j)
+      EXPECT_TRUE((std::isnan(yv[j]) && std::isnan(rv[j])) || yv[j] == rv[j])
+          << "column " << j << ": " << yv[j] << " against " << rv[j];
+    expected += 3;
+  }
+  EXPECT_EQ(cuda::fp8_gemv_mma_launches() - launches, expected);
 }
 
 TEST(CudaFp8Linear, PublicOpAnd3dInput) {

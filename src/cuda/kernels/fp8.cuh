@@ -190,14 +190,15 @@ __global__ void __launch_bounds__(kQuantThreads)
 // 16-40 bytes; the one-row shapes do not). M = 1 (decode) shares each activation chunk
 // between 4 weight rows and keeps 8 weight loads in flight per thread.
 // TUNE (H200, `kiln bench ops`): R and U per row count.
-// CFG (M = 1 with 16-bit activations only, linear's decode case; 0 elsewhere) selects one of seven shapes;
+// CFG (M = 1 with 16-bit activations only, linear's decode case; 0 elsewhere) selects one of eight shapes;
 // 1..3 take fewer registers, so that more blocks fit per multiprocessor: 1: R = 2, U = 4, three blocks;
 // 2: R = 4, U = 1, three blocks; 3: R = 2, U = 2, four blocks. 4..6 software-pipeline the steps (the next
 // step's U * R loads are issued before the current step's products, so a warp keeps loads in flight while it
 // converts and multiplies): 4: R = 2, U = 1, four blocks; 5: R = 2, U = 2, three blocks; 6: R = 4, U = 1,
-// two blocks (it spills at three). The launcher picks one per layer shape (auto_config in cuda/fp8.cu;
+// two blocks (it spills at three). 7 is the tensor-core kernel below (fp8_gemv_mma_kernel; where the operands
+// do not fit it, auto's shape). The launcher picks one per layer shape (auto_config in cuda/fp8.cu;
 // cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
-inline constexpr int kFp8GemvConfigs = 7;
+inline constexpr int kFp8GemvConfigs = 8;
 template <int MT, int CFG = 0>
 constexpr int fp8_gemv_rows_per_warp() {
   return CFG == 1 || CFG == 3 || CFG == 4 || CFG == 5 ? 2 : MT == 1 ? 4 : 2;
@@ -432,6 +433,189 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
     for (int q = 1; q < split; ++q) s += partial[((g * split + q) * R + r) * MT + m];
     if (bias != nullptr) s += fp8_elem_f32(bias[row]);
     y[static_cast<int64_t>(m) * ldy + row] = O(s);
+  }
+}
+
+// ---- one row on the tensor cores (linear's decode case) --------------------------------------------------
+//
+// y[j] = sum_kb (sum_{k in kb} x[k] * w[j, k]) * ws(j, kb) + bias[j] for one row of 16-bit activations, with
+// the products on mma.sync m16n8k16 (f16 in, f32 accumulate): the e4m3 weights become f16 exactly
+// (cvt.rn.f16x2.e4m3x2) straight into the A fragments, 16 weight rows per warp tile (the MMA's M); the
+// activation is every column of B, so each column of C holds the same 16 dot products. Against the
+// CUDA-core kernel this issues about a quarter of the instructions per weight byte: one conversion per two
+// weights and one MMA per 256, instead of a conversion and an FMA per weight.
+//
+// The activations reach the MMA as f16: each block scales the row by 2^(15 - e), where 2^e bounds the
+// largest finite |x| (a power of two, so exact), rounds it to f16 once into shared memory, and multiplies
+// the sums back by 2^(e - 15) with the weight scales. Every activation within 2^-28 of the largest keeps
+// all its bits (bf16 has 8, f16 11); smaller ones lose bits as f16 subnormals, an error below 2^-25 of the
+// largest activation's magnitude per term. Inf and NaN pass through unchanged (the scale is taken from the
+// finite values only).
+//
+// Work: a warp owns 16 weight rows and a contiguous range of K in steps of 64 (4 MMAs; each thread loads 16
+// bytes of rows g and g + 8, g = lane / 4, at 16 * (lane % 4) and reads the 16 activations there from shared
+// memory; A and B agree on that k order, and the MMA's sum does not care which it is). `split` warps share a
+// tile and are summed in shared memory in warp order. Steps are loaded in batches of kFp8MmaU, the next batch
+// in flight while the current one is converted and multiplied; the first batch goes out before the
+// dependent-launch wait. Requires k % 64 == 0, the scale block a multiple of 64 (or all of k), 16-byte
+// aligned rows of x and w.
+inline constexpr int kFp8MmaThreads = 256;
+inline constexpr int kFp8MmaWarps = kFp8MmaThreads / 32;
+inline constexpr int kFp8MmaRows = 16;   // weight rows per warp tile
+inline constexpr int kFp8MmaStepK = 64;  // K per warp step
+inline constexpr int kFp8MmaU = 2;       // steps per batch
+
+__device__ __forceinline__ uint32_t fp8_e4m3x2_to_f16x2(uint32_t two_bytes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xFFFFu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+// c += A (rows g, g + 8: the low / high two bytes of word lo_g / lo_g8 of the two weight rows) x B (b0, b1).
+__device__ __forceinline__ void fp8_mma_step(float (&c)[4], uint32_t wg, uint32_t wg8, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(fp8_e4m3x2_to_f16x2(wg)), "r"(fp8_e4m3x2_to_f16x2(wg8)), "r"(fp8_e4m3x2_to_f16x2(wg >> 16)),
+        "r"(fp8_e4m3x2_to_f16x2(wg8 >> 16)), "r"(b0), "r"(b1));
+}
+
+template <class X, class O, class B>
+__global__ void __launch_bounds__(kFp8MmaThreads, 4)
+    fp8_gemv_mma_kernel(const X* __restrict__ x, const Float8_e4m3fn* __restrict__ w, int64_t ldw, int64_t n, int k,
+                        const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int ws_sk, int kblk, int kshift,
+                        const B* __restrict__ bias, O* __restrict__ y, int split) {
+  constexpr int U = kFp8MmaU;
+  extern __shared__ __align__(16) uint16_t xh[];  // k activations as f16, times 2^(15 - e)
+  __shared__ float red[kFp8MmaWarps];
+  __shared__ float partial[kFp8MmaWarps][kFp8MmaRows];
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int tiles = kFp8MmaWarps / split, tile = warp / split, part = warp % split;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * tiles + tile) * kFp8MmaRows;
+  // Rows past n load the last row; their sums are dropped.
+  const int64_t ra = row0 + g < n ? row0 + g : n - 1, rb = row0 + g + 8 < n ? row0 + g + 8 : n - 1;
+  const uint4* wpa = reinterpret_cast<const uint4*>(w + ra * ldw) + t;  // step s: + 4 * s
+  const uint4* wpb = reinterpret_cast<const uint4*>(w + rb * ldw) + t;
+  const int steps = k / kFp8MmaStepK;
+  const int s0 = static_cast<int>(static_cast<int64_t>(steps) * part / split);
+  const int s1 = static_cast<int>(static_cast<int64_t>(steps) * (part + 1) / split);
+
+  pdl_allow_dependents();
+  uint4 wa[U][2], wb[U][2];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (s0 + u < s1) {
+      wa[u][0] = gemv_load_stream_early(wpa + 4 * (s0 + u));
+      wa[u][1] = gemv_load_stream_early(wpb + 4 * (s0 + u));
+    }
+  pdl_wait();
+
+  // The activations' scale: 2^e > the largest finite |x| (e = 0 when there is none or it is 0).
+  float m = 0.f;
+  for (int i = tid * 8; i < k; i += kFp8MmaThreads * 8) {
+    float v[8];
+    gemv_unpack<X>(__ldg(reinterpret_cast<const uint4*>(x + i)), v);
+#pragma unroll
+    for (int q = 0; q < 8; ++q)
+      if (::isfinite(v[q])) m = fmaxf(m, fabsf(v[q]));
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+  if (lane == 0) red[warp] = m;
+  __syncthreads();
+  m = red[0];
+#pragma unroll
+  for (int i = 1; i < kFp8MmaWarps; ++i) m = fmaxf(m, red[i]);
+  int e = 0;
+  if (m > 0.f) (void)frexpf(m, &e);  // m = f * 2^e, f in [0.5, 1)
+  // 2^(15 - e) in two factors (15 - e reaches 148 for bf16's smallest subnormals), and 2^(e - 15) in one: it
+  // lies in [2^-148, 2^113], an f32 (a subnormal at the bottom) exactly.
+  const int p = 15 - e, p1 = p / 2, p2 = p - p1;
+  const float up1 = __int_as_float((127 + p1) << 23), up2 = __int_as_float((127 + p2) << 23);
+  const float down = ldexpf(1.f, -p);
+  for (int i = tid * 8; i < k; i += kFp8MmaThreads * 8) {
+    float v[8];
+    gemv_unpack<X>(__ldg(reinterpret_cast<const uint4*>(x + i)), v);
+    uint4 o;
+    uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const __half2 h = __floats2half2_rn(v[2 * q] * up1 * up2, v[2 * q + 1] * up1 * up2);
+      ow[q] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    *reinterpret_cast<uint4*>(xh + i) = o;
+  }
+  __syncthreads();
+
+  const float* wsa = ws + (ra / bn) * ws_sn;
+  const float* wsb = ws + (rb / bn) * ws_sn;
+  float acc_a = 0.f, acc_b = 0.f;  // rows g and g + 8
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+  int kb_cur = -1;  // the scale block of c's sums
+  auto flush = [&]() {
+    if (kb_cur >= 0) {
+      acc_a = fmaf(c[0], wsa[kb_cur * ws_sk] * down, acc_a);
+      acc_b = fmaf(c[2], wsb[kb_cur * ws_sk] * down, acc_b);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] = 0.f;
+  };
+  auto step = [&](const uint4 (&wv)[2], int s) {
+    const int k0 = s * kFp8MmaStepK;
+    const int kb = kshift >= 0 ? k0 >> kshift : k0 / kblk;
+    if (kb != kb_cur) {
+      flush();
+      kb_cur = kb;
+    }
+    const uint4* xp = reinterpret_cast<const uint4*>(xh + k0 + 16 * t);
+    const uint4 xa = xp[0], xb = xp[1];
+    fp8_mma_step(c, wv[0].x, wv[1].x, xa.x, xa.y);
+    fp8_mma_step(c, wv[0].y, wv[1].y, xa.z, xa.w);
+    fp8_mma_step(c, wv[0].z, wv[1].z, xb.x, xb.y);
+    fp8_mma_step(c, wv[0].w, wv[1].w, xb.z, xb.w);
+  };
+  auto load = [&](uint4 (&wv)[U][2], int sb) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (sb + u < s1) {
+        wv[u][0] = gemv_load_stream(wpa + 4 * (sb + u));
+        wv[u][1] = gemv_load_stream(wpb + 4 * (sb + u));
+      }
+  };
+  int s = s0;
+  if (s < s1) {
+    for (;;) {
+      const bool more = s + U < s1;
+      if (more) load(wb, s + U);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (s + u < s1) step(wa[u], s + u);
+      s += U;
+      if (!more) break;
+      const bool more2 = s + U < s1;
+      if (more2) load(wa, s + U);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (s + u < s1) step(wb[u], s + u);
+      s += U;
+      if (!more2) break;
+    }
+  }
+  flush();
+
+  if (t == 0) {
+    partial[warp][g] = acc_a;
+    partial[warp][g + 8] = acc_b;
+  }
+  __syncthreads();
+  if (tid < tiles * kFp8MmaRows) {
+    const int ti = tid / kFp8MmaRows, r = tid % kFp8MmaRows;
+    const int64_t row = (static_cast<int64_t>(blockIdx.x) * tiles + ti) * kFp8MmaRows + r;
+    if (row < n) {
+      float sum = partial[ti * split][r];
+      for (int q = 1; q < split; ++q) sum += partial[ti * split + q][r];
+      if (bias != nullptr) sum += fp8_elem_f32(bias[row]);
+      y[row] = O(sum);
+    }
   }
 }
 
