@@ -171,9 +171,10 @@ std::atomic<int64_t>& mma_launches() {
 template <class X, class O, class B>
 bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   constexpr int kStep = kernels::kFp8MmaStepK;
+  constexpr size_t kMaxSmem = 96 << 10;  // 2 bytes per activation: K <= 49152
   const int64_t smem = 2 * static_cast<int64_t>(g.k);
   if (!g.vec || g.xs != nullptr || g.k == 0 || g.k % kStep != 0 || (g.kblk % kStep != 0 && g.kblk < g.k) ||
-      smem > (96 << 10) || g.ws_sk < 0 || g.ws_sk > INT_MAX / std::max<int64_t>(g.k / kStep, 1))
+      smem > static_cast<int64_t>(kMaxSmem) || g.ws_sk < 0 || g.ws_sk > INT_MAX / std::max<int64_t>(g.k / kStep, 1))
     return false;
   const int64_t steps = g.k / kStep;
   const int64_t per_sm = std::clamp<int64_t>((int64_t{228} << 10) / (smem + 2048), 1, 4);
@@ -192,7 +193,8 @@ bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   const int64_t blocks = (g.n + rows - 1) / rows;
   KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
   auto kernel = kernels::fp8_gemv_mma_kernel<X, O, B>;
-  set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), static_cast<size_t>(smem), device, "fp8 gemv");
+  // The attribute is set once per kernel and device: to the largest row this path takes, not this launch's.
+  set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxSmem, device, "fp8 gemv");
   launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kFp8MmaThreads),
                    static_cast<size_t>(smem), stream, device, "fp8 gemv", static_cast<const X*>(g.x),
                    static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn,
