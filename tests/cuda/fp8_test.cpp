@@ -279,12 +279,15 @@ TEST(CudaFp8Linear, EveryPathMatchesCpu) {
 
 // Every shape of the one-row kernel (cuda::set_fp8_gemv_config): row counts that leave partial warp groups,
 // K that leaves partial unrolled steps, each recipe, 16-bit activations with and without bias.
+// Restores the process-wide one-row kernel shape when a test that forces one ends.
+struct GemvConfigScope {
+  int before = cuda::fp8_gemv_config();
+  ~GemvConfigScope() { cuda::set_fp8_gemv_config(before); }
+};
+
 TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  struct Restore {
-    int before = cuda::fp8_gemv_config();
-    ~Restore() { cuda::set_fp8_gemv_config(before); }
-  } restore;
+  const GemvConfigScope restore;
   struct NK {
     int64_t n, k;
   };
@@ -359,10 +362,7 @@ TEST(CudaFp8Linear, MatrixVectorNonFiniteActivations) {
 // partial tiles, and non-finite activations.
 TEST(CudaFp8Linear, TensorCoreOneRowKernel) {
   KILN_REQUIRE_CUDA();
-  struct Restore {
-    int before = cuda::fp8_gemv_config();
-    ~Restore() { cuda::set_fp8_gemv_config(before); }
-  } restore;
+  const GemvConfigScope restore;
   cuda::set_fp8_gemv_config(7);
   const int64_t launches = cuda::fp8_gemv_mma_launches();
   int64_t expected = 0;
