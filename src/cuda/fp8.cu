@@ -171,14 +171,18 @@ std::atomic<int64_t>& mma_launches() {
 template <class X, class O, class B>
 bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   constexpr int kStep = kernels::kFp8MmaStepK;
-  constexpr size_t kMaxSmem = 96 << 10;  // 2 bytes per activation: K <= 49152
-  const int64_t smem = 2 * static_cast<int64_t>(g.k);
+  constexpr size_t kMaxSmem = 96 << 10;  // the row as f16 and a float per piece of 64: K <= 47662
+  const int64_t smem = 2 * static_cast<int64_t>(g.k) + 4 * (g.k / kStep);
   if (!g.vec || g.xs != nullptr || g.k == 0 || g.k % kStep != 0 || (g.kblk % kStep != 0 && g.kblk < g.k) ||
       smem > static_cast<int64_t>(kMaxSmem) || g.ws_sk < 0 || g.ws_sk > INT_MAX / std::max<int64_t>(g.k / kStep, 1))
     return false;
+  // Pieces of the activation row with one scale each: 256, 128 or 64 activations, inside one weight-scale block.
+  const int pshift = g.kblk >= g.k || g.kblk % 256 == 0 ? 8 : g.kblk % 128 == 0 ? 7 : 6;
   const int64_t steps = g.k / kStep;
   const int64_t per_sm = std::clamp<int64_t>((int64_t{228} << 10) / (smem + 2048), 1, 4);
   const int64_t slots = per_sm * multiprocessor_count(device);
+  // Warps per tile: the split whose grid best fills the slots (by rounds when there is more than one, by the
+  // share of slots used when there is less), more warps only where that gains 2% or more.
   int split = 1;
   double best = -1.0;
   for (int sp = 1; sp <= kernels::kFp8MmaWarps; sp *= 2) {
@@ -187,7 +191,7 @@ bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
     const int64_t blocks = (g.n + rows - 1) / rows;
     const double fill = blocks >= slots ? static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots)
                                         : static_cast<double>(blocks) / static_cast<double>(slots);
-    if (fill > best + 0.02) best = fill, split = sp;
+    if (fill > best * 1.02) best = fill, split = sp;
   }
   const int64_t rows = static_cast<int64_t>(kernels::kFp8MmaWarps / split) * kernels::kFp8MmaRows;
   const int64_t blocks = (g.n + rows - 1) / rows;
@@ -198,7 +202,7 @@ bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kFp8MmaThreads),
                    static_cast<size_t>(smem), stream, device, "fp8 gemv", static_cast<const X*>(g.x),
                    static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn,
-                   static_cast<int>(g.ws_sk), g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
+                   static_cast<int>(g.ws_sk), g.kblk, kshift_of(g.kblk, g.k), pshift, static_cast<const B*>(g.bias),
                    static_cast<O*>(g.y), split);
   mma_launches().fetch_add(1, std::memory_order_relaxed);
   return true;

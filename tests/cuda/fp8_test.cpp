@@ -399,6 +399,16 @@ TEST(CudaFp8Linear, TensorCoreOneRowKernel) {
     Tensor x = from_vector<float>(xv, Shape{1, k}).to(dt);
     EXPECT_TRUE(test::linear_close(run(x).to(dt), linear(x, w.cpu).to(dt),
                                    test::linear_abs_scale(x, wd, std::nullopt), dt, k));
+    // Pieces of very different magnitude (each 128-activation piece has its own scale): zeros, 1e-30 times
+    // the random values (zeros again in f16), 300 times, then as drawn.
+    xv = test::random_tensor({1, k}, DType::F32, -1, 1).contiguous().to_vector<float>();
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t piece = j / 128;
+      xv[j] = piece == 0 ? 0.f : piece == 1 ? xv[j] * 1e-30f : piece == 2 ? xv[j] * 3e2f : xv[j];
+    }
+    x = from_vector<float>(xv, Shape{1, k}).to(dt);
+    EXPECT_TRUE(test::linear_close(run(x).to(dt), linear(x, w.cpu).to(dt),
+                                   test::linear_abs_scale(x, wd, std::nullopt), dt, k));
     // NaN anywhere: NaN everywhere.
     xv = test::random_tensor({1, k}, DType::F32, -1, 1).contiguous().to_vector<float>();
     xv[5] = NAN;
@@ -414,7 +424,7 @@ TEST(CudaFp8Linear, TensorCoreOneRowKernel) {
     for (int64_t j = 0; j < n; ++j)
       EXPECT_TRUE((std::isnan(yv[j]) && std::isnan(rv[j])) || yv[j] == rv[j])
           << "column " << j << ": " << yv[j] << " against " << rv[j];
-    expected += 3;
+    expected += 4;
   }
   EXPECT_EQ(cuda::fp8_gemv_mma_launches() - launches, expected);
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/kernels/cp_async.cuh"
 #include "cuda/kernels/gemv.cuh"
 #include "kiln/scalar_types.h"
 
@@ -445,12 +446,15 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
 // CUDA-core kernel this issues about a quarter of the instructions per weight byte: one conversion per two
 // weights and one MMA per 256, instead of a conversion and an FMA per weight.
 //
-// The activations reach the MMA as f16: each block scales the row by 2^(15 - e), where 2^e bounds the
-// largest finite |x| (a power of two, so exact), rounds it to f16 once into shared memory, and multiplies
-// the sums back by 2^(e - 15) with the weight scales. Every activation within 2^-28 of the largest keeps
-// all its bits (bf16 has 8, f16 11); smaller ones lose bits as f16 subnormals, an error below 2^-25 of the
-// largest activation's magnitude per term. Inf and NaN pass through unchanged (the scale is taken from the
-// finite values only).
+// The activations reach the MMA as f16. Each block copies the row into shared memory (cp.async, every piece
+// in flight at once, after the dependent-launch wait) and, for bf16, converts it in place by pieces of
+// 2^pshift activations (64, 128 or 256, each inside one weight-scale block): the piece is scaled by
+// 2^(15 - e), where 2^e bounds its largest finite |x| (a power of two, so exact), and rounded to f16; the
+// piece's sums are multiplied back by 2^(e - 15) with the weight scale. Every activation within 2^-28 of its
+// piece's largest keeps all its bits (bf16 has 8, f16 11); smaller ones lose bits as f16 subnormals, an error
+// below 2^-25 of that largest magnitude per term. Inf and NaN pass through unchanged (the scale is taken
+// from the finite values only). f16 activations need no scaling and are used as copied. The lanes of a piece
+// find its maximum by shuffles, so the block meets one barrier before its first product.
 //
 // Work: a warp owns 16 weight rows and a contiguous range of K in steps of 64 (4 MMAs; each thread loads 16
 // bytes of rows g and g + 8, g = lane / 4, at 16 * (lane % 4) and reads the 16 activations there from shared
@@ -483,10 +487,11 @@ template <class X, class O, class B>
 __global__ void __launch_bounds__(kFp8MmaThreads, 4)
     fp8_gemv_mma_kernel(const X* __restrict__ x, const Float8_e4m3fn* __restrict__ w, int64_t ldw, int64_t n, int k,
                         const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int ws_sk, int kblk, int kshift,
-                        const B* __restrict__ bias, O* __restrict__ y, int split) {
+                        int pshift, const B* __restrict__ bias, O* __restrict__ y, int split) {
   constexpr int U = kFp8MmaU;
-  extern __shared__ __align__(16) uint16_t xh[];  // k activations as f16, times 2^(15 - e)
-  __shared__ float red[kFp8MmaWarps];
+  constexpr bool kScaled = !std::is_same_v<X, Half>;  // f16 activations go to the MMA as they are
+  extern __shared__ __align__(16) uint16_t xh[];      // k activations as f16, then one float per piece
+  float* const down = reinterpret_cast<float*>(xh + k);
   __shared__ float partial[kFp8MmaWarps][kFp8MmaRows];
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int tiles = kFp8MmaWarps / split, tile = warp / split, part = warp % split;
@@ -509,40 +514,51 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 4)
     }
   pdl_wait();
 
-  // The activations' scale: 2^e > the largest finite |x| (e = 0 when there is none or it is 0).
-  float m = 0.f;
-  for (int i = tid * 8; i < k; i += kFp8MmaThreads * 8) {
-    float v[8];
-    gemv_unpack<X>(__ldg(reinterpret_cast<const uint4*>(x + i)), v);
+  // The activation row into shared memory: every 16-byte piece copied at once (one round trip), then each
+  // thread converts the pieces it copied, in place.
+  const int xchunks = k >> 3;
+  for (int i = tid; i < xchunks; i += kFp8MmaThreads) cp_async16(xh + 8 * i, x + 8 * i, true);
+  cp_async_commit();
+  cp_async_wait<0>();
+  if constexpr (kScaled) {
+    // Per piece of 2^pshift activations (8, 16 or 32 neighbouring lanes' chunks; inside one weight-scale
+    // block): 2^e > the piece's largest finite |x| (e = 0 when there is none or it is 0); the piece is scaled
+    // by 2^(15 - e) and its sums by down[piece] = 2^(e - 15).
+    const int lanes = 1 << (pshift - 3);
+    for (int base = 0; base < xchunks; base += kFp8MmaThreads) {
+      const int i = base + tid;
+      const bool ok = i < xchunks;
+      float v[8];
+      float m = 0.f;
+      if (ok) {
+        gemv_unpack<X>(*reinterpret_cast<const uint4*>(xh + 8 * i), v);
 #pragma unroll
-    for (int q = 0; q < 8; ++q)
-      if (::isfinite(v[q])) m = fmaxf(m, fabsf(v[q]));
-  }
+        for (int q = 0; q < 8; ++q)
+          if (::isfinite(v[q])) m = fmaxf(m, fabsf(v[q]));
+      }
 #pragma unroll
-  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = red[0];
+      for (int d = 1; d < 32; d <<= 1)
+        if (d < lanes) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+      // m = f * 2^e with f in [0.5, 1), from m's bits (it is finite and not negative); e = 0 for m = 0.
+      const uint32_t mb = __float_as_uint(m);
+      const int e = mb >= 0x00800000u ? static_cast<int>(mb >> 23) - 126 : mb == 0 ? 0 : 31 - __clz(static_cast<int>(mb)) - 148;
+      // 2^(15 - e) in two factors (15 - e reaches 147 for bf16's smallest subnormals), and 2^(e - 15) in one:
+      // it lies in [2^-147, 2^113], an f32 (a subnormal at the bottom) exactly.
+      const int p = 15 - e, p1 = p / 2, p2 = p - p1;
+      const float up1 = __int_as_float((127 + p1) << 23), up2 = __int_as_float((127 + p2) << 23);
+      if (ok) {
+        uint4 o;
+        uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
-  for (int i = 1; i < kFp8MmaWarps; ++i) m = fmaxf(m, red[i]);
-  int e = 0;
-  if (m > 0.f) (void)frexpf(m, &e);  // m = f * 2^e, f in [0.5, 1)
-  // 2^(15 - e) in two factors (15 - e reaches 148 for bf16's smallest subnormals), and 2^(e - 15) in one: it
-  // lies in [2^-148, 2^113], an f32 (a subnormal at the bottom) exactly.
-  const int p = 15 - e, p1 = p / 2, p2 = p - p1;
-  const float up1 = __int_as_float((127 + p1) << 23), up2 = __int_as_float((127 + p2) << 23);
-  const float down = ldexpf(1.f, -p);
-  for (int i = tid * 8; i < k; i += kFp8MmaThreads * 8) {
-    float v[8];
-    gemv_unpack<X>(__ldg(reinterpret_cast<const uint4*>(x + i)), v);
-    uint4 o;
-    uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const __half2 h = __floats2half2_rn(v[2 * q] * up1 * up2, v[2 * q + 1] * up1 * up2);
-      ow[q] = *reinterpret_cast<const uint32_t*>(&h);
+        for (int q = 0; q < 4; ++q) {
+          const __half2 h = __floats2half2_rn(v[2 * q] * up1 * up2, v[2 * q + 1] * up1 * up2);
+          ow[q] = *reinterpret_cast<const uint32_t*>(&h);
+        }
+        *reinterpret_cast<uint4*>(xh + 8 * i) = o;
+        if ((i & (lanes - 1)) == 0)
+          down[i >> (pshift - 3)] = p <= 126 ? __int_as_float((127 - p) << 23) : __int_as_float(1 << (149 - p));
+      }
     }
-    *reinterpret_cast<uint4*>(xh + i) = o;
   }
   __syncthreads();
 
@@ -550,21 +566,24 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 4)
   const float* wsb = ws + (rb / bn) * ws_sn;
   float acc_a = 0.f, acc_b = 0.f;  // rows g and g + 8
   float c[4] = {0.f, 0.f, 0.f, 0.f};
-  int kb_cur = -1;  // the scale block of c's sums
+  int pc_cur = -1;  // the piece of c's sums (inside one weight-scale block)
   auto flush = [&]() {
-    if (kb_cur >= 0) {
-      acc_a = fmaf(c[0], wsa[kb_cur * ws_sk] * down, acc_a);
-      acc_b = fmaf(c[2], wsb[kb_cur * ws_sk] * down, acc_b);
+    if (pc_cur >= 0) {
+      const int k0 = pc_cur << pshift;
+      const int kb = kshift >= 0 ? k0 >> kshift : k0 / kblk;
+      const float d = kScaled ? down[pc_cur] : 1.f;
+      acc_a = fmaf(c[0], wsa[kb * ws_sk] * d, acc_a);
+      acc_b = fmaf(c[2], wsb[kb * ws_sk] * d, acc_b);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) c[i] = 0.f;
   };
   auto step = [&](const uint4 (&wv)[2], int s) {
     const int k0 = s * kFp8MmaStepK;
-    const int kb = kshift >= 0 ? k0 >> kshift : k0 / kblk;
-    if (kb != kb_cur) {
+    const int pc = k0 >> pshift;
+    if (pc != pc_cur) {
       flush();
-      kb_cur = kb;
+      pc_cur = pc;
     }
     const uint4* xp = reinterpret_cast<const uint4*>(xh + k0 + 16 * t);
     const uint4 xa = xp[0], xb = xp[1];
