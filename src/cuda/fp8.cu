@@ -171,8 +171,9 @@ std::atomic<int64_t>& mma_launches() {
 template <class X, class O, class B>
 bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   constexpr int kStep = kernels::kFp8MmaStepK;
-  constexpr size_t kMaxSmem = 96 << 10;  // the row as f16 and a float per piece of 64: K <= 47662
-  const int64_t smem = 2 * static_cast<int64_t>(g.k) + 4 * (g.k / kStep);
+  // The weight ring, the row as f16 and a float per piece of 64: K <= 47662.
+  constexpr size_t kMaxSmem = kernels::kFp8MmaRingBytes + (96 << 10);
+  const int64_t smem = kernels::kFp8MmaRingBytes + 2 * static_cast<int64_t>(g.k) + 4 * (g.k / kStep);
   if (!g.vec || g.xs != nullptr || g.k == 0 || g.k % kStep != 0 || (g.kblk % kStep != 0 && g.kblk < g.k) ||
       smem > static_cast<int64_t>(kMaxSmem) || g.ws_sk < 0 || g.ws_sk > INT_MAX / std::max<int64_t>(g.k / kStep, 1))
     return false;
