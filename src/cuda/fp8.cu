@@ -77,13 +77,21 @@ int forced_split() {
   return s;
 }
 
-int split_for(int64_t n, int64_t k, int rows_per_warp, int unroll, bool vec, int device) {
+//
+// One activation row (one_round): the split doubles only while the grid stays within one round of about
+// 32 warps per SM, so a grid that one more doubling would push past it keeps fewer, longer warps. On the
+// H200 (sixteenth run, call 2, forced splits) that was faster at every such benchmark shape: K14336 x N4096
+// 16.90 against 17.90 µs, K18944 x N3584 20.05 against 20.99, K5120 x N5120 9.39 against 10.99, K25600 x
+// N5120 37.37 against 39.18.
+int split_for(int64_t n, int64_t k, int rows_per_warp, int unroll, bool vec, int device, bool one_round) {
   if (const int f = forced_split(); f > 0) return f;
   const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
   const int64_t want_warps = static_cast<int64_t>(multiprocessor_count(device)) * 32;
   const int64_t units = vec ? k / 16 : k;
+  const int grow = one_round ? 2 : 1;
   int split = 1;
-  while (split < kernels::kGemvWarps && groups * split < want_warps && units >= 32 * (2 * split) * 2 * unroll)
+  while (split < kernels::kGemvWarps && groups * split * grow <= want_warps - (one_round ? 0 : 1) &&
+         units >= 32 * (2 * split) * 2 * unroll)
     split *= 2;
   return split;
 }
@@ -116,7 +124,7 @@ std::atomic<int>& gemv_config() {
 template <int CFG>
 double round_fill(int64_t n, int64_t k, bool vec, int device) {
   constexpr int R = kernels::fp8_gemv_rows_per_warp<1, CFG>();
-  const int split = split_for(n, k, R, kernels::fp8_gemv_unroll<1, BFloat16, CFG>(), vec, device);
+  const int split = split_for(n, k, R, kernels::fp8_gemv_unroll<1, BFloat16, CFG>(), vec, device, true);
   const int64_t per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (n + per_block - 1) / per_block;
   const int64_t slots = static_cast<int64_t>(kernels::fp8_gemv_min_blocks<CFG>()) * multiprocessor_count(device);
@@ -147,7 +155,7 @@ void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream
   const int64_t bound = INT_MAX / std::max<int64_t>(kblocks - 1, 1);
   const bool vec = g.vec && g.ws_sk >= 0 && g.xs_sk >= 0 && g.ws_sk <= bound && g.xs_sk <= bound;
   constexpr int R = kernels::fp8_gemv_rows_per_warp<MT, CFG>();
-  const int split = split_for(g.n, g.k, R, kernels::fp8_gemv_unroll<MT, X, CFG>(), vec, device);
+  const int split = split_for(g.n, g.k, R, kernels::fp8_gemv_unroll<MT, X, CFG>(), vec, device, MT == 1);
   const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (g.n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
@@ -171,9 +179,8 @@ std::atomic<int64_t>& mma_launches() {
 template <class X, class O, class B>
 bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   constexpr int kStep = kernels::kFp8MmaStepK;
-  // The weight ring, the row as f16 and a float per piece of 64: K <= 47662.
-  constexpr size_t kMaxSmem = kernels::kFp8MmaRingBytes + (96 << 10);
-  const int64_t smem = kernels::kFp8MmaRingBytes + 2 * static_cast<int64_t>(g.k) + 4 * (g.k / kStep);
+  constexpr size_t kMaxSmem = 96 << 10;  // the row as f16 and a float per piece of 64: K <= 47662
+  const int64_t smem = 2 * static_cast<int64_t>(g.k) + 4 * (g.k / kStep);
   if (!g.vec || g.xs != nullptr || g.k == 0 || g.k % kStep != 0 || (g.kblk % kStep != 0 && g.kblk < g.k) ||
       smem > static_cast<int64_t>(kMaxSmem) || g.ws_sk < 0 || g.ws_sk > INT_MAX / std::max<int64_t>(g.k / kStep, 1))
     return false;

@@ -459,17 +459,18 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
 // Work: a warp owns 16 weight rows and a contiguous range of K in steps of 64 (4 MMAs; each thread loads 16
 // bytes of rows g and g + 8, g = lane / 4, at 16 * (lane % 4) and reads the 16 activations there from shared
 // memory; A and B agree on that k order, and the MMA's sum does not care which it is). `split` warps share a
-// tile and are summed in shared memory in warp order. The weights come through a ring in shared memory, each
-// thread's own: it copies its 32 bytes of a step with cp.async, kFp8MmaStages - 1 steps ahead of the one it
-// multiplies, and reads them back itself (a register pipeline held too few bytes in flight: 2.9 TB/s, stalled
-// on memory, under Nsight Compute). Requires k % 64 == 0, the scale block a multiple of 64 (or all of k),
-// 16-byte aligned rows of x and w.
+// tile and are summed in shared memory in warp order. Steps are loaded in batches of kFp8MmaU, the next batch
+// in flight while the current one is converted and multiplied; the first batch goes out before the
+// dependent-launch wait. (Tried and dropped on the H200, seventeenth run: the weights through a per-thread
+// cp.async ring of 6 slots in shared memory instead of registers; at K4096 x N14336 it ran at 1.71 TB/s against
+// 2.89, with 8 warps splitting each tile's K and every block converting the whole row, the blocks were
+// mostly start-up.) Requires k % 64 == 0, the scale block a multiple of 64 (or all of k), 16-byte
+// aligned rows of x and w.
 inline constexpr int kFp8MmaThreads = 256;
 inline constexpr int kFp8MmaWarps = kFp8MmaThreads / 32;
 inline constexpr int kFp8MmaRows = 16;   // weight rows per warp tile
 inline constexpr int kFp8MmaStepK = 64;  // K per warp step
-inline constexpr int kFp8MmaStages = 6;  // ring slots per thread: steps in flight + the one multiplied
-inline constexpr int kFp8MmaRingBytes = kFp8MmaStages * kFp8MmaThreads * 32;
+inline constexpr int kFp8MmaU = 2;       // steps per batch
 
 __device__ __forceinline__ uint32_t fp8_e4m3x2_to_f16x2(uint32_t two_bytes) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xFFFFu), __NV_E4M3);
@@ -490,13 +491,9 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 4)
     fp8_gemv_mma_kernel(const X* __restrict__ x, const Float8_e4m3fn* __restrict__ w, int64_t ldw, int64_t n, int k,
                         const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int ws_sk, int kblk, int kshift,
                         int pshift, const B* __restrict__ bias, O* __restrict__ y, int split) {
-  constexpr int S = kFp8MmaStages;
+  constexpr int U = kFp8MmaU;
   constexpr bool kScaled = !std::is_same_v<X, Half>;  // f16 activations go to the MMA as they are
-  // Dynamic shared memory: the weight ring (S slots of 32 bytes per thread), then the k activations as f16,
-  // then one float per piece.
-  extern __shared__ __align__(16) uint8_t smem[];
-  uint4* const slots = reinterpret_cast<uint4*>(smem) + 2 * threadIdx.x;  // slot q: + q * 2 * kFp8MmaThreads
-  uint16_t* const xh = reinterpret_cast<uint16_t*>(smem + kFp8MmaRingBytes);
+  extern __shared__ __align__(16) uint16_t xh[];      // k activations as f16, then one float per piece
   float* const down = reinterpret_cast<float*>(xh + k);
   __shared__ float partial[kFp8MmaWarps][kFp8MmaRows];
   const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -510,24 +507,14 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 4)
   const int s0 = static_cast<int>(static_cast<int64_t>(steps) * part / split);
   const int s1 = static_cast<int>(static_cast<int64_t>(steps) * (part + 1) / split);
 
-  // Each thread copies its own 16 bytes of rows g and g + 8 for a step into its ring slot and reads them
-  // back itself once the copy's group has landed: no barrier, S - 1 steps in flight per thread without
-  // holding registers. The first S - 1 go out before the dependent-launch wait (weights are never written
-  // by a kernel).
-  int issue_s = s0, issue_q = 0;
-  auto issue = [&]() {
-    if (issue_s < s1) {
-      uint4* const d = slots + issue_q * 2 * kFp8MmaThreads;
-      cp_async16_pf<128>(smem_addr(d), wpa + 4 * issue_s, true);
-      cp_async16_pf<128>(smem_addr(d + 1), wpb + 4 * issue_s, true);
-    }
-    cp_async_commit();  // an empty group past the warp's last step keeps the count
-    ++issue_s;
-    issue_q = issue_q + 1 == S ? 0 : issue_q + 1;
-  };
   pdl_allow_dependents();
+  uint4 wa[U][2], wb[U][2];
 #pragma unroll
-  for (int q = 0; q < S - 1; ++q) issue();
+  for (int u = 0; u < U; ++u)
+    if (s0 + u < s1) {
+      wa[u][0] = gemv_load_stream_early(wpa + 4 * (s0 + u));
+      wa[u][1] = gemv_load_stream_early(wpb + 4 * (s0 + u));
+    }
   pdl_wait();
 
   // The activation row into shared memory: every 16-byte piece copied at once (one round trip), then each
@@ -608,16 +595,32 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 4)
     fp8_mma_step(c, wv[0].z, wv[1].z, xb.x, xb.y);
     fp8_mma_step(c, wv[0].w, wv[1].w, xb.z, xb.w);
   };
-  // The x copies above waited for every group before them, so the first S - 1 steps have landed; step s
-  // is waited for once the S - 1 steps after it are in flight.
-  int q = 0;
-  for (int s = s0; s < s1; ++s) {
-    issue();  // step s + S - 1
-    cp_async_wait<S - 1>();
-    const uint4* const src = slots + q * 2 * kFp8MmaThreads;
-    const uint4 wv[2] = {src[0], src[1]};
-    step(wv, s);
-    q = q + 1 == S ? 0 : q + 1;
+  auto load = [&](uint4 (&wv)[U][2], int sb) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (sb + u < s1) {
+        wv[u][0] = gemv_load_stream(wpa + 4 * (sb + u));
+        wv[u][1] = gemv_load_stream(wpb + 4 * (sb + u));
+      }
+  };
+  int s = s0;
+  if (s < s1) {
+    for (;;) {
+      const bool more = s + U < s1;
+      if (more) load(wb, s + U);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (s + u < s1) step(wa[u], s + u);
+      s += U;
+      if (!more) break;
+      const bool more2 = s + U < s1;
+      if (more2) load(wa, s + U);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (s + u < s1) step(wb[u], s + u);
+      s += U;
+      if (!more2) break;
+    }
   }
   flush();
 
