@@ -78,21 +78,30 @@ int forced_split() {
 }
 
 //
-// One activation row (one_round): the split doubles only while the grid stays within one round of about
-// 32 warps per SM, so a grid that one more doubling would push past it keeps fewer, longer warps. On the
-// H200 (sixteenth run, call 2, forced splits) that was faster at every such benchmark shape: K14336 x N4096
-// 16.90 against 17.90 µs, K18944 x N3584 20.05 against 20.99, K5120 x N5120 9.39 against 10.99, K25600 x
-// N5120 37.37 against 39.18.
-int split_for(int64_t n, int64_t k, int rows_per_warp, int unroll, bool vec, int device, bool one_round) {
+// One activation row (round_blocks > 0, the kernel shape's resident blocks per SM): the split doubles only
+// while the grid stays within one round of resident warps (round_blocks x 8 per SM), so a grid that one more
+// doubling would push past it keeps fewer, longer warps. On the H200 (sixteenth run, call 2, forced splits)
+// that was faster at every such benchmark shape: K14336 x N4096 16.90 against 17.90 µs, K18944 x N3584 20.05
+// against 20.99, K5120 x N5120 9.39 against 10.99, K25600 x N5120 37.37 against 39.18; the seventeenth run
+// measured the rule (docs/benchmarks.md).
+int split_for(int64_t n, int64_t k, int rows_per_warp, int unroll, bool vec, int device, int round_blocks) {
   if (const int f = forced_split(); f > 0) return f;
   const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
-  const int64_t want_warps = static_cast<int64_t>(multiprocessor_count(device)) * 32;
+  const int64_t sms = multiprocessor_count(device);
   const int64_t units = vec ? k / 16 : k;
-  const int grow = one_round ? 2 : 1;
+  auto more = [&](int split) {
+    if (round_blocks > 0) return groups * split * 2 <= sms * kernels::kGemvWarps * round_blocks;
+    return groups * split < sms * 32;
+  };
+  // Enough chunks per thread: two full unrolled steps; for one short row (K <= 1024, too short for that) three
+  // quarters of the threads holding a chunk (K1024 x N1024 1.38 against 2.13 µs at split 2, K896 x N896 1.38
+  // against 2.04; split 4 leaves half of them idle and was slower, seventeenth run).
+  auto enough = [&](int next) {
+    if (round_blocks > 0 && k <= 1024) return 4 * units >= 3 * 32 * next;
+    return units >= 32 * next * 2 * unroll;
+  };
   int split = 1;
-  while (split < kernels::kGemvWarps && groups * split * grow <= want_warps - (one_round ? 0 : 1) &&
-         units >= 32 * (2 * split) * 2 * unroll)
-    split *= 2;
+  while (split < kernels::kGemvWarps && more(split) && enough(2 * split)) split *= 2;
   return split;
 }
 
@@ -124,7 +133,8 @@ std::atomic<int>& gemv_config() {
 template <int CFG>
 double round_fill(int64_t n, int64_t k, bool vec, int device) {
   constexpr int R = kernels::fp8_gemv_rows_per_warp<1, CFG>();
-  const int split = split_for(n, k, R, kernels::fp8_gemv_unroll<1, BFloat16, CFG>(), vec, device, true);
+  const int split = split_for(n, k, R, kernels::fp8_gemv_unroll<1, BFloat16, CFG>(), vec, device,
+                              kernels::fp8_gemv_min_blocks<CFG>());
   const int64_t per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (n + per_block - 1) / per_block;
   const int64_t slots = static_cast<int64_t>(kernels::fp8_gemv_min_blocks<CFG>()) * multiprocessor_count(device);
@@ -155,7 +165,8 @@ void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream
   const int64_t bound = INT_MAX / std::max<int64_t>(kblocks - 1, 1);
   const bool vec = g.vec && g.ws_sk >= 0 && g.xs_sk >= 0 && g.ws_sk <= bound && g.xs_sk <= bound;
   constexpr int R = kernels::fp8_gemv_rows_per_warp<MT, CFG>();
-  const int split = split_for(g.n, g.k, R, kernels::fp8_gemv_unroll<MT, X, CFG>(), vec, device, MT == 1);
+  const int split = split_for(g.n, g.k, R, kernels::fp8_gemv_unroll<MT, X, CFG>(), vec, device,
+                              MT == 1 ? kernels::fp8_gemv_min_blocks<CFG>() : 0);
   const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (g.n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
