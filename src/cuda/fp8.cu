@@ -59,10 +59,10 @@ struct GemvArgs {
 int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16; }
 
 // Warps per row group (split-K inside a block), as the bf16 GEMV (linear.cu): about 32 warps per SM in the
-// grid, and more warps per row only while each thread keeps at least two full unrolled steps (2 U chunks of
-// 16 elements). With only "one chunk per thread" (the bf16 kernel's floor) a 4096-wide FP8 row split 8 ways
-// left every thread a single round trip of R loads and the blocks' start-up dominated: about 2.6 TB/s on
-// the H200 against the bf16 kernel's 3.9.
+// grid (several activation rows; one row: below), and more warps per row only while each thread keeps at
+// least two full unrolled steps (2 U chunks of 16 elements). With only "one chunk per thread" (the bf16
+// kernel's floor) a 4096-wide FP8 row split 8 ways left every thread a single round trip of R loads and the
+// blocks' start-up dominated: about 2.6 TB/s on the H200 against the bf16 kernel's 3.9.
 // TUNE (H200, `kiln bench ops`): the same targets as the bf16 kernel; FP8 rows are half the bytes.
 // KILN_FP8_GEMV_SPLIT=1|2|4|8 forces the split of every launch (a tuning knob for A/B runs; unset: the rule).
 int forced_split() {
@@ -77,7 +77,6 @@ int forced_split() {
   return s;
 }
 
-//
 // One activation row (round_blocks > 0, the kernel shape's resident blocks per SM): the split doubles only
 // while the grid stays within one round of resident warps (round_blocks x 8 per SM), so a grid that one more
 // doubling would push past it keeps fewer, longer warps. On the H200 (sixteenth run, call 2, forced splits)
