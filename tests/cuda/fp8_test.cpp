@@ -277,14 +277,14 @@ TEST(CudaFp8Linear, EveryPathMatchesCpu) {
       }
 }
 
-// Every shape of the one-row kernel (cuda::set_fp8_gemv_config): row counts that leave partial warp groups,
-// K that leaves partial unrolled steps, each recipe, 16-bit activations with and without bias.
 // Restores the process-wide one-row kernel shape when a test that forces one ends.
 struct GemvConfigScope {
   int before = cuda::fp8_gemv_config();
   ~GemvConfigScope() { cuda::set_fp8_gemv_config(before); }
 };
 
+// Every shape of the one-row kernel (cuda::set_fp8_gemv_config): row counts that leave partial warp groups,
+// K that leaves partial unrolled steps, each recipe, 16-bit activations with and without bias.
 TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   KILN_REQUIRE_CUDA();
   const GemvConfigScope restore;
