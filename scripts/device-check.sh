@@ -18,6 +18,8 @@
 # memory, occupancy, scheduler and warp-state sections go to the end of bench.log (clocks not locked).
 # NCU_STALLS=1 adds each stall reason's average warps per issued instruction and the tensor pipe's
 # utilisation (ncu --metrics with regex: names; where a name does not exist on the device ncu reports it).
+# NCU_METRICS=a,b,... adds those metrics (e.g. sm__cycles_active.min,sm__cycles_active.max: how evenly the
+# multiprocessors were kept busy).
 #
 # e.g. scripts/device-check.sh --filter 'decode_attention|grouped_mm|^moe/' --repeats 30 \
 #        --ab "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"
@@ -37,7 +39,7 @@ while [ $# -gt 0 ]; do
     --smoke) smokes+=("$2"); shift 2 ;;     # may repeat
     --ncu) ncus+=("$2"); shift 2 ;;         # may repeat
     --no-tests) TESTS=0; shift ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
     *) echo "device-check.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
 done
@@ -89,6 +91,7 @@ for n in "${ncus[@]}"; do
     echo "== ncu: case '$case_re', kernel '$kern_re' ${envs:+with $envs}"
     extra=()
     [ "${NCU_STALLS:-0}" = 1 ] && extra=(--metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,regex:^sm__pipe_tensor_op_.*cycles_active\.avg\.pct_of_peak_sustained_active$')
+    [ -n "${NCU_METRICS:-}" ] && extra+=(--metrics "$NCU_METRICS")
     timeout 180 env $envs "$NCU" --clock-control none -k "regex:$kern_re" --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats \
       --section WarpStateStats --section LaunchStats "${extra[@]}" \
