@@ -33,7 +33,7 @@ namespace am = attention_math;
 bool tuning_valid(const DecodeTuning& t) {
   return t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
          (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0 && t.early >= 0 && t.early <= 2 &&
-         t.early_chunks >= 0 && t.early_chunks <= 2 && t.dynamic >= 0 && t.dynamic <= 2;
+         t.early_chunks >= 0 && t.early_chunks <= 2 && (t.dynamic == 0 || t.dynamic == 1);
 }
 
 DecodeTuning tuning_from_env() {
@@ -61,12 +61,12 @@ DecodeTuning tuning_from_env() {
     else if (key == "kernel" && (text == "cp.async" || text == "tma" || text == "regs"))
       t.kernel = text == "tma" ? DecodeKernel::Tma : text == "regs" ? DecodeKernel::Regs : DecodeKernel::CpAsync;
     else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma|regs, "
-                        "l2=0|128, rowc=N, early=0|1|2, pf=0|1|2, dyn=0|1|2)"));
+                        "l2=0|128, rowc=N, early=0|1|2, pf=0|1|2, dyn=0|1)"));
     pos = end + 1;
   }
   KILN_CHECK(tuning_valid(t),
              "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0, l2 0 or 128, "
-             "rowc >= 0, early and pf 0, 1 or 2, dyn 0, 1 or 2, got \"",
+             "rowc >= 0, early and pf 0, 1 or 2, dyn 0 or 1, got \"",
              spec, "\"");
   return t;
 }
@@ -329,7 +329,6 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   p.tickets = regs && tune.dynamic && p.splits > 1 && (L.lkv + 15) / 16 > 2 * 4 * int64_t{p.splits}
                   ? decode_counters(dev.index, stream, b * hkv)
                   : nullptr;
-  p.ticket_ahead = tune.dynamic == 2 ? 2 : 1;
   const bool dynamic = p.tickets != nullptr;
   if (regs) regs_launches().fetch_add(1, std::memory_order_relaxed);
   if (dynamic) dynamic_launches().fetch_add(1, std::memory_order_relaxed);

@@ -286,7 +286,7 @@ enum class DecodeKernel { CpAsync, Tma, Regs };
 struct Tuning {
   int min_split_keys, blocks_per_sm;
   DecodeKernel kernel;
-  int max_blocks, l2_prefetch, row_combine_splits = 16, early = 2, early_chunks = 1, early_guess_skew = 0, dynamic = 0;
+  int max_blocks, l2_prefetch, row_combine_splits = 16, early = 2, early_chunks = 1, early_guess_skew = 0, dynamic = 1;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
@@ -299,13 +299,13 @@ struct TuningScope {
 // (Hopper) by default and on a persistent grid of three blocks (each block takes many items, its ring running
 // on from one into the next). The register kernel's work before its wait: by default the L2 prefetch of one
 // chunk and the speculative first chunk (early = 2); also nothing (0), the prefetch of two chunks alone (1),
-// and both with two chunks. Dynamic chunks (opt-in, for long caches) drawn one and two chunks ahead.
+// and both with two chunks. Dynamic chunks (the default for long caches) also with two chunks prefetched, with
+// no early work, and off.
 const Tuning kTunings[] = {{64, 2, DecodeKernel::Regs, 0, 128},    {256, 1, DecodeKernel::Regs, 0, 128},
                            {64, 2, DecodeKernel::Regs, 0, 128, 128}, {64, 2, DecodeKernel::Regs, 0, 128, 0},
                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 0}, {64, 2, DecodeKernel::Regs, 0, 128, 16, 1, 2},
                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 2},
-                           {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 0, 1},
-                           {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 0, 2},
+                           {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 0, 0},
                            {64, 2, DecodeKernel::CpAsync, 0, 128}, {256, 1, DecodeKernel::CpAsync, 0, 128},
                            {64, 1, DecodeKernel::CpAsync, 0, 0},   {64, 6, DecodeKernel::CpAsync, 0, 128},
                            {64, 2, DecodeKernel::Tma, 0, 128},     {256, 1, DecodeKernel::Tma, 3, 128}};
@@ -316,7 +316,7 @@ std::string tuning_name(const Tuning& t) {
   return str(kernel, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM, ", t.max_blocks,
              " blocks, L2 prefetch ", t.l2_prefetch, ", row combine up to ", t.row_combine_splits, " splits, early ",
              t.early, " (", t.early_chunks, " chunks)", t.early_guess_skew ? str(" (guess off by ", t.early_guess_skew, " keys)") : std::string(),
-             t.dynamic ? str(", dynamic chunks drawn ", t.dynamic, " ahead") : std::string());
+             t.dynamic ? "" : ", fixed chunks");
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
@@ -401,12 +401,11 @@ TEST(CudaDecodeAttention, SpeculativeFirstChunkWithAWrongGuess) {
 // leave its counters at zero for the next. The same with fixed chunks, for comparison.
 TEST(CudaDecodeAttention, DynamicChunksTakeEveryKeyOnce) {
   KILN_REQUIRE_CUDA();
-  const Tuning tunings[] = {{64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 0, 1},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 0, 2},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 16, 1},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 2, -5000, 2},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 1, 2, 7000, 1},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 0, 1, 0, 2},
+  const Tuning tunings[] = {{64, 2, DecodeKernel::Regs, 0, 128},
+                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 16},
+                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 2, -5000},
+                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 1, 2, 7000},
+                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 0},
                             {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 0, 0}};
   for (const Tuning& tune : tunings)
   for (DType dt : {DType::BF16, DType::F16}) {
@@ -584,10 +583,7 @@ TEST(CudaDecodeAttention, GraphReplayFollowsGrowingDeviceLengths) {
 #if KILN_HAVE_CUDA
     const int64_t before = cuda::decode_dynamic_launches();
 #endif
-    for (int ahead : {1, 2}) {
-      TuningScope scope(Tuning{64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 0, ahead});
-      check_graph_replay(dt, 1, 2, 8, 32768, {27000}, 600);
-    }
+    check_graph_replay(dt, 1, 2, 8, 32768, {27000}, 600);
 #if KILN_HAVE_CUDA
     EXPECT_GT(cuda::decode_dynamic_launches(), before) << "dynamic chunks never ran";
 #endif

@@ -35,7 +35,6 @@ struct DecodeParams {
   int early_chunks;  // chunks of each warp prefetched into L2 before the wait (DecodeTuning::early_chunks)
   int guess_skew;  // tests: keys added to the length read before the wait (DecodeTuning::early_guess_skew)
   unsigned* tickets;  // register kernel: null, or one chunk counter per (sequence, KV head) (DecodeTuning::dynamic)
-  int ticket_ahead;   // draws each warp keeps in flight: 1 or 2 (DecodeTuning::dynamic)
   DeviceErrorRecord* err;
 };
 

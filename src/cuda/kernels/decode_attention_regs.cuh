@@ -229,15 +229,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
     // needed one chunk later.
     const int nc = (ke + 15) / 16;
     const unsigned dyn = nc > 2 * warps_head ? static_cast<unsigned>(nc - 2 * warps_head) : 0u;
-    // With p.ticket_ahead = 2 each warp keeps two draws in flight (the later one is a stop whenever the earlier
-    // one is: the counter counts up from 0), so each warp ends holding two stops: M = D + 2W.
-    const unsigned limit = dyn + static_cast<unsigned>(p.ticket_ahead * warps_head) - 1u;
+    const unsigned limit = dyn + static_cast<unsigned>(warps_head) - 1u;
     unsigned* counter = p.tickets + static_cast<int64_t>(b) * gridDim.y + hk;
-    unsigned ticket = 0, ticket2 = 0;
-    if (lane == 0) {
-      ticket = atomicInc(counter, limit);
-      if (p.ticket_ahead == 2) ticket2 = atomicInc(counter, limit);
-    }
+    unsigned ticket = 0;
+    if (lane == 0) ticket = atomicInc(counter, limit);
     bool drawing = true;
     // The chunk after the fixed ones: 2W + ticket, or -1 at the stop.
     auto take = [&]() -> int {
@@ -247,14 +242,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
         drawing = false;
         return -1;
       }
-      if (lane == 0) {
-        if (p.ticket_ahead == 2) {
-          ticket = ticket2;
-          ticket2 = atomicInc(counter, limit);
-        } else {
-          ticket = atomicInc(counter, limit);
-        }
-      }
+      if (lane == 0) ticket = atomicInc(counter, limit);
       return 2 * warps_head + static_cast<int>(tk);
     };
     int cur = first < nc ? first : -1, next = first + warps_head < nc ? first + warps_head : -1;
