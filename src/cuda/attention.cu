@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <mutex>
 #include <set>
@@ -33,7 +32,7 @@ namespace am = attention_math;
 bool tuning_valid(const DecodeTuning& t) {
   return t.min_split_keys >= 64 && t.min_split_keys % 64 == 0 && t.blocks_per_sm >= 1 && t.max_blocks >= 0 &&
          (t.l2_prefetch == 0 || t.l2_prefetch == 128) && t.row_combine_splits >= 0 && t.early >= 0 && t.early <= 2 &&
-         t.early_chunks >= 0 && t.early_chunks <= 2 && (t.dynamic == 0 || t.dynamic == 1);
+         t.early_chunks >= 0 && t.early_chunks <= 2;
 }
 
 DecodeTuning tuning_from_env() {
@@ -57,16 +56,15 @@ DecodeTuning tuning_from_env() {
     else if (key == "rowc") t.row_combine_splits = val;
     else if (key == "early") t.early = val;
     else if (key == "pf") t.early_chunks = val;
-    else if (key == "dyn") t.dynamic = val;
     else if (key == "kernel" && (text == "cp.async" || text == "tma" || text == "regs"))
       t.kernel = text == "tma" ? DecodeKernel::Tma : text == "regs" ? DecodeKernel::Regs : DecodeKernel::CpAsync;
     else throw Error(str("KILN_DECODE_TUNING: unknown item \"", item, "\" (keys=N, bps=N, blocks=N, kernel=cp.async|tma|regs, "
-                        "l2=0|128, rowc=N, early=0|1|2, pf=0|1|2, dyn=0|1)"));
+                        "l2=0|128, rowc=N, early=0|1|2, pf=0|1|2)"));
     pos = end + 1;
   }
   KILN_CHECK(tuning_valid(t),
              "KILN_DECODE_TUNING: keys must be a positive multiple of 64, bps positive, blocks >= 0, l2 0 or 128, "
-             "rowc >= 0, early and pf 0, 1 or 2, dyn 0 or 1, got \"",
+             "rowc >= 0, early and pf 0, 1 or 2, got \"",
              spec, "\"");
   return t;
 }
@@ -88,75 +86,6 @@ std::atomic<int64_t>& regs_launches() {
   static std::atomic<int64_t> n{0};
   return n;
 }
-std::atomic<int64_t>& dynamic_launches() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-// Zeroed memory for n counters, or null when none can be had: cudaMalloc'd and zeroed on a private
-// non-blocking stream, in relaxed capture mode so that this works while a graph is captured. Never freed
-// (graphs keep its address).
-unsigned* zeroed_counters(int64_t n) {
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  void* ptr = nullptr;
-  cudaError_t e = cudaMalloc(&ptr, static_cast<size_t>(n) * sizeof(unsigned));
-  if (e == cudaSuccess) {
-    cudaStream_t s = nullptr;
-    e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (e == cudaSuccess) {
-      e = cudaMemsetAsync(ptr, 0, static_cast<size_t>(n) * sizeof(unsigned), s);
-      const cudaError_t e2 = cudaStreamSynchronize(s);
-      if (e == cudaSuccess) e = e2;
-      cudaStreamDestroy(s);
-    }
-  }
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;  // (a buffer allocated before the failure is left alone: it is tiny)
-  }
-  return static_cast<unsigned*>(ptr);
-}
-
-// The register kernel's chunk counters (DecodeParams::tickets): n of them, at zero whenever no launch that
-// uses them is running (each launch leaves them where it found them), or null when none can be had (the
-// kernel then takes fixed chunks). Launches on one stream run one after another (a dependent launch draws
-// only after its wait), so eager launches share one buffer per (device, stream). A launch captured into a
-// graph gets counters of its own, because the graph may be replayed on another stream while the capturing
-// stream runs eager steps (replays of one graph run one after another). A stream destroyed with a decode
-// launch still pending, whose handle a new stream gets at once, would share its buffer.
-unsigned* decode_counters(int device, cudaStream_t stream, int64_t n) {
-  constexpr int64_t kSlab = 16384;
-  static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, std::pair<unsigned*, int64_t>> eager;  // buffer, capacity
-  static std::map<int, std::pair<unsigned*, int64_t>> slab;                             // captured: next, left
-  if (n <= 0 || n > kSlab) return nullptr;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  if (status == cudaStreamCaptureStatusNone) {
-    auto& [buf, cap] = eager[{device, stream}];
-    if (cap < n) {  // the old buffer may still be in use by a launch in flight: left as it is
-      buf = zeroed_counters(std::max<int64_t>(n, 1024));
-      cap = buf ? std::max<int64_t>(n, 1024) : 0;
-    }
-    return buf;
-  }
-  auto& [next, left] = slab[device];
-  if (left < n) {
-    next = zeroed_counters(kSlab);
-    left = next ? kSlab : 0;
-    if (!next) return nullptr;
-  }
-  unsigned* got = next;
-  next += n;
-  left -= n;
-  return got;
-}
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool mult8(int64_t s) { return s % 8 == 0; }
 
@@ -315,23 +244,16 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   }
   const int64_t out_rows = b * hq * L.lq;
   Tensor scratch;  // the partials of the split combine through global memory
-  p.part_o = nullptr;
-  p.part_ml = nullptr;
   if (p.splits > 1) {
     const int64_t n_o = out_rows * p.splits * L.dv, n_ml = out_rows * p.splits;
     scratch = empty({n_o + 2 * n_ml}, DType::F32, dev);
     p.part_o = scratch.data<float>();
     p.part_ml = reinterpret_cast<float2*>(p.part_o + n_o);  // n_o is a multiple of 64: 8-byte aligned
+  } else {
+    p.part_o = nullptr;
+    p.part_ml = nullptr;
   }
-  // The register kernel's dynamic chunks (DecodeTuning::dynamic): where a split of the longest cache holds
-  // more than two chunks per warp (else every chunk is one of the fixed ones), one counter per (sequence, KV
-  // head).
-  p.tickets = regs && tune.dynamic && p.splits > 1 && (L.lkv + 15) / 16 > 2 * 4 * int64_t{p.splits}
-                  ? decode_counters(dev.index, stream, b * hkv)
-                  : nullptr;
-  const bool dynamic = p.tickets != nullptr;
   if (regs) regs_launches().fetch_add(1, std::memory_order_relaxed);
-  if (dynamic) dynamic_launches().fetch_add(1, std::memory_order_relaxed);
   with_tag(q.dtype(), [&](auto tag) {
     using Tag = decltype(tag);
     auto go = [&](auto d_const) {
@@ -431,7 +353,6 @@ void set_prefill_max_blocks(int n) {
 
 int64_t decode_tma_launches() { return tma_launches().load(std::memory_order_relaxed); }
 int64_t decode_regs_launches() { return regs_launches().load(std::memory_order_relaxed); }
-int64_t decode_dynamic_launches() { return dynamic_launches().load(std::memory_order_relaxed); }
 
 void set_decode_tuning(const DecodeTuning& t) {
   KILN_CHECK(tuning_valid(t),

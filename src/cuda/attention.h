@@ -46,12 +46,9 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //                     with one chunk against early=0: faster at all 16 benchmark shapes (1.8-6.0%; geomean
 //                     1.23x PyTorch against 1.19x); with two chunks 1-5% slower than early=0 at L8192.
 //   early_guess_skew  tests: keys added to the length read before the wait, so that the guess is wrong.
-//   dynamic           the register kernel with more than two 16-key chunks per warp: 1 (the default) each warp
-//                     takes two fixed chunks and then the rest of its KV head's chunks one at a time from a
-//                     counter, so that the blocks end together; 0 each split's keys are fixed.
 // Set for tests and benchmarks by set_decode_tuning, or
-// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,rowc=16,early=2,pf=1,dyn=1"
-// (kernel=regs|cp.async|tma; pf: early_chunks; dyn: dynamic).
+// KILN_DECODE_TUNING="keys=64,bps=2,kernel=tma,blocks=8,l2=128,rowc=16,early=2,pf=1" (kernel=regs|cp.async|tma;
+// pf: early_chunks).
 enum class DecodeKernel { CpAsync, Tma, Regs };
 struct DecodeTuning {
   int min_split_keys = 64;
@@ -63,7 +60,6 @@ struct DecodeTuning {
   int early = 2;
   int early_chunks = 1;
   int early_guess_skew = 0;
-  int dynamic = 1;
 };
 DecodeTuning decode_tuning();
 void set_decode_tuning(const DecodeTuning& t);
@@ -71,8 +67,6 @@ void set_decode_tuning(const DecodeTuning& t);
 int64_t decode_tma_launches();
 // Decode calls that took the register kernel (DecodeKernel::Regs) so far in this process.
 int64_t decode_regs_launches();
-// Decode calls whose register kernel took dynamic chunks (DecodeTuning::dynamic) so far in this process.
-int64_t decode_dynamic_launches();
 
 // Which tensor-core kernel runs prefill without a mask: Auto takes the Hopper wgmma kernel
 // (kernels/flash_attention_sm90.cuh) when this build has sm_90a code, the device has compute capability

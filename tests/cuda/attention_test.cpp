@@ -286,7 +286,7 @@ enum class DecodeKernel { CpAsync, Tma, Regs };
 struct Tuning {
   int min_split_keys, blocks_per_sm;
   DecodeKernel kernel;
-  int max_blocks, l2_prefetch, row_combine_splits = 16, early = 2, early_chunks = 1, early_guess_skew = 0, dynamic = 1;
+  int max_blocks, l2_prefetch, row_combine_splits = 16, early = 2, early_chunks = 1, early_guess_skew = 0;
 };
 struct TuningScope {
   explicit TuningScope(const Tuning&) {}
@@ -299,13 +299,11 @@ struct TuningScope {
 // (Hopper) by default and on a persistent grid of three blocks (each block takes many items, its ring running
 // on from one into the next). The register kernel's work before its wait: by default the L2 prefetch of one
 // chunk and the speculative first chunk (early = 2); also nothing (0), the prefetch of two chunks alone (1),
-// and both with two chunks. Dynamic chunks (the default for long caches) also with two chunks prefetched, with
-// no early work, and off.
+// and both with two chunks.
 const Tuning kTunings[] = {{64, 2, DecodeKernel::Regs, 0, 128},    {256, 1, DecodeKernel::Regs, 0, 128},
                            {64, 2, DecodeKernel::Regs, 0, 128, 128}, {64, 2, DecodeKernel::Regs, 0, 128, 0},
                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 0}, {64, 2, DecodeKernel::Regs, 0, 128, 16, 1, 2},
                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 2},
-                           {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 0, 0},
                            {64, 2, DecodeKernel::CpAsync, 0, 128}, {256, 1, DecodeKernel::CpAsync, 0, 128},
                            {64, 1, DecodeKernel::CpAsync, 0, 0},   {64, 6, DecodeKernel::CpAsync, 0, 128},
                            {64, 2, DecodeKernel::Tma, 0, 128},     {256, 1, DecodeKernel::Tma, 3, 128}};
@@ -315,8 +313,7 @@ std::string tuning_name(const Tuning& t) {
                                                         : "cp.async kernel";
   return str(kernel, ", keys ", t.min_split_keys, ", ", t.blocks_per_sm, " blocks/SM, ", t.max_blocks,
              " blocks, L2 prefetch ", t.l2_prefetch, ", row combine up to ", t.row_combine_splits, " splits, early ",
-             t.early, " (", t.early_chunks, " chunks)", t.early_guess_skew ? str(" (guess off by ", t.early_guess_skew, " keys)") : std::string(),
-             t.dynamic ? "" : ", fixed chunks");
+             t.early, " (", t.early_chunks, " chunks)", t.early_guess_skew ? str(" (guess off by ", t.early_guess_skew, " keys)") : std::string());
 }
 
 TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
@@ -359,13 +356,11 @@ TEST(CudaDecodeAttention, MatchesCpuForLengthsAndGroups) {
   check_decode({2, 8, 2, 128, 300, {300, 7}}, DType::BF16, 2, true);
 }
 
-// Decode over caches [B, hkv, lmax, 128] (hq query heads; by default [B, 2, 3000, 128] and 16) whose rows
-// past each sequence's length hold NaN in K and v_past in V (a cache never written there), for each Lq in
-// lqs: the GPU against the CPU.
+// Decode over caches [3, 2, 3000, 128] (16 query heads) whose rows past each sequence's length hold NaN in K
+// and v_past in V (a cache never written there), for each Lq in lqs: the GPU against the CPU.
 void check_decode_past_lengths(DType dt, const std::vector<int32_t>& lens, float v_past,
-                               std::initializer_list<int64_t> lqs, int64_t hq = 16, int64_t hkv = 2,
-                               int64_t lmax = 3000) {
-  const int64_t b = static_cast<int64_t>(lens.size()), d = 128;
+                               std::initializer_list<int64_t> lqs) {
+  const int64_t b = static_cast<int64_t>(lens.size()), hq = 16, hkv = 2, d = 128, lmax = 3000;
   Tensor kc = random_tensor({b, hkv, lmax, d}, dt), vc = random_tensor({b, hkv, lmax, d}, dt);
   for (int64_t i = 0; i < b; ++i) {
     kc.select(0, i).narrow(1, lens[i], lmax - lens[i]).fill_(NAN);
@@ -391,36 +386,6 @@ TEST(CudaDecodeAttention, SpeculativeFirstChunkWithAWrongGuess) {
     TuningScope scope(Tuning{64, 2, DecodeKernel::Regs, 0, 128, 16, 2, skew % 2 == 0 ? 1 : 2, skew});
     SCOPED_TRACE(str(dtype_name(dt), ", guess off by ", skew));
     check_decode_past_lengths(dt, {2999, 1300, 17}, NAN, {1, 2});
-  }
-}
-
-// The register kernel's dynamic chunks (long caches: more than two 16-key chunks per warp of the longest
-// split) take every key of each head exactly once: lengths with many chunks past the fixed ones, with a few,
-// with none, and shorter than the fixed ones (warps without work), NaN past each length, with the length read
-// before the wait right, wrong by a chunk and by thousands of keys, and without early work. Every call must
-// leave its counters at zero for the next. The same with fixed chunks, for comparison.
-TEST(CudaDecodeAttention, DynamicChunksTakeEveryKeyOnce) {
-  KILN_REQUIRE_CUDA();
-  const Tuning tunings[] = {{64, 2, DecodeKernel::Regs, 0, 128},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 16},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 2, -5000},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 1, 2, 7000},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 0},
-                            {64, 2, DecodeKernel::Regs, 0, 128, 16, 2, 1, 0, 0}};
-  for (const Tuning& tune : tunings)
-  for (DType dt : {DType::BF16, DType::F16}) {
-    TuningScope scope(tune);
-    SCOPED_TRACE(str(dtype_name(dt), ", ", tuning_name(tune)));
-#if KILN_HAVE_CUDA
-    const int64_t before = cuda::decode_dynamic_launches();
-#endif
-    // 3 sequences x 2 KV heads: 44 splits, 176 warps a head, 352 fixed chunks.
-    check_decode_past_lengths(dt, {19999, 5650, 100}, NAN, {1, 2}, 8, 2, 20000);
-    check_decode_past_lengths(dt, {353 * 16, 20000, 1}, INFINITY, {1}, 8, 2, 20000);
-#if KILN_HAVE_CUDA
-    if (tune.dynamic) EXPECT_GT(cuda::decode_dynamic_launches(), before) << "dynamic chunks never ran";
-    else EXPECT_EQ(cuda::decode_dynamic_launches(), before) << "dynamic chunks ran while off";
-#endif
   }
 }
 
@@ -515,78 +480,57 @@ TEST(CudaDecodeAttention, BadLengthsAndPositionsRaiseAtTheNextSync) {
   EXPECT_TRUE(test::equal(k1.select(0, 1).narrow(1, 0, 4), kn.cpu().select(0, 1)));
 }
 
-// A captured append + decode replayed as the device lengths grow (and jump), against the CPU; each replay is
-// followed by an eager decode on the same stream, which must agree too (a launch captured into a graph and
-// an eager one keep their own chunk counters).
-void check_graph_replay(DType dt, int64_t b, int64_t hkv, int64_t hq, int64_t lmax, std::vector<int32_t> len,
-                        int32_t jump) {
-  const int64_t d = 128;
-  Tensor kc = zeros({b, hkv, lmax, d}, dt, kGpu), vc = zeros({b, hkv, lmax, d}, dt, kGpu);
-  Tensor kc_cpu = zeros({b, hkv, lmax, d}, dt), vc_cpu = zeros({b, hkv, lmax, d}, dt);
-  Tensor q = zeros({b, hq, 1, d}, dt, kGpu), kn = zeros({b, hkv, 1, d}, dt, kGpu), vn = zeros({b, hkv, 1, d}, dt, kGpu);
-  Tensor pos = zeros({b}, DType::I32, kGpu), lens = zeros({b}, DType::I32, kGpu);
-  // Prefill some history on both sides.
-  for (int64_t i = 0; i < b; ++i) {
-    const Tensor kh = random_tensor({hkv, len[i], d}, dt), vh = random_tensor({hkv, len[i], d}, dt);
-    kc_cpu.select(0, i).narrow(1, 0, len[i]).copy_(kh);
-    vc_cpu.select(0, i).narrow(1, 0, len[i]).copy_(vh);
-  }
-  kc.copy_(kc_cpu);
-  vc.copy_(vc_cpu);
-  Stream s = Stream::create(kGpu);
-  Graph g;
-  Tensor out;
-  (void)decode_attention(q, kc, vc, lens);  // warm-up outside the capture (one-time kernel set-up)
-  synchronize(kGpu);
-  g.capture(s, [&] {
-    kv_cache_append_(kc, vc, kn, vn, pos);
-    out = decode_attention(q, kc, vc, lens);
-  });
-  for (int step = 0; step < 6; ++step) {
-    const Tensor qh = random_tensor({b, hq, 1, d}, dt), kh = random_tensor({b, hkv, 1, d}, dt), vh = random_tensor({b, hkv, 1, d}, dt);
-    const Tensor ph = from_vector<int32_t>(len);
-    std::vector<int32_t> next = len;
-    for (auto& x : next) x += 1;
-    const Tensor lh = from_vector<int32_t>(next);
-    Tensor eager;
-    {
-      StreamGuard guard(s);
-      q.copy_(qh);
-      kn.copy_(kh);
-      vn.copy_(vh);
-      pos.copy_(ph);
-      lens.copy_(lh);
-      g.replay();
-      eager = decode_attention(q, kc, vc, lens);
-    }
-    s.synchronize();
-    kv_cache_append_(kc_cpu, vc_cpu, kh, vh, ph);
-    const Tensor expect = decode_attention(qh, kc_cpu, vc_cpu, lh);
-    EXPECT_TRUE(all_close(out.cpu(), expect, tol(dt))) << "step " << step;
-    EXPECT_TRUE(all_close(eager.cpu(), expect, tol(dt))) << "step " << step << ", eager";
-    len = next;
-    len[0] += jump;  // jumps too: the graph reads whatever the device holds
-  }
-}
-
 TEST(CudaDecodeAttention, GraphReplayFollowsGrowingDeviceLengths) {
   KILN_REQUIRE_CUDA();
   for (const Tuning& tune : kTunings)
   for (DType dt : {DType::BF16, DType::F32}) {
     TuningScope scope(tune);
     SCOPED_TRACE(str(dtype_name(dt), ", ", tuning_name(tune)));
-    check_graph_replay(dt, 2, 8, 32, 2048, {100, 1500}, 300);
-  }
-  // A cache long enough for dynamic chunks (1 x 2 KV heads: 132 splits, 1056 fixed chunks of 2048).
-  for (DType dt : {DType::BF16, DType::F16}) {
-    SCOPED_TRACE(dtype_name(dt));
-#if KILN_HAVE_CUDA
-    const int64_t before = cuda::decode_dynamic_launches();
-#endif
-    check_graph_replay(dt, 1, 2, 8, 32768, {27000}, 600);
-#if KILN_HAVE_CUDA
-    EXPECT_GT(cuda::decode_dynamic_launches(), before) << "dynamic chunks never ran";
-#endif
+    const int64_t b = 2, hkv = 8, hq = 32, lmax = 2048, d = 128;
+    Tensor kc = zeros({b, hkv, lmax, d}, dt, kGpu), vc = zeros({b, hkv, lmax, d}, dt, kGpu);
+    Tensor kc_cpu = zeros({b, hkv, lmax, d}, dt), vc_cpu = zeros({b, hkv, lmax, d}, dt);
+    Tensor q = zeros({b, hq, 1, d}, dt, kGpu), kn = zeros({b, hkv, 1, d}, dt, kGpu), vn = zeros({b, hkv, 1, d}, dt, kGpu);
+    Tensor pos = zeros({b}, DType::I32, kGpu), lens = zeros({b}, DType::I32, kGpu);
+    // Prefill some history on both sides.
+    std::vector<int32_t> len = {100, 1500};
+    for (int64_t i = 0; i < b; ++i) {
+      const Tensor kh = random_tensor({hkv, len[i], d}, dt), vh = random_tensor({hkv, len[i], d}, dt);
+      kc_cpu.select(0, i).narrow(1, 0, len[i]).copy_(kh);
+      vc_cpu.select(0, i).narrow(1, 0, len[i]).copy_(vh);
+    }
+    kc.copy_(kc_cpu);
+    vc.copy_(vc_cpu);
+    Stream s = Stream::create(kGpu);
+    Graph g;
+    Tensor out;
+    (void)decode_attention(q, kc, vc, lens);  // warm-up outside the capture (one-time kernel set-up)
+    synchronize(kGpu);
+    g.capture(s, [&] {
+      kv_cache_append_(kc, vc, kn, vn, pos);
+      out = decode_attention(q, kc, vc, lens);
+    });
+    for (int step = 0; step < 6; ++step) {
+      const Tensor qh = random_tensor({b, hq, 1, d}, dt), kh = random_tensor({b, hkv, 1, d}, dt), vh = random_tensor({b, hkv, 1, d}, dt);
+      const Tensor ph = from_vector<int32_t>(len);
+      std::vector<int32_t> next = len;
+      for (auto& x : next) x += 1;
+      const Tensor lh = from_vector<int32_t>(next);
+      {
+        StreamGuard guard(s);
+        q.copy_(qh);
+        kn.copy_(kh);
+        vn.copy_(vh);
+        pos.copy_(ph);
+        lens.copy_(lh);
+      }
+      g.replay();
+      s.synchronize();
+      kv_cache_append_(kc_cpu, vc_cpu, kh, vh, ph);
+      const Tensor expect = decode_attention(qh, kc_cpu, vc_cpu, lh);
+      EXPECT_TRUE(all_close(out.cpu(), expect, tol(dt))) << "step " << step;
+      len = next;
+      len[0] += 300;  // jumps too: the graph reads whatever the device holds
+    }
   }
 }
 

@@ -34,7 +34,6 @@ struct DecodeParams {
   int early;     // register kernel, before its pdl_wait: 0 nothing, 1 L2 prefetch, 2 also speculative loads (DecodeTuning)
   int early_chunks;  // chunks of each warp prefetched into L2 before the wait (DecodeTuning::early_chunks)
   int guess_skew;  // tests: keys added to the length read before the wait (DecodeTuning::early_guess_skew)
-  unsigned* tickets;  // register kernel: null, or one chunk counter per (sequence, KV head) (DecodeTuning::dynamic)
   DeviceErrorRecord* err;
 };
 
@@ -63,14 +62,6 @@ __device__ __forceinline__ SplitRange decode_split_range(const DecodeParams& p, 
     n = 0;
   }
   return split_keys(p, n, split);
-}
-// All of a length n's keys, checked as in decode_split_range (the register kernel's dynamic chunks).
-__device__ __forceinline__ SplitRange decode_whole_range(const DecodeParams& p, int n, bool reporter) {
-  if (n < 0 || n > p.L.lkv) {
-    if (reporter) report_device_error(p.err, DeviceErrorCode::IndexOutOfRange, OpId::DecodeAttention, n, p.L.lkv + 1);
-    n = 0;
-  }
-  return {n, 0, n};
 }
 // The same for sequence b's length read before pdl_wait (possibly stale: the kernel that sets it may not have
 // finished), to choose addresses only: no error report; a length out of range is clamped into it.

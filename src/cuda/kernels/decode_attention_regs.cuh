@@ -58,19 +58,12 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   // p.early_chunks chunks, and the first chunk is loaded speculatively after the wait (early = 2), so that
   // the first loads need not wait for the length's round trip. A prefetch is only a hint (L2 is coherent),
   // and the speculative chunk is used only where the real length gives it the same keys.
-  // With dynamic chunks (p.tickets) the warp's first two chunks are fixed, whatever the length: chunks
-  // 4 split + warp and W + 4 split + warp of the head (W = 4 x splits warps), keys 16 x chunk on.
-  const int warps_head = 4 * p.splits;
-  const int first = 4 * split + warp;
   SplitRange guess{0, 0, 0};
   if (p.early) {
     guess = decode_split_range_guess(p, b, split);
-    if (p.tickets) guess = SplitRange{guess.n, 0, guess.n};
     constexpr int kLines = D * 2 / 128;  // 128-byte lines of a K or V row
     for (int i = lane; i < p.early_chunks * 16 * kLines; i += 32) {
-      const int j = i / (16 * kLines);  // the warp's j-th chunk
-      const int c0 = p.tickets ? first + j * warps_head : warp + 4 * j;
-      const int key = guess.kb + 16 * c0 + (i / kLines) % 16;
+      const int key = guess.kb + 16 * (warp + 4 * (i / (16 * kLines))) + (i / kLines) % 16;
       if (key >= guess.ke) continue;
       const int col = (i % kLines) * 64;
       asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kbase + static_cast<int64_t>(key) * L.k_row + col));
@@ -99,10 +92,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   // the last key each of the lane's two query rows (2t, 2t + 1) sees in this split (set below).
   int kb = guess.kb, ke = guess.ke;
   int e[2] = {0, 0};
-  // The 16 keys from k0 into registers: K of keys g, g + 8; V of keys 2t, 2t + 1, 2t + 8, 2t + 9. A key at or
-  // past ke reads key 0 of the head instead (in bounds even if the load is executed speculatively) and is
-  // zeroed.
-  auto load = [&](int k0, uint4 (&kr)[2][KL], uint4 (&vr)[4][VL]) {
+  // Chunk c's keys into registers: K of keys g, g + 8; V of keys 2t, 2t + 1, 2t + 8, 2t + 9. A key at or past
+  // ke reads key 0 of the head instead (in bounds even if the load is executed speculatively) and is zeroed.
+  auto load = [&](int c, uint4 (&kr)[2][KL], uint4 (&vr)[4][VL]) {
+    const int k0 = kb + 16 * c;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int key = k0 + g + 8 * i;
@@ -132,8 +125,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
 #pragma unroll
   for (int i = 0; i < KS; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  // The 16 keys from k0 (in kr / vr) into the state.
-  auto step = [&](int k0, const uint4 (&kr)[2][KL], const uint4 (&vr)[4][VL]) {
+  // Chunk c (its keys in kr / vr) into the state.
+  auto step = [&](int c, const uint4 (&kr)[2][KL], const uint4 (&vr)[4][VL]) {
     // S^T = K Q^T.
     float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -145,6 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
         Mma<Tag>::mma(s, a, qf[2 * j + h][0], qf[2 * j + h][1]);
       }
     // s: (key g, row 2t), (key g, row 2t + 1), (key g + 8, row 2t), (key g + 8, row 2t + 1).
+    const int k0 = kb + 16 * c;
     s[0] = k0 + g < e[0] ? s[0] * p.scale_log2 : -INFINITY;
     s[1] = k0 + g < e[1] ? s[1] * p.scale_log2 : -INFINITY;
     s[2] = k0 + g + 8 < e[0] ? s[2] * p.scale_log2 : -INFINITY;
@@ -201,79 +195,33 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   };
   // Two register buffers in turn (no copies): the next chunk's loads in flight while a chunk multiplies.
   uint4 kx[2][KL], vx[4][VL], ky[2][KL], vy[4][VL];
-  const int k0 = kb + 16 * (p.tickets ? first : warp);  // the warp's first chunk
-  const bool spec = p.early == 2 && k0 < ke;
-  if (spec) load(k0, kx, vx);
-  const SplitRange range = p.tickets ? decode_whole_range(p, n, split == 0 && hk == 0 && tid == 0)
-                                     : decode_split_range(p, n, split, split == 0 && hk == 0 && tid == 0);
+  const bool spec = p.early == 2 && kb + 16 * warp < ke;
+  if (spec) load(warp, kx, vx);
+  const SplitRange range = decode_split_range(p, n, split, split == 0 && hk == 0 && tid == 0);
   n = range.n;
   // The speculative chunk stands where the length gives the split the same start and the chunk the same
   // keys (it lies below both ends, or the ends agree).
+  const int k0 = kb + 16 * warp;
   const bool keep = spec && range.kb == kb && (range.ke == ke || (k0 + 16 <= range.ke && k0 + 16 <= ke));
   kb = range.kb;
   ke = range.ke;
+  const int nch = ke > kb ? (ke - kb + 15) / 16 : 0;  // 16-key chunks of the block
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     const int row = 2 * t + c;
     const int64_t lim = row < nrows ? am::key_end(p.lq == 1 ? 0 : row % p.lq, p.lq, n, true, true) : ke;
     e[c] = lim < ke ? static_cast<int>(lim) : ke;
   }
-  if (p.tickets) {
-    // Dynamic chunks: after its two fixed chunks each warp takes the head's remaining chunks one at a time
-    // from a ticket counter, so that warps whose loads come back sooner take more of them and the splits end
-    // together. The head's C chunks: 2W fixed (W = 4 x splits warps), D = C - 2W by tickets. The counter is
-    // at 0 when the launch starts (launcher: decode_counters), so the first D draws are the work tickets
-    // 0..D-1 and every later draw is a stop (>= D). Every warp draws until it draws a stop, and the W warps
-    // draw W stops between them: exactly M = D + W draws, and with atomicInc's wrap at M - 1 the counter is
-    // back at 0 for the next launch. Lane 0 draws the next ticket as soon as the last one was taken; it is
-    // needed one chunk later.
-    const int nc = (ke + 15) / 16;
-    const unsigned dyn = nc > 2 * warps_head ? static_cast<unsigned>(nc - 2 * warps_head) : 0u;
-    const unsigned limit = dyn + static_cast<unsigned>(warps_head) - 1u;
-    unsigned* counter = p.tickets + static_cast<int64_t>(b) * gridDim.y + hk;
-    unsigned ticket = 0;
-    if (lane == 0) ticket = atomicInc(counter, limit);
-    bool drawing = true;
-    // The chunk after the fixed ones: 2W + ticket, or -1 at the stop.
-    auto take = [&]() -> int {
-      if (!drawing) return -1;
-      const unsigned tk = __shfl_sync(0xFFFFFFFFu, ticket, 0);
-      if (tk >= dyn) {
-        drawing = false;
-        return -1;
-      }
-      if (lane == 0) ticket = atomicInc(counter, limit);
-      return 2 * warps_head + static_cast<int>(tk);
-    };
-    int cur = first < nc ? first : -1, next = first + warps_head < nc ? first + warps_head : -1;
-    // (A warp without a first chunk has C <= W, so D = 0 and its one ticket is a stop: it need not take it.)
-    if (cur >= 0 && !keep) load(16 * cur, kx, vx);
-    while (cur >= 0) {
-      if (next >= 0) load(16 * next, ky, vy);
-      else zero(ky, vy);
-      step(16 * cur, kx, vx);
-      cur = next;
-      next = take();
-      if (cur < 0) break;
-      if (next >= 0) load(16 * next, kx, vx);
-      else zero(kx, vx);
-      step(16 * cur, ky, vy);
-      cur = next;
-      next = take();
-    }
-  } else {
-    const int nch = ke > kb ? (ke - kb + 15) / 16 : 0;  // 16-key chunks of the block
-    int c = warp;
-    if (c < nch && !keep) load(kb + 16 * c, kx, vx);
-    for (; c < nch; c += 8) {
-      if (c + 4 < nch) load(kb + 16 * (c + 4), ky, vy);
-      else zero(ky, vy);
-      step(kb + 16 * c, kx, vx);
-      if (c + 4 >= nch) break;
-      if (c + 8 < nch) load(kb + 16 * (c + 8), kx, vx);
-      else zero(kx, vx);
-      step(kb + 16 * (c + 4), ky, vy);
-    }
+  int c = warp;
+  if (c < nch && !keep) load(c, kx, vx);
+  for (; c < nch; c += 8) {
+    if (c + 4 < nch) load(c + 4, ky, vy);
+    else zero(ky, vy);
+    step(c, kx, vx);
+    if (c + 4 >= nch) break;
+    if (c + 8 < nch) load(c + 8, kx, vx);
+    else zero(kx, vx);
+    step(c + 4, ky, vy);
   }
   // The warp's state into shared memory: sums over the 8 lanes of a quad position, then rows 2t, 2t + 1.
 #pragma unroll
