@@ -89,9 +89,11 @@ for n in "${ncus[@]}"; do
   [ "$rest" != "$kern_re" ] && envs=${rest#*@}
   {
     echo "== ncu: case '$case_re', kernel '$kern_re' ${envs:+with $envs}"
+    metrics=""
+    [ "${NCU_STALLS:-0}" = 1 ] && metrics='regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,regex:^sm__pipe_tensor_op_.*cycles_active\.avg\.pct_of_peak_sustained_active$'
+    [ -n "${NCU_METRICS:-}" ] && metrics=${metrics:+$metrics,}$NCU_METRICS
     extra=()
-    [ "${NCU_STALLS:-0}" = 1 ] && extra=(--metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,regex:^sm__pipe_tensor_op_.*cycles_active\.avg\.pct_of_peak_sustained_active$')
-    [ -n "${NCU_METRICS:-}" ] && extra+=(--metrics "$NCU_METRICS")
+    [ -n "$metrics" ] && extra=(--metrics "$metrics")  # ncu takes one --metrics
     timeout 180 env $envs "$NCU" --clock-control none -k "regex:$kern_re" --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats \
       --section WarpStateStats --section LaunchStats "${extra[@]}" \

@@ -28,6 +28,10 @@
 // decode_attention_kernel (decode_merge_red_store). Keys past the split's end are neither loaded nor seen
 // (their registers are zero, their scores -inf). The loads carry no L2 prefetch hint (DecodeTuning::l2_prefetch
 // is the cp.async kernel's).
+//
+// Measured and removed (docs/benchmarks.md, eighteenth run): dynamic chunks, each warp taking two fixed
+// chunks and then its KV head's remaining chunks one at a time from a counter (atomicInc), so that the splits
+// end together. Correct, but 1-18% slower at L >= 8192 drawing one chunk ahead, and slower still drawing two.
 #pragma once
 
 #include "cuda/kernels/decode_attention.cuh"
