@@ -39,6 +39,20 @@ std::atomic<LinearPath>& forced_path() {
   return p;
 }
 
+bool valid_split(long s) { return s == 0 || s == 1 || s == 2 || s == 4 || s == 8; }
+
+std::atomic<int>& forced_split() {
+  static std::atomic<int> s{[] {
+    const char* v = std::getenv("KILN_GEMV_SPLIT");
+    if (!v || !*v) return 0;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    KILN_CHECK(*end == '\0' && valid_split(x), "linear: KILN_GEMV_SPLIT=", v, " is not one of 0, 1, 2, 4, 8");
+    return static_cast<int>(x);
+  }()};
+  return s;
+}
+
 // Activation rows per launch, rounded up to the instantiated counts (rows beyond M are masked).
 int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16; }
 
@@ -48,6 +62,7 @@ int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <
 // each thread still has at least one chunk of the row to read.
 // TUNE (H200 benchmark, `kiln bench ops`): the 32-warps-per-SM target and the one-chunk floor.
 int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, int device) {
+  if (const int forced = forced_split().load(std::memory_order_relaxed); forced > 0) return forced;
   const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
   const int64_t want_warps = static_cast<int64_t>(multiprocessor_count(device)) * 32;
   const int64_t units = vec ? k / vec_elems : k;  // what one thread reads per step
@@ -128,6 +143,11 @@ LinearPath linear_path_for(int64_t m, int64_t n, int64_t k, DType dtype) {
 }
 
 void set_forced_linear_path(LinearPath p) { forced_path().store(p, std::memory_order_relaxed); }
+void set_gemv_split(int split) {
+  KILN_CHECK(valid_split(split), "set_gemv_split: expected 0, 1, 2, 4 or 8, got ", split);
+  forced_split().store(split, std::memory_order_relaxed);
+}
+int gemv_split() { return forced_split().load(std::memory_order_relaxed); }
 LinearPath forced_linear_path() { return forced_path().load(std::memory_order_relaxed); }
 
 bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias) {

@@ -27,6 +27,12 @@ LinearPath linear_path_for(int64_t m, int64_t n, int64_t k, DType dtype);
 void set_forced_linear_path(LinearPath p);
 LinearPath forced_linear_path();
 
+// The matrix-vector kernel's warps per weight-row group (split-K inside a block): 0 (the default) the
+// launcher's rule (split_for in linear.cu), or 1, 2, 4 or 8 for every launch, for tests and A/B runs of the
+// rule. The initial value comes from KILN_GEMV_SPLIT.
+void set_gemv_split(int split);
+int gemv_split();
+
 // linear on CUDA tensors. `path` overrides both the forced path and the heuristic when it is not Auto.
 // `taken`, when given, receives the path that ran.
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,

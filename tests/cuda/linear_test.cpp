@@ -141,6 +141,27 @@ TEST(CudaLinear, EveryForcedPathMatchesCpu) {
           }
 }
 
+// Every split-K the matrix-vector kernel can be launched with (set_gemv_split), also where a thread of the
+// group has no chunk of K at all: the same bits as the CPU on integer data, and the CPU's tolerance on random
+// data, for 1, 3 and 16 rows.
+TEST(CudaLinear, EveryGemvSplitMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  const int before = cuda::gemv_split();
+  for (int split : {1, 2, 4, 8})
+    for (DType dt : kDtypes)
+      for (const NK& s : {NK{64, 1000}, NK{37, 4097}, NK{129, 1028}, NK{5, 7}, NK{300, 64}, NK{3, 14344}})
+        for (int64_t m : {1, 3, 16}) {
+          cuda::set_gemv_split(split);
+          const std::string what = label(dt, m, s.n, s.k, true, str("split ", split).c_str());
+          const Pair xi = make(m, s.k, dt, 0, 0, true), wi = make(s.n, s.k, dt, 0, 0, true);
+          check_case(xi, wi, make_bias(s.n, dt, 0, true), LinearPath::Gemv, true, what + " ints");
+          const Pair x = make(m, s.k, dt), w = make(s.n, s.k, dt);
+          check_case(x, w, make_bias(s.n, dt), LinearPath::Gemv, false, what);
+        }
+  cuda::set_gemv_split(before);
+  EXPECT_THROW(cuda::set_gemv_split(3), Error);
+}
+
 // x and weight as views that start one element into their buffer (not 16-byte aligned), with rows further
 // apart than K (aligned and misaligned row strides), and the bias misaligned too.
 TEST(CudaLinear, MisalignedAndStridedSlicesMatchCpu) {
