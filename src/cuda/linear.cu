@@ -56,18 +56,24 @@ std::atomic<int>& forced_split() {
 // Activation rows per launch, rounded up to the instantiated counts (rows beyond M are masked).
 int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16; }
 
-// Warps per row group (split-K inside a block). Enough warps in the grid to keep about 32 per SM busy
-// (4 blocks of 8): at U * R 16-byte loads in flight per thread that is >= 64 KB in flight per SM, which
-// covers HBM latency (Little's law: ~4.8 TB/s * ~600 ns / 132 SMs ~ 22 KB). More warps per row only while
-// each thread still has at least one chunk of the row to read.
-// TUNE (H200 benchmark, `kiln bench ops`): the 32-warps-per-SM target and the one-chunk floor.
+// Warps per row group (split-K inside a block): doubled, up to 4, while the grid has fewer than 16 warps
+// per SM and each thread of the group keeps at least one chunk of the row. At U * R = 4 16-byte loads in
+// flight per thread, 16 warps hold 32 KB in flight per SM, which covers HBM latency (Little's law: ~4.8 TB/s
+// x ~600 ns / 132 SMs ~ 22 KB).
+// Measured on the H200 (docs/benchmarks.md, eighteenth run, every split forced at the 27 one-row bf16
+// shapes): the earlier rule (32 warps per SM, up to 8) took split 8 for N <= 1024, where 4 was 5-25% faster
+// (K4864 x N896 3.80 against 5.04 µs, K8192 x N1024 5.24 against 6.23), and split 2 for 3584-4096 rows,
+// where 1 was 1-12% faster (K2048 x N4096 5.18 against 5.88, K3584 x N3584 7.75 against 8.42). Split 8 was
+// the fastest at none of the 27. Long rows of few outputs still gain from a larger split that this rule
+// does not take (K25600 x N5120: 63.3 µs at split 2 or 4 against 69.6 at 1; K3584 x N18944 4% at 2).
 int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, int device) {
   if (const int forced = forced_split().load(std::memory_order_relaxed); forced > 0) return forced;
+  constexpr int kMaxSplit = 4;
   const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
-  const int64_t want_warps = static_cast<int64_t>(multiprocessor_count(device)) * 32;
+  const int64_t want_warps = static_cast<int64_t>(multiprocessor_count(device)) * 16;
   const int64_t units = vec ? k / vec_elems : k;  // what one thread reads per step
   int split = 1;
-  while (split < kernels::kGemvWarps && groups * split < want_warps && units >= 32 * (2 * split)) split *= 2;
+  while (split < kMaxSplit && groups * split < want_warps && units >= 32 * (2 * split)) split *= 2;
   return split;
 }
 
