@@ -61,10 +61,10 @@ int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <
 // flight per thread, 16 warps hold 32 KB in flight per SM, which covers HBM latency (Little's law: ~4.8 TB/s
 // x ~600 ns / 132 SMs ~ 22 KB).
 // Measured on the H200 (docs/benchmarks.md, eighteenth run, every split forced at the 27 one-row bf16
-// shapes): the earlier rule (32 warps per SM, up to 8) took split 8 for N <= 1024, where 4 was 5-25% faster
-// (K4864 x N896 3.80 against 5.04 µs, K8192 x N1024 5.24 against 6.23), and split 2 for 3584-4096 rows,
-// where 1 was 1-12% faster (K2048 x N4096 5.18 against 5.88, K3584 x N3584 7.75 against 8.42). Split 8 was
-// the fastest at none of the 27. Long rows of few outputs still gain from a larger split that this rule
+// shapes): the earlier rule (32 warps per SM, up to 8) took split 8 for N <= 1024, where 4 took 1-28% less
+// time (K4864 x N896 3.80 against 5.04 µs, K8192 x N1024 5.24 against 6.23), and split 2 for 3584-4096
+// rows, where 1 took 1-13% less (K2048 x N4096 5.18 against 5.88, K3584 x N3584 7.75 against 8.42). Split
+// 8 was the fastest at none of the 27. Long rows of few outputs still gain from a larger split that this rule
 // does not take (K25600 x N5120: 63.3 µs at split 2 or 4 against 69.6 at 1; K3584 x N18944 4% at 2).
 int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, int device) {
   if (const int forced = forced_split().load(std::memory_order_relaxed); forced > 0) return forced;
