@@ -147,17 +147,18 @@ TEST(CudaLinear, EveryForcedPathMatchesCpu) {
 TEST(CudaLinear, EveryGemvSplitMatchesCpu) {
   KILN_REQUIRE_CUDA();
   const int before = cuda::gemv_split();
-  for (int split : {1, 2, 4, 8})
+  for (int split : {1, 2, 4, 8}) {
+    cuda::set_gemv_split(split);
     for (DType dt : kDtypes)
       for (const NK& s : {NK{64, 1000}, NK{37, 4097}, NK{129, 1028}, NK{5, 7}, NK{300, 64}, NK{3, 14344}})
         for (int64_t m : {1, 3, 16}) {
-          cuda::set_gemv_split(split);
           const std::string what = label(dt, m, s.n, s.k, true, str("split ", split).c_str());
           const Pair xi = make(m, s.k, dt, 0, 0, true), wi = make(s.n, s.k, dt, 0, 0, true);
           check_case(xi, wi, make_bias(s.n, dt, 0, true), LinearPath::Gemv, true, what + " ints");
           const Pair x = make(m, s.k, dt), w = make(s.n, s.k, dt);
           check_case(x, w, make_bias(s.n, dt), LinearPath::Gemv, false, what);
         }
+  }
   cuda::set_gemv_split(before);
   EXPECT_THROW(cuda::set_gemv_split(3), Error);
 }
