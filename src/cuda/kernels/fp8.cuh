@@ -603,25 +603,21 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 4)
         wv[u][1] = gemv_load_stream(wpb + 4 * (sb + u));
       }
   };
+  // One batch: the next batch's loads into `next`, then `cur`'s steps; false after the last batch. The two
+  // buffers take turns, so no registers are copied.
   int s = s0;
-  if (s < s1) {
-    for (;;) {
-      const bool more = s + U < s1;
-      if (more) load(wb, s + U);
+  auto batch = [&](const uint4 (&cur)[U][2], uint4 (&next)[U][2]) {
+    const bool more = s + U < s1;
+    if (more) load(next, s + U);
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (s + u < s1) step(wa[u], s + u);
-      s += U;
-      if (!more) break;
-      const bool more2 = s + U < s1;
-      if (more2) load(wa, s + U);
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (s + u < s1) step(wb[u], s + u);
-      s += U;
-      if (!more2) break;
+    for (int u = 0; u < U; ++u)
+      if (s + u < s1) step(cur[u], s + u);
+    s += U;
+    return more;
+  };
+  if (s < s1)
+    while (batch(wa, wb) && batch(wb, wa)) {
     }
-  }
   flush();
 
   if (t == 0) {
