@@ -252,6 +252,15 @@ __device__ __forceinline__ void fp8_load_x16(const X* p, float (&f)[16]) {
   }
 }
 
+// Two register buffers in turn, no copies between them: batch(cur, next) issues the next batch's loads into
+// `next` (if there is one), uses `cur`, and returns whether there was a next batch. The pipelined CUDA-core
+// shapes and the tensor-core kernel share it.
+template <class Buf, class Batch>
+__device__ __forceinline__ void fp8_two_buffers(Buf& a, Buf& b, Batch&& batch) {
+  while (batch(a, b) && batch(b, a)) {
+  }
+}
+
 template <class T>
 __device__ __forceinline__ float fp8_elem_f32(T v) {
   if constexpr (std::is_same_v<T, float>) return v;
@@ -372,18 +381,13 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
       if (c + (U - 1) * group_threads < chunks) {
         uint4 a[U][R], b[U][R];
         gemv_load_step<U, R>(a, w, woff, c, group_threads, waited);
-        for (;;) {
+        fp8_two_buffers(a, b, [&](const uint4 (&cur)[U][R], uint4 (&next)[U][R]) {
           const bool more = c + step + (U - 1) * group_threads < chunks;
-          if (more) load(b, c + step);
-          compute(a, c);
+          if (more) load(next, c + step);
+          compute(cur, c);
           c += step;
-          if (!more) break;
-          const bool more2 = c + step + (U - 1) * group_threads < chunks;
-          if (more2) load(a, c + step);
-          compute(b, c);
-          c += step;
-          if (!more2) break;
-        }
+          return more;
+        });
       }
     } else {
       for (; c + (U - 1) * group_threads < chunks; c += step) {
@@ -603,21 +607,17 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 4)
         wv[u][1] = gemv_load_stream(wpb + 4 * (sb + u));
       }
   };
-  // One batch: the next batch's loads into `next`, then `cur`'s steps; false after the last batch. The two
-  // buffers take turns, so no registers are copied.
   int s = s0;
-  auto batch = [&](const uint4 (&cur)[U][2], uint4 (&next)[U][2]) {
-    const bool more = s + U < s1;
-    if (more) load(next, s + U);
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (s + u < s1) step(cur[u], s + u);
-    s += U;
-    return more;
-  };
   if (s < s1)
-    while (batch(wa, wb) && batch(wb, wa)) {
-    }
+    fp8_two_buffers(wa, wb, [&](const uint4 (&cur)[U][2], uint4 (&next)[U][2]) {
+      const bool more = s + U < s1;
+      if (more) load(next, s + U);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (s + u < s1) step(cur[u], s + u);
+      s += U;
+      return more;
+    });
   flush();
 
   if (t == 0) {
