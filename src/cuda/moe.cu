@@ -233,6 +233,12 @@ std::atomic<bool>& skip_idle_half_ref() {
   return on;
 }
 
+// The staged C epilogue of the 128-row TMA tiles (moe.h, set_grouped_tma_store).
+std::atomic<bool>& tma_store_ref() {
+  static std::atomic<bool> on{switch_from_env("KILN_GMM_TMA_STORE", false)};
+  return on;
+}
+
 // The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
 template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
@@ -347,6 +353,9 @@ bool grouped_fast_epilogue() { return fast_epilogue_ref().load(std::memory_order
 
 void set_grouped_wide_stores(bool on) { wide_stores_ref().store(on, std::memory_order_relaxed); }
 bool grouped_wide_stores() { return wide_stores_ref().load(std::memory_order_relaxed); }
+
+void set_grouped_tma_store(bool on) { tma_store_ref().store(on, std::memory_order_relaxed); }
+bool grouped_tma_store() { return tma_store_ref().load(std::memory_order_relaxed); }
 
 void set_grouped_skip_idle_half(bool on) { skip_idle_half_ref().store(on, std::memory_order_relaxed); }
 bool grouped_skip_idle_half() { return skip_idle_half_ref().load(std::memory_order_relaxed); }

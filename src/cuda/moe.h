@@ -62,6 +62,13 @@ bool grouped_wide_stores();
 // KILN_GMM_SKIP_IDLE_HALF=0|1.
 void set_grouped_skip_idle_half(bool on);
 bool grouped_skip_idle_half();
+// The 128-row TMA tile kernels on Hopper: a math warpgroup whose 64 rows all belong to the tile's group
+// stages its C rows in shared memory and stores them with TMA, asynchronously, instead of storing from
+// registers (16-bit C, rows contiguous and 16-byte aligned, no row scatter). Off by default; also
+// KILN_GMM_TMA_STORE=0|1. grouped_tma_store_launches(): launches that took it so far (for tests).
+void set_grouped_tma_store(bool on);
+bool grouped_tma_store();
+int64_t grouped_tma_store_launches();
 // Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaWide, TiledTmaCluster2 or
 // TiledTmaCluster4; tests check that a forced path ran).
 int64_t grouped_tma_launches(GroupedMmPath path);

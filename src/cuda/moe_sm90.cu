@@ -11,6 +11,7 @@
 
 #include "cuda/kernels/grouped_mm_sm90.cuh"
 #include "cuda/launch.h"
+#include "cuda/moe.h"
 
 namespace kiln::cuda {
 
@@ -18,8 +19,20 @@ namespace {
 
 // Launches per TMA instance: 128 x 128 tiles alone, in clusters of 2, of 4; 64 x 128 tiles; 128 x 256 tiles.
 std::atomic<int64_t> tma_counts[5];
+std::atomic<int64_t> tma_store_count{0};  // launches with the staged C epilogue
 constexpr int count_index(int bm, int bn, int cs) {
   return bm == 64 ? 3 : bn == 256 ? 4 : cs == 1 ? 0 : cs == 2 ? 1 : 2;
+}
+
+// Dynamic shared memory a block may opt into on `device` (cached per device).
+size_t max_optin_smem(int device) {
+  static std::mutex mu;
+  static std::map<int, size_t> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(device); it != cache.end()) return it->second;
+  int v = 0;
+  check(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+  return cache[device] = static_cast<size_t>(v);
 }
 
 // Clusters of CS blocks of `kernel` (dynamic shared memory smem) that can be resident at once on `device`
@@ -76,6 +89,19 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, BM / CS) ||
       !encode_tensor_map_3d(&tp.tb, p.b, bf16, b_dims, b_strides, 64, BN / 2))
     return false;
+  // C through shared memory and TMA stores (kernels/grouped_mm_sm90.cuh, gmm90_epilogue_tma) where the switch
+  // is on and C is 16-bit with contiguous, 16-byte aligned rows in product order, and the staging fits.
+  if constexpr (k90::tma_store_capable<BM, CS>()) {
+    const int64_t c_slots = batched ? p.G : 1;
+    const size_t with_stage = k90::tma_smem_bytes<BM, BN>(batched ? 0 : p.G, true);
+    if (grouped_tma_store() && p.fast_epilogue && !p.out_f32 && p.c_rows == nullptr && p.c_sn == 1 && p.c_sm > 0 &&
+        (p.c_sm * 2) % 16 == 0 && (!batched || (p.c_sg > 0 && (p.c_sg * 2) % 16 == 0)) &&
+        reinterpret_cast<uintptr_t>(p.c) % 16 == 0 && with_stage <= max_optin_smem(device)) {
+      const uint64_t c_dims[3] = {u(p.N), u(p.M), u(c_slots)};
+      const uint64_t c_strides[2] = {u(p.c_sm) * 2, batched ? u(p.c_sg) * 2 : u(p.c_sm) * 2 * u(p.M)};
+      tp.c_tma = encode_tensor_map_3d(&tp.tc, p.c, bf16, c_dims, c_strides, 64, 64) ? 1 : 0;
+    }
+  }
   const int64_t ncols = k90::tile_cols(p.act, BN);
   const int64_t nt = (p.N + ncols - 1) / ncols;
   const int64_t mt = (static_cast<int64_t>(p.M) + BM - 1) / BM;
@@ -86,11 +112,16 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   if (bound == 0) return true;
   tp.ntiles = static_cast<int>(nt);
   tp.mtiles = static_cast<int>(mt);
-  const size_t smem = k90::tma_smem_bytes<BM, BN>(batched ? 0 : p.G);
+  const size_t smem = k90::tma_smem_bytes<BM, BN>(batched ? 0 : p.G, tp.c_tma != 0);
   constexpr int threads = k90::tma_threads<BM>();
   auto go = [&](auto kernel) {
     const void* fn = reinterpret_cast<const void*>(kernel);
-    set_max_dynamic_smem(fn, k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups), device, op);
+    // The largest launch: every group scanned, or (with the staging) all the device allows a block.
+    set_max_dynamic_smem(fn,
+                         k90::tma_store_capable<BM, CS>()
+                             ? std::max(k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups), max_optin_smem(device))
+                             : k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups),
+                         device, op);
     // Persistent: tma_blocks_per_sm blocks per SM, or as many clusters as can be resident at once.
     int64_t clusters = static_cast<int64_t>(multiprocessor_count(device)) * k90::tma_blocks_per_sm<BM>() / CS;
     if (CS > 1) {
@@ -114,12 +145,15 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
     }
     check(cudaLaunchKernelEx(&cfg, kernel, tp), op);
     tma_counts[count_index(BM, BN, CS)].fetch_add(1, std::memory_order_relaxed);
+    if (tp.c_tma) tma_store_count.fetch_add(1, std::memory_order_relaxed);
     return true;
   };
   return bf16 ? go(k90::gmm_tma_kernel<BFloat16, BM, BN, CS>) : go(k90::gmm_tma_kernel<Half, BM, BN, CS>);
 }
 
 }  // namespace
+
+int64_t grouped_tma_store_launches() { return tma_store_count.load(std::memory_order_relaxed); }
 
 int64_t gmm_tma_launches(Gmm90Kernel which) {
   switch (which) {

@@ -52,6 +52,8 @@ using FastEpilogue = SettingScope<bool, cuda::grouped_fast_epilogue, cuda::set_g
 using WideStores = SettingScope<bool, cuda::grouped_wide_stores, cuda::set_grouped_wide_stores>;
 // The 128-row tiles' idle warpgroup skipping its MMAs (on by default).
 using SkipIdleHalf = SettingScope<bool, cuda::grouped_skip_idle_half, cuda::set_grouped_skip_idle_half>;
+// The 128-row TMA tiles' staged C epilogue (off by default).
+using TmaStore = SettingScope<bool, cuda::grouped_tma_store, cuda::set_grouped_tma_store>;
 const char* path_name(GroupedMmPath p) {
   switch (p) {
     case GroupedMmPath::Decode: return "decode";
@@ -201,6 +203,36 @@ TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
     if (tma && cuda::wgmma_available(0))
       EXPECT_GT(cuda::grouped_tma_launches(path), before) << "the forced TMA kernel never ran";
   }
+}
+
+// The staged C epilogue of the 128-row TMA tiles (TMA stores from shared memory): 16-bit C whose rows are
+// 16-byte aligned. Groups whose last tiles hold 116, 60, 20 and 106 rows, so one warpgroup stores through
+// shared memory and the other from registers within a tile; a last column tile of 24 columns (the boxes
+// past N write nothing); rows past the last offset (zeros). Every element against the CPU, with the output
+// poisoned; the launch counter shows the staged epilogue ran.
+TEST(CudaGroupedMm, TmaStoreEpilogueMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  for (GroupedMmPath path : {GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide})
+    for (DType d : {DType::BF16, DType::F16})
+      for (bool integers : {false, true}) {
+        ForcePath force(path);
+        TmaStore store(true);
+        SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), integers ? " ints" : ""));
+        const int64_t M = 3000, K = 136, N = 1304;
+        const std::vector<int32_t> ends = {500, 1200, 1200, 2500, 2990};
+        const Tensor a = rnd({M, K}, d, integers);
+        const Tensor b = rnd({static_cast<int64_t>(ends.size()), N, K}, d, integers).transpose(1, 2);
+        const int64_t before = cuda::grouped_tma_store_launches();
+        EXPECT_TRUE(check_gmm_views(a, b, from_vector<int32_t>(ends), std::nullopt, integers, K));
+        if (cuda::wgmma_available(0))
+          EXPECT_GT(cuda::grouped_tma_store_launches(), before) << "the staged epilogue never ran";
+        // Batched (a slot of C per group), and a shape too small for a whole warpgroup of rows.
+        for (const Shape& sh : {Shape{3, 300, 136, 280}, Shape{2, 40, 64, 72}}) {
+          const Tensor ab = rnd({sh[0], sh[1], sh[2]}, d, integers);
+          EXPECT_TRUE(check_gmm(ab, rnd({sh[0], sh[2], sh[3]}, d, integers), std::nullopt, std::nullopt, integers, sh[2]))
+              << "batched " << shape_str(sh);
+        }
+      }
 }
 
 // Auto's tile size on Hopper follows the rows per group: 64 x 128 tiles at 32 rows a group, 128 x 128 at
@@ -515,20 +547,26 @@ TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
 TEST(CudaMoeForward, StraightRunEpilogueMatchesCpu) {
   KILN_REQUIRE_CUDA();
   for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide})
-    // the general loop, the straight run, its 16-byte stores; those without skipping idle halves
-    for (int form : {0, 1, 2, 3}) {
+    // the general loop, the straight run, its 16-byte stores; those without skipping idle halves; the
+    // staged epilogue (128-row TMA tiles)
+    for (int form : {0, 1, 2, 3, 4}) {
       const bool fast = form > 0;
       ForcePath force(path);
       FastEpilogue fast_scope(fast);
       WideStores wide_scope(form >= 2);
       SkipIdleHalf skip_scope(form != 3);
+      TmaStore store(form == 4);
       SCOPED_TRACE(str(path_name(path), fast ? " straight-run epilogue" : " general epilogue",
-                       form >= 2 ? " (16-byte stores)" : "", form == 3 ? " without skipping idle halves" : ""));
+                       form >= 2 ? " (16-byte stores)" : "", form == 3 ? " without skipping idle halves" : "",
+                       form == 4 ? " staged through shared memory" : ""));
       const bool tma = path != GroupedMmPath::Tiled;
       const int64_t before = tma ? cuda::grouped_tma_launches(path) : 0;
+      const int64_t staged = cuda::grouped_tma_store_launches();
       for (DType d : {DType::BF16, DType::F16}) check_moe(MoeCase{300, 256, 192, 4, 2, true}, d, false);
       if (tma && cuda::wgmma_available(0))
         EXPECT_GT(cuda::grouped_tma_launches(path), before) << "the forced TMA kernel never ran";
+      if (form == 4 && (path == GroupedMmPath::TiledTma || path == GroupedMmPath::TiledTmaWide) && cuda::wgmma_available(0))
+        EXPECT_GT(cuda::grouped_tma_store_launches(), staged) << "the staged epilogue never ran";
     }
 }
 

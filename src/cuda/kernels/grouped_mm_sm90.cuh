@@ -394,21 +394,87 @@ template <int BM, int BN>
 constexpr int tma_stages() {
   return BM == 64 ? 4 : BN == 128 ? 6 : 4;  // 4 x 24 KB (two blocks per SM), 6 x 32 KB or 4 x 48 KB
 }
-// The ring (1024-aligned), full[S] and empty[S] barriers, then the scanned offsets (2 G + 1 ints).
+// The epilogue through shared memory (GmmTmaParams::c_tma; 128-row tiles, no clusters): each math warpgroup
+// stages its 64 rows of C, 128 columns at a time, in two 64 x 64 boxes (16 KB, 128-byte rows with the
+// 128-byte swizzle), and one of its threads stores them with TMA, asynchronously: the warpgroup goes on to
+// the next tile's MMAs while the boxes drain, and waits for them only when it next writes the buffer.
+constexpr uint32_t kCStageBytes = 2 * 16384;  // both warpgroups' buffers
+template <int BM, int CS>
+constexpr bool tma_store_capable() {
+  return BM == 128 && CS == 1;
+}
+// The ring (1024-aligned), the C staging buffers (c_stage), full[S] and empty[S] barriers, then the scanned
+// offsets (2 G + 1 ints).
 template <int BM, int BN>
-constexpr size_t tma_smem_bytes(int groups) {
-  return 1024 + static_cast<size_t>(tma_stages<BM, BN>()) * tma_stage_bytes<BM, BN>() + 16 * tma_stages<BM, BN>() +
-         static_cast<size_t>(2 * groups + 1) * 4;
+constexpr size_t tma_smem_bytes(int groups, bool c_stage = false) {
+  return 1024 + static_cast<size_t>(tma_stages<BM, BN>()) * tma_stage_bytes<BM, BN>() + (c_stage ? kCStageBytes : 0) +
+         16 * tma_stages<BM, BN>() + static_cast<size_t>(2 * groups + 1) * 4;
 }
 
 struct GmmTmaParams {
   CUtensorMap ta;  // A: (K, rows, slots), slots = groups for Batched A with a group stride, else 1; box rows BM / CS
   CUtensorMap tb;  // B: (K, rows = N or 2 N with act, slots = groups, or 1 when B has no group stride)
+  CUtensorMap tc;  // C (c_tma): (N, M, slots = groups for Batched C, else 1), boxes of 64 x 64
   GmmArgs p;
   int a_slots, b_slots;  // 1: the group picks the slot; 0: slot 0
   int ntiles;            // n-tiles: ceil(N / tile_cols(act, BN))
   int mtiles;            // Batched: m-tiles per group, ceil(M / BM)
+  int c_tma;             // 1: whole warpgroup row ranges of C go out through tc (16-bit C, no c_rows; tma_store_capable)
 };
+
+// The staged epilogue of one math warpgroup (thread t of its 128) over C rows row0..row0 + 63 (all stored),
+// output columns from n0, slot `slot` of tc; `bar`: the warpgroup's named barrier; cbuf: its 16 KB buffer.
+// acc as in gmm90_epilogue. Thread t writes its 4-byte column pairs: row r = 16 (t / 32) + (t % 32) / 4 (+ 8),
+// column group j (8 columns, one 16-byte chunk of a 128-byte box row) at chunk j ^ (r % 8): the eight rows of
+// a warp's store land in eight different chunks, so its 32 lanes hit 32 different banks.
+template <class T, int BN>
+__device__ __forceinline__ void gmm90_epilogue_tma(const CUtensorMap* tc, uint32_t cbuf, int bar, const float (&acc)[BN / 2],
+                                                   bool act, int row0, int64_t n0, int slot, int t) {
+  constexpr int kOutJ = BN / 8;  // column groups of 8 in the product
+  const int lane = t % 32;
+  const int r = (t / 32) * 16 + lane / 4;
+  const uint32_t base = cbuf + static_cast<uint32_t>(r) * 128 + static_cast<uint32_t>(lane % 4) * 4;
+  const uint32_t sw = static_cast<uint32_t>(lane / 4);  // r % 8, the swizzle phase of both of the thread's rows
+  auto pack = [](float v0, float v1) {
+    const T lo = gemv_from_f32<T>(v0), hv = gemv_from_f32<T>(v1);
+    return static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hv.x) << 16);
+  };
+  const int groups = act ? kOutJ / 2 : kOutJ;  // output column groups
+#pragma unroll
+  for (int rd = 0; rd < (kOutJ + 15) / 16; ++rd) {
+    if (rd * 16 >= groups) break;
+    if (t == 0) bulk_wait_read_all();  // the buffer's previous boxes have been read
+    named_sync(bar, 128);
+#pragma unroll
+    for (int jj = 0; jj < 16; ++jj) {
+      const int j = rd * 16 + jj;
+      if (j >= kOutJ || j >= groups) break;
+      const uint32_t box = static_cast<uint32_t>(jj / 8) * 8192;
+      const uint32_t chunk = (static_cast<uint32_t>(jj % 8) ^ sw) << 4;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v0, v1;
+        if (act) {
+          const int ju = j + kOutJ / 2 < kOutJ ? j + kOutJ / 2 : j;  // (in range for every unrolled j)
+          v0 = moe_math::silu_mul(acc[4 * j + 2 * h], acc[4 * ju + 2 * h]);
+          v1 = moe_math::silu_mul(acc[4 * j + 2 * h + 1], acc[4 * ju + 2 * h + 1]);
+        } else {
+          v0 = acc[4 * j + 2 * h];
+          v1 = acc[4 * j + 2 * h + 1];
+        }
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + box + chunk + h * 8 * 128), "r"(pack(v0, v1)) : "memory");
+      }
+    }
+    fence_proxy_async();  // the writes, visible to the copy engine
+    named_sync(bar, 128);
+    if (t == 0) {
+      const int nb = groups - rd * 16 > 8 ? 2 : 1;
+      for (int b = 0; b < nb; ++b)
+        tma_store_3d(tc, cbuf + static_cast<uint32_t>(b) * 8192, static_cast<int>(n0) + 128 * rd + 64 * b, row0, slot);
+      bulk_commit();
+    }
+  }
+}
 
 template <class T, int BM, int BN, int CS>
 __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
@@ -426,7 +492,10 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   __shared__ int warp_tmp[kThreadsAll / 32];
   const uint32_t raw = smem_addr(sm_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;
-  const uint32_t full = ring + S * kStage, empty = full + 8 * S;
+  // C staging buffers (tp.c_tma) after the ring: 1024-aligned, as the 128-byte swizzle of the boxes needs.
+  const bool c_tma = tma_store_capable<BM, CS>() && tp.c_tma != 0;
+  const uint32_t cstage = ring + S * kStage;
+  const uint32_t full = cstage + (c_tma ? kCStageBytes : 0), empty = full + 8 * S;
   int* const dyn = reinterpret_cast<int*>(sm_raw + (empty + 8 * S - raw));  // gmm_scan_row_tiles' 2 G + 1 ints
   const GmmArgs& p = tp.p;
   const int tid = static_cast<int>(threadIdx.x);
@@ -561,7 +630,18 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     wg_wait_all();
     fence_regs(acc);
     if (steps > 0) release((it - 1) % S);
-    if (mine) gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
+    if (!mine) continue;
+    if constexpr (tma_store_capable<BM, CS>()) {
+      if (c_tma && m0 + 64 * wg + 64 <= m1) {  // the warpgroup's 64 rows are all this group's
+        gmm90_epilogue_tma<T, BN>(&tp.tc, cstage + static_cast<uint32_t>(wg) * (kCStageBytes / 2), 1 + wg, acc, p.act,
+                                  m0 + 64 * wg, n0, static_cast<int>(cg), tid % 128);
+        continue;
+      }
+    }
+    gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
+  }
+  if constexpr (tma_store_capable<BM, CS>()) {
+    if (c_tma && tid % 128 == 0) bulk_wait_all();  // the staged boxes are written before the block exits
   }
 #else
   __trap();  // not an sm_90a build: the host does not launch this kernel
