@@ -24,15 +24,20 @@ constexpr int count_index(int bm, int bn, int cs) {
   return bm == 64 ? 3 : bn == 256 ? 4 : cs == 1 ? 0 : cs == 2 ? 1 : 2;
 }
 
-// Dynamic shared memory a block may opt into on `device` (cached per device).
-size_t max_optin_smem(int device) {
+// Dynamic shared memory a block of `kernel` may opt into on `device`: the device's per-block limit less the
+// kernel's static shared memory (cached per kernel and device).
+size_t max_dynamic_smem(const void* kernel, int device) {
   static std::mutex mu;
-  static std::map<int, size_t> cache;
+  static std::map<std::pair<const void*, int>, size_t> cache;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(device); it != cache.end()) return it->second;
-  int v = 0;
-  check(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
-  return cache[device] = static_cast<size_t>(v);
+  const auto key = std::make_pair(kernel, device);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  int optin = 0;
+  check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+  cudaFuncAttributes attr = {};
+  check(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
+  const size_t limit = static_cast<size_t>(optin) > attr.sharedSizeBytes ? static_cast<size_t>(optin) - attr.sharedSizeBytes : 0;
+  return cache[key] = limit;
 }
 
 // Clusters of CS blocks of `kernel` (dynamic shared memory smem) that can be resident at once on `device`
@@ -94,9 +99,11 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   if constexpr (k90::tma_store_capable<BM, CS>()) {
     const int64_t c_slots = batched ? p.G : 1;
     const size_t with_stage = k90::tma_smem_bytes<BM, BN>(batched ? 0 : p.G, true);
+    const void* fn = bf16 ? reinterpret_cast<const void*>(k90::gmm_tma_kernel<BFloat16, BM, BN, CS>)
+                          : reinterpret_cast<const void*>(k90::gmm_tma_kernel<Half, BM, BN, CS>);
     if (grouped_tma_store() && p.fast_epilogue && !p.out_f32 && p.c_rows == nullptr && p.c_sn == 1 && p.c_sm > 0 &&
         (p.c_sm * 2) % 16 == 0 && (!batched || (p.c_sg > 0 && (p.c_sg * 2) % 16 == 0)) &&
-        reinterpret_cast<uintptr_t>(p.c) % 16 == 0 && with_stage <= max_optin_smem(device)) {
+        reinterpret_cast<uintptr_t>(p.c) % 16 == 0 && with_stage <= max_dynamic_smem(fn, device)) {
       const uint64_t c_dims[3] = {u(p.N), u(p.M), u(c_slots)};
       const uint64_t c_strides[2] = {u(p.c_sm) * 2, batched ? u(p.c_sg) * 2 : u(p.c_sm) * 2 * u(p.M)};
       tp.c_tma = encode_tensor_map_3d(&tp.tc, p.c, bf16, c_dims, c_strides, 64, 64) ? 1 : 0;
@@ -119,7 +126,7 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
     // The largest launch: every group scanned, or (with the staging) all the device allows a block.
     set_max_dynamic_smem(fn,
                          k90::tma_store_capable<BM, CS>()
-                             ? std::max(k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups), max_optin_smem(device))
+                             ? std::max(k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups), max_dynamic_smem(fn, device))
                              : k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups),
                          device, op);
     // Persistent: tma_blocks_per_sm blocks per SM, or as many clusters as can be resident at once.

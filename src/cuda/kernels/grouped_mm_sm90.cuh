@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
   static_assert(BN == 128 || BN == 256, "128 or 256 product columns");
   constexpr int kStages = stages<BN>(), kAhead = kStages - 2;  // a stage is refilled once the MMAs two steps back are done
   constexpr uint32_t kStage = stage_bytes<BN>();
-  extern __shared__ __align__(1024) unsigned char sm_raw[];
+  extern __shared__ __align__(16) unsigned char sm_raw[];  // the ring aligns itself
   __shared__ int warp_tmp[kThreads / 32];
   const uint32_t raw = smem_addr(sm_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;  // stage s: A at ring + s kStage, B after it
@@ -488,15 +488,17 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   constexpr uint32_t kStage = tma_stage_bytes<BM, BN>();
   constexpr int kMath = tma_math_threads<BM>(), kThreadsAll = tma_threads<BM>();
   constexpr int kARows = BM / CS;  // A rows each block of a cluster copies
-  extern __shared__ __align__(1024) unsigned char sm_raw[];
+  // 16-byte aligned (the ring aligns itself): an __align__(1024) here would reserve 1 KB of static shared
+  // memory, which the C staging buffers need at 128 groups.
+  extern __shared__ __align__(16) unsigned char gmm_tma_raw[];
   __shared__ int warp_tmp[kThreadsAll / 32];
-  const uint32_t raw = smem_addr(sm_raw);
+  const uint32_t raw = smem_addr(gmm_tma_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;
   // C staging buffers (tp.c_tma) after the ring: 1024-aligned, as the 128-byte swizzle of the boxes needs.
   const bool c_tma = tma_store_capable<BM, CS>() && tp.c_tma != 0;
   const uint32_t cstage = ring + S * kStage;
   const uint32_t full = cstage + (c_tma ? kCStageBytes : 0), empty = full + 8 * S;
-  int* const dyn = reinterpret_cast<int*>(sm_raw + (empty + 8 * S - raw));  // gmm_scan_row_tiles' 2 G + 1 ints
+  int* const dyn = reinterpret_cast<int*>(gmm_tma_raw + (empty + 8 * S - raw));  // gmm_scan_row_tiles' 2 G + 1 ints
   const GmmArgs& p = tp.p;
   const int tid = static_cast<int>(threadIdx.x);
   const int rank = CS > 1 ? static_cast<int>(cluster_rank()) : 0;
