@@ -398,6 +398,7 @@ constexpr int tma_stages() {
 // stages its 64 rows of C, 128 columns at a time, in two 64 x 64 boxes (16 KB, 128-byte rows with the
 // 128-byte swizzle), and one of its threads stores them with TMA, asynchronously: the warpgroup goes on to
 // the next tile's MMAs while the boxes drain, and waits for them only when it next writes the buffer.
+// Opt-in: measured within noise of the register epilogue on the H200 (docs/benchmarks.md, nineteenth run).
 constexpr uint32_t kCStageBytes = 2 * 16384;  // both warpgroups' buffers
 template <int BM, int CS>
 constexpr bool tma_store_capable() {
