@@ -64,8 +64,11 @@ int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <
 // shapes): the earlier rule (32 warps per SM, up to 8) took split 8 for N <= 1024, where 4 took 1-28% less
 // time (K4864 x N896 3.80 against 5.04 µs, K8192 x N1024 5.24 against 6.23), and split 2 for 3584-4096
 // rows, where 1 took 1-13% less (K2048 x N4096 5.18 against 5.88, K3584 x N3584 7.75 against 8.42). Split
-// 8 was the fastest at none of the 27. Long rows of few outputs still gain from a larger split that this rule
-// does not take (K25600 x N5120: 63.3 µs at split 2 or 4 against 69.6 at 1; K3584 x N18944 4% at 2).
+// 8 was the fastest at none of the 27.
+// Long rows in a grid whose last round of warps is less than half full: those few warps each stream whole long
+// rows while most of the device idles, so such a grid doubles its split once more where each thread holds at
+// least 64 chunks before (32 after) the doubling (K25600 x N5120: 63.3 µs at split 2 or 4 against 69.6 at 1, eighteenth run; the
+// other 26 shapes do not meet the condition).
 int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, int device) {
   if (const int forced = forced_split().load(std::memory_order_relaxed); forced > 0) return forced;
   constexpr int kMaxSplit = 4;
@@ -74,6 +77,9 @@ int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, 
   const int64_t units = vec ? k / vec_elems : k;  // what one thread reads per step
   int split = 1;
   while (split < kMaxSplit && groups * split < want_warps && units >= 32 * (2 * split)) split *= 2;
+  const int64_t warps = groups * split;
+  if (split < kMaxSplit && warps > want_warps && 2 * (warps % want_warps) < want_warps && units >= 32 * 64 * split)
+    split *= 2;
   return split;
 }
 
