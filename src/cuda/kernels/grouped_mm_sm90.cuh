@@ -67,6 +67,13 @@ __device__ __forceinline__ void mma_k64(float (&acc)[BN / 2], uint32_t a_addr, u
     Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
 }
 
+// Two values rounded to the 16-bit C type T, packed low column first (one 4-byte store of a column pair).
+template <class T>
+__device__ __forceinline__ uint32_t gmm90_pack2(float v0, float v1) {
+  const T lo = gemv_from_f32<T>(v0), hi = gemv_from_f32<T>(v1);
+  return static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+}
+
 // The epilogue's straight run (GmmArgs::fast_epilogue, the default): every column pair of the thread's two
 // rows (C offsets roff) as one store (4 bytes of 16-bit C, 8 of f32 C) at columns nb + 8 j, no per-element
 // check: the caller has established that both rows are stored, C's columns are contiguous and aligned and
@@ -88,10 +95,6 @@ __device__ __forceinline__ void gmm90_store_run16(T* c, const int64_t (&roff)[2]
   const bool odd = t & 1, hi = t & 2;
   // The quad's lanes share their rows, so they take this path together; other quads of the warp may not.
   const unsigned quad = 0xFu << (lane & ~3);
-  auto pack = [](float v0, float v1) {
-    const T lo = gemv_from_f32<T>(v0), hv = gemv_from_f32<T>(v1);
-    return static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hv.x) << 16);
-  };
   // w[i]: this lane's pair of j = j0 + i; out: the eight columns of j0 + t, stored at column n0 + 8 (j0 + t).
   auto emit = [&](int64_t off, uint32_t (&w)[4], int j0) {
     // Round 1 (lanes t, t ^ 1): a word whose index differs from t in bit 0 comes from the partner's index ^ 1.
@@ -119,7 +122,7 @@ __device__ __forceinline__ void gmm90_store_run16(T* c, const int64_t (&roff)[2]
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int j = j0 + i;
-          w[i] = pack(moe_math::silu_mul(acc[4 * j + 2 * h], acc[4 * (j + kOutJ / 2) + 2 * h]),
+          w[i] = gmm90_pack2<T>(moe_math::silu_mul(acc[4 * j + 2 * h], acc[4 * (j + kOutJ / 2) + 2 * h]),
                       moe_math::silu_mul(acc[4 * j + 2 * h + 1], acc[4 * (j + kOutJ / 2) + 2 * h + 1]));
         }
         emit(roff[h], w, j0);
@@ -131,7 +134,7 @@ __device__ __forceinline__ void gmm90_store_run16(T* c, const int64_t (&roff)[2]
       for (int h = 0; h < 2; ++h) {
         uint32_t w[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = pack(acc[4 * (j0 + i) + 2 * h], acc[4 * (j0 + i) + 2 * h + 1]);
+        for (int i = 0; i < 4; ++i) w[i] = gmm90_pack2<T>(acc[4 * (j0 + i) + 2 * h], acc[4 * (j0 + i) + 2 * h + 1]);
         emit(roff[h], w, j0);
       }
   }
@@ -145,8 +148,7 @@ __device__ __forceinline__ void gmm90_store_run(C* c, const int64_t (&roff)[2], 
     if constexpr (std::is_same_v<C, float>) {
       *reinterpret_cast<float2*>(c + off) = make_float2(v0, v1);
     } else {
-      const C lo = gemv_from_f32<C>(v0), hi = gemv_from_f32<C>(v1);
-      *reinterpret_cast<uint32_t*>(c + off) = static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+      *reinterpret_cast<uint32_t*>(c + off) = gmm90_pack2<C>(v0, v1);
     }
   };
   if (!std::is_same_v<C, float> && act) {
@@ -209,9 +211,7 @@ __device__ __forceinline__ void gmm90_epilogue(const GmmArgs& p, const float (&a
         if (p.out_f32) {
           *reinterpret_cast<float2*>(static_cast<float*>(p.c) + off) = make_float2(v0, v1);
         } else {
-          const T lo = gemv_from_f32<T>(v0), hi = gemv_from_f32<T>(v1);
-          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.c) + off) =
-              static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+          *reinterpret_cast<uint32_t*>(static_cast<T*>(p.c) + off) = gmm90_pack2<T>(v0, v1);
         }
       } else {
         gmm_store_at<T>(p, off, v0);
@@ -436,10 +436,6 @@ __device__ __forceinline__ void gmm90_epilogue_tma(const CUtensorMap* tc, uint32
   const int r = (t / 32) * 16 + lane / 4;
   const uint32_t base = cbuf + static_cast<uint32_t>(r) * 128 + static_cast<uint32_t>(lane % 4) * 4;
   const uint32_t sw = static_cast<uint32_t>(lane / 4);  // r % 8, the swizzle phase of both of the thread's rows
-  auto pack = [](float v0, float v1) {
-    const T lo = gemv_from_f32<T>(v0), hv = gemv_from_f32<T>(v1);
-    return static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hv.x) << 16);
-  };
   const int groups = act ? kOutJ / 2 : kOutJ;  // output column groups
 #pragma unroll
   for (int rd = 0; rd < (kOutJ + 15) / 16; ++rd) {
@@ -463,7 +459,7 @@ __device__ __forceinline__ void gmm90_epilogue_tma(const CUtensorMap* tc, uint32
           v0 = acc[4 * j + 2 * h];
           v1 = acc[4 * j + 2 * h + 1];
         }
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + box + chunk + h * 8 * 128), "r"(pack(v0, v1)) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + box + chunk + h * 8 * 128), "r"(gmm90_pack2<T>(v0, v1)) : "memory");
       }
     }
     fence_proxy_async();  // the writes, visible to the copy engine
