@@ -247,9 +247,8 @@ void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cu
   const int64_t gx = (p.N + cols - 1) / cols;
   KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
-  const size_t smem = static_cast<size_t>(p.G) * sizeof(int);
   auto go = [&](auto kernel) {
-    launch_dependent(kernel, grid, dim3(kernels::kDecThreads), smem, stream, device, op, p, split, vec);
+    launch_dependent(kernel, grid, dim3(kernels::kDecThreads), 0, stream, device, op, p, split, vec);
   };
   if (!decode_one_row(p)) go(kernels::gmm_decode_kernel<T, F8>);
   else if constexpr (F8) go(kernels::gmm_decode_kernel<T, F8, 1>);

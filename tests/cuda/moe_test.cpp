@@ -385,6 +385,39 @@ TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
   }
 }
 
+// The decode kernel's warps find their row's group straight from the offsets, 128 at a time: G up to 2048 and
+// not a multiple of 32, a group alone in the last chunk (G = 129), runs of empty groups across chunks, rows
+// past the last offset (zeros); then invalid offsets in a later chunk (one below its predecessor, one past M):
+// the error raised at synchronize() and the product taken with the sanitised offsets. Integer data, every
+// element compared bit for bit.
+TEST(CudaGroupedMm, DecodeFindsGroupsAcrossManyOffsets) {
+  KILN_REQUIRE_CUDA();
+  ForcePath force(GroupedMmPath::Decode);
+  const int64_t M = 12, K = 72, N = 24;
+  for (int G : {33, 129, 300, 2048})
+    for (DType d : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(str("G=", G, " ", dtype_name(d)));
+      // Rows 0..9 in groups spread over 0..G-1 (non-decreasing); rows 10 and 11 past the last offset.
+      std::vector<int32_t> ends(static_cast<size_t>(G), 0);
+      for (int r = 0; r < 10; ++r)
+        for (int g = r * (G - 1) / 9; g < G; ++g) ++ends[static_cast<size_t>(g)];
+      const Tensor a = rnd({M, K}, d, true);
+      const Tensor b = rnd({G, N, K}, d, true).transpose(1, 2);
+      EXPECT_TRUE(check_gmm(a, b, from_vector<int32_t>(ends), std::nullopt, true, K));
+      if (G < 300) continue;
+      std::vector<int32_t> bad = ends, sane(static_cast<size_t>(G));
+      bad[200] = 0;
+      bad[250] = 1000;
+      for (int g = 0, run = 0; g < G; ++g) {
+        run = std::max(run, bad[static_cast<size_t>(g)]);
+        sane[static_cast<size_t>(g)] = std::min<int32_t>(run, static_cast<int32_t>(M));
+      }
+      const Tensor out = grouped_mm(a.to(kGpu), b.to(kGpu), offsets(bad));
+      EXPECT_TRUE(test::throws_error([&] { synchronize(kGpu); }, {"grouped_mm", "invalid group offset"}));
+      EXPECT_TRUE(test::equal(out.to(kCPU), grouped_mm(a, b, from_vector<int32_t>(sane))));
+    }
+}
+
 // Invalid offsets: no error at the call, an error naming grouped_mm at the next synchronize(), the output
 // computed with the sanitised offsets (running maximum clamped to [0, extent]), nothing else written.
 TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {

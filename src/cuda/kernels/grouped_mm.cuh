@@ -10,7 +10,8 @@
 // valid offsets s = offs; for invalid ones s is still non-decreasing and within [0, extent], so every
 // index below stays in bounds, and one block records the error (device_error.h) for the host to raise at
 // its next synchronisation. The host never reads offs: each block loads them into shared memory, scans
-// them and finds its own group (a binary search), and exits when it has none.
+// them and finds its own group (a binary search), and exits when it has none; the decode kernel's warps
+// each find their row's group straight from offs (gmm_row_group_warp: a ballot per 32 offsets).
 //
 // Two kernels:
 //  - gmm_decode_kernel (RowGroups, few rows per group): matrix-vector style. blockIdx.y is a row slot j of
@@ -124,20 +125,78 @@ __device__ void gmm_block_scan(int* data, int n, Op op, int identity, int* warp_
   }
 }
 
+// Offset g is invalid: negative, past the extent or below the one before it.
+__device__ __forceinline__ bool gmm_offset_invalid(const int32_t* __restrict__ offs, int g, int v, int extent) {
+  const int prev = g > 0 ? offs[g - 1] : 0;
+  return v < 0 || v > extent || v < prev;
+}
+
 // s[0, G) = the sanitised offsets (see the top of the file); `report`: this block records invalid ones.
 template <int THREADS>
 __device__ void gmm_load_offsets(const int32_t* __restrict__ offs, int G, int extent, int* s, int* warp_tmp,
                                  DeviceErrorRecord* err, bool report) {
   for (int g = static_cast<int>(threadIdx.x); g < G; g += THREADS) {
     const int v = offs[g];
-    if (report) {
-      const int prev = g > 0 ? offs[g - 1] : 0;
-      if (v < 0 || v > extent || v < prev)
-        report_device_error(err, DeviceErrorCode::InvalidOffsets, OpId::GroupedMm, v, extent);
-    }
+    if (report && gmm_offset_invalid(offs, g, v, extent))
+      report_device_error(err, DeviceErrorCode::InvalidOffsets, OpId::GroupedMm, v, extent);
     s[g] = v < 0 ? 0 : (v > extent ? extent : v);
   }
   gmm_block_scan<THREADS>(s, G, ScanMax{}, 0, warp_tmp);
+}
+
+// Invalid offsets recorded (as gmm_load_offsets' `report`), without the scan. Every thread of the block calls.
+template <int THREADS>
+__device__ void gmm_report_offsets(const int32_t* __restrict__ offs, int G, int extent, DeviceErrorRecord* err) {
+  for (int g = static_cast<int>(threadIdx.x); g < G; g += THREADS) {
+    const int v = offs[g];
+    if (gmm_offset_invalid(offs, g, v, extent))
+      report_device_error(err, DeviceErrorCode::InvalidOffsets, OpId::GroupedMm, v, extent);
+  }
+}
+
+// The group of row r (0 <= r < extent) under the sanitised offsets s, found by one warp on its own (all 32
+// lanes call; no shared memory, no barrier): the first g with s[g] > r, or G. As r < extent, s[g] > r exactly
+// when some offs[i <= g] > r, so g is the first index whose raw offset exceeds r; then start = s[g - 1] (the
+// largest clamped offset before g, 0 for g = 0) and end = s[g] = clamp(offs[g]) (end = extent for g = G).
+// The offsets load 128 at a time (four per lane in flight), one ballot per 32 of them; the lanes' running
+// maxima of the clamped offsets meet in one warp reduction, only for the chunk that holds g.
+__device__ __forceinline__ int gmm_row_group_warp(const int32_t* __restrict__ offs, int G, int extent, int r, int& start,
+                                                  int& end) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  auto clamp = [extent](int v) { return v < 0 ? 0 : (v > extent ? extent : v); };
+  auto warp_max = [](int v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+      const int o = __shfl_xor_sync(0xFFFFFFFFu, v, d);
+      v = o > v ? o : v;
+    }
+    return v;
+  };
+  int lmax = 0;  // this lane's largest clamped offset in the chunks passed
+  for (int base = 0; base < G; base += 128) {
+    int v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int g = base + 32 * u + lane;
+      v[u] = g < G ? __ldg(offs + g) : -1;  // past G: never above r, clamps to 0
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const unsigned hit = __ballot_sync(0xFFFFFFFFu, v[u] > r);
+      if (hit != 0) {
+        const int first = __ffs(hit) - 1;
+        const int c = clamp(v[u]);
+        start = warp_max(lane < first && c > lmax ? c : lmax);
+        end = __shfl_sync(0xFFFFFFFFu, c, first);
+        return base + 32 * u + first;
+      }
+      const int c = clamp(v[u]);
+      lmax = c > lmax ? c : lmax;
+    }
+  }
+  start = warp_max(lmax);
+  end = extent;
+  return G;
 }
 
 // The first index i in [0, n) with s[i] > r, or n (s non-decreasing).
@@ -232,7 +291,7 @@ __host__ __device__ constexpr int gmm_decode_cols_per_block(int split, bool act)
   return (kDecWarps / split) * (act ? kDecR / 2 : kDecR);
 }
 
-// grid = (ceil(N / gmm_decode_cols_per_block(split, act)), M); dynamic shared memory G ints.
+// grid = (ceil(N / gmm_decode_cols_per_block(split, act)), M); no dynamic shared memory.
 // vec: A rows, B's weight rows and their strides are 16-byte aligned, K % (16 / sizeof(T)) == 0, unit K
 // strides. Otherwise every element is loaded on its own through the strides.
 // F8: B is FP8 with block scales (see GmmArgs; the launcher takes this path only with vec): each 16-byte
@@ -246,8 +305,6 @@ template <class T, bool F8 = false, int MT = kDecRows, int MINB = 1>
 __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p, int split, bool vec) {
   constexpr int R = kDecR, U = kDecU;
   constexpr int VEC = gemv_vec_elems<T>();
-  extern __shared__ int gmm_dyn[];
-  __shared__ int warp_tmp[kDecWarps];
   __shared__ float partial[kDecWarps * R * MT];
   pdl_allow_dependents();
   pdl_wait();  // launched as a dependent (kernels/pdl.cuh): only the launch overlaps the previous kernel
@@ -263,15 +320,16 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
     g = g < 0 ? 0 : (g >= p.G ? p.G - 1 : g);
     rows = 1;
   } else {
-    int* s = gmm_dyn;
-    gmm_load_offsets<kDecThreads>(p.offs, p.G, p.M, s, warp_tmp, p.err, blockIdx.x == 0 && blockIdx.y == 0);
-    g = gmm_upper_bound(s, p.G, j);
+    // Each warp finds row j's group itself (one round trip for the offsets, no barrier before the weight
+    // loads); one block records invalid offsets.
+    if (blockIdx.x == 0 && blockIdx.y == 0) gmm_report_offsets<kDecThreads>(p.offs, p.G, p.M, p.err);
+    int start, end;
+    g = gmm_row_group_warp(p.offs, p.G, p.M, j, start, end);  // start <= j < end unless g == G
     if (g == p.G) {  // row j lies past the last offset: zeros
       for (int i = static_cast<int>(threadIdx.x); i < block_cols; i += kDecThreads)
         if (col0 + i < p.N) gmm_store<T>(p, 0, j, col0 + i, 0.f);
       return;
     }
-    const int start = g > 0 ? s[g - 1] : 0, end = s[g];  // start <= j < end
     if ((j - start) % MT != 0) return;                   // another block takes row j with its run
     rows = end - j < MT ? end - j : MT;
   }
