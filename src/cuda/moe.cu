@@ -141,7 +141,21 @@ bool tma_tiles(int device) {
 // Measured on the H200 (docs/benchmarks.md, twelfth run): forcing 2 or 4 warps, or the split whose grid
 // best fills its rounds of resident blocks, was slower at every one-token shape (T1 E128 gate_up 17.8 us
 // here against 18.2 / 21.5 / 21.4): each block's fixed cost (the offsets scan) outweighs the fill.
+// KILN_GMM_DECODE_SPLIT=1|2|4|8 forces the split of every decode launch (a tuning knob for A/B runs; unset or 0:
+// the rule).
+int forced_decode_split() {
+  static const int n = [] {
+    const char* v = std::getenv("KILN_GMM_DECODE_SPLIT");
+    if (!v || !*v) return 0;
+    const std::string s(v);
+    KILN_CHECK(s == "0" || s == "1" || s == "2" || s == "4" || s == "8", "KILN_GMM_DECODE_SPLIT=", s,
+               " is not one of 0, 1, 2, 4, 8");
+    return std::stoi(s);
+  }();
+  return n;
+}
 int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool act, int device) {
+  if (const int f = forced_decode_split(); f > 0) return f;
   const int64_t cols_per_group = act ? kernels::kDecR / 2 : kernels::kDecR;
   const int64_t groups = m * ((n + cols_per_group - 1) / cols_per_group);
   const int64_t want = static_cast<int64_t>(multiprocessor_count(device)) * 32;
