@@ -136,11 +136,12 @@ bool tma_tiles(int device) {
   return k != Gmm90Kernel::CpAsync && k != Gmm90Kernel::CpAsyncWide && wgmma_available(device);
 }
 
-// Warps per weight-row group of the decode kernel: enough warps for ~32 per SM assuming every row slot
+// Warps per weight-row group of the decode kernel: enough warps for ~16 per SM assuming every row slot
 // works (one row per group, the decode case), more only while each thread keeps >= 2 chunks of K.
-// Measured on the H200 (docs/benchmarks.md, twelfth run): forcing 2 or 4 warps, or the split whose grid
-// best fills its rounds of resident blocks, was slower at every one-token shape (T1 E128 gate_up 17.8 us
-// here against 18.2 / 21.5 / 21.4): each block's fixed cost (the offsets scan) outweighs the fill.
+// Measured on the H200 (docs/benchmarks.md): forcing 2 or 4 warps, or the split whose grid best fills its
+// rounds of resident blocks, was slower at every one-token shape (twelfth run: T1 E128 gate_up 17.8 us
+// against 18.2 / 21.5 / 21.4); aiming at 32 warps per SM gave E256 gate_up (8 rows x 512 column pairs)
+// split 2, where split 1 took 10.47 against 11.86 us (twentieth run; every other shape split 1 either way).
 // KILN_GMM_DECODE_SPLIT=1|2|4|8 forces the split of every decode launch (a tuning knob for A/B runs; unset or 0:
 // the rule).
 int forced_decode_split() {
@@ -158,7 +159,7 @@ int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool 
   if (const int f = forced_decode_split(); f > 0) return f;
   const int64_t cols_per_group = act ? kernels::kDecR / 2 : kernels::kDecR;
   const int64_t groups = m * ((n + cols_per_group - 1) / cols_per_group);
-  const int64_t want = static_cast<int64_t>(multiprocessor_count(device)) * 32;
+  const int64_t want = static_cast<int64_t>(multiprocessor_count(device)) * 16;
   const int64_t units = vec ? k / vec_elems : k;
   int split = 1;
   while (split < kernels::kDecWarps && groups * split < want && units >= 32 * 2 * split) split *= 2;
@@ -171,9 +172,9 @@ int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool 
 // Measured on the H200: 8-23% faster for one-token MoE layers (bf16 and FP8 experts) than four rows per block.
 bool decode_one_row(const GmmArgs& p) { return p.row_groups != nullptr || p.M <= 16; }
 
-// The one-row decode instance's register bound (kernels::gmm_decode_kernel's MINB): 0 (the default: the
-// choice below), 1 (the compiler's choice, 48 registers, 5 blocks of 256 threads per SM on the H200) or 6
-// (at most 40 registers, 6 blocks per SM; ptxas spills 32 bytes in the bf16 instance, none in f16); also
+// The one-row decode instance's register bound (kernels::gmm_decode_kernel's MINB): 0 (the default, as 1),
+// 1 (the compiler's choice: 56 registers in the 16-bit instances, 4 blocks of 256 threads per SM; 48 and 5
+// in f32) or 6 (at most 40 registers, 6 blocks per SM; ptxas spills 32 bytes in the bf16 and f16 instances); also
 // KILN_GMM_DECODE_MINB=0|1|6. FP8 experts keep 1 (at 40 registers they spill 184 bytes).
 std::atomic<int>& decode_min_blocks_ref() {
   static std::atomic<int> n{[] {
@@ -187,36 +188,13 @@ std::atomic<int>& decode_min_blocks_ref() {
 }
 int decode_min_blocks() { return decode_min_blocks_ref().load(std::memory_order_relaxed); }
 
-// Blocks of the one-row decode instance with register bound MINB (kDecThreads threads, little shared memory)
-// resident per SM, asked once per instance. (Keyed by the instance, not by the kernel's pointer type, which
-// is the same for both bounds.)
-template <class T, bool F8, int MINB>
-int decode_resident_blocks() {
-  static const int n = [] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernels::gmm_decode_kernel<T, F8, 1, MINB>,
-                                                      kernels::kDecThreads, 1024) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return b;
-  }();
-  return n;
-}
-
-// Whether the one-row decode grid of `blocks` takes the 40-register instance under the default (0): only
-// where that turns two rounds of resident blocks into one. Measured on the H200 (docs/benchmarks.md,
-// fourteenth run, KILN_GMM_DECODE_MINB=6 for every one-row grid): one-token grouped_mm over 128 experts,
-// gate_up (768 blocks: 660 + 108 at 5 per SM, one round at 6) 17.14 -> 16.39 us; the grids that fit one
-// round either way lost to the spill (E256 gate_up 13.08 -> 15.01, the downs 8-19% slower).
-template <class T, bool F8>
-bool decode_take_min6(int64_t blocks, int device) {
-  const int m = decode_min_blocks();
-  if (m != 0) return m == 6;
-  const int64_t sms = multiprocessor_count(device);
-  const int r1 = decode_resident_blocks<T, F8, 1>(), r6 = decode_resident_blocks<T, F8, 6>();
-  return r6 > r1 && r1 > 0 && blocks > sms * r1 && blocks <= sms * r6;
-}
+// Whether the one-row decode instance takes the 40-register bound: only when asked (KILN_GMM_DECODE_MINB=6 or
+// set_grouped_decode_min_blocks(6)). It used to be the default where it fit the grid into one round of
+// resident blocks instead of two (one-token grouped_mm over 128 experts, gate_up: 768 blocks, 17.14 -> 16.39
+// us, fourteenth run), while each block scanned the offsets. With the warps' own lookup the compiler's
+// instance is faster there in two rounds of 528 blocks (15.80 against 16.48 us, twentieth run) and as fast
+// or faster at every other one-token shape (the spilling instance 13-22% slower on the downs).
+bool decode_take_min6() { return decode_min_blocks() == 6; }
 
 // The Hopper tile kernels' straight-run epilogue (GmmArgs::fast_epilogue): on by default;
 // KILN_GMM_FAST_EPILOGUE=0 or set_grouped_fast_epilogue(false) gives the general loop for every tile.
@@ -266,7 +244,7 @@ void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cu
   };
   if (!decode_one_row(p)) go(kernels::gmm_decode_kernel<T, F8>);
   else if constexpr (F8) go(kernels::gmm_decode_kernel<T, F8, 1>);
-  else if (!decode_take_min6<T, F8>(gx * p.M, device))
+  else if (!decode_take_min6())
     go(kernels::gmm_decode_kernel<T, F8, 1>);
   else go(kernels::gmm_decode_kernel<T, F8, 1, 6>);
 }
