@@ -231,14 +231,23 @@ std::atomic<bool>& tma_store_ref() {
   return on;
 }
 
+// The MoE combine fused into one token's down product (moe.h, set_moe_fused_combine) and its launches.
+std::atomic<bool>& fused_combine_ref() {
+  static std::atomic<bool> on{switch_from_env("KILN_MOE_FUSED_COMBINE", true)};
+  return on;
+}
+std::atomic<int64_t> fused_combines{0};
+
 // The decode kernel: grid, shared memory and the rows-per-block instance. F8: B holds FP8 experts (vec).
 template <class T, bool F8>
 void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cudaStream_t stream, const char* op) {
-  const int split = decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
-  const int64_t cols = kernels::gmm_decode_cols_per_block(split, p.act);
+  // The fused combine (GmmArgs::comb_weights): the warps of a block split among the M rows.
+  const bool fuse = p.comb_weights != nullptr;
+  const int split = fuse ? kernels::kDecWarps / p.M : decode_split(p.M, p.N, p.K, vec_elems, vec, p.act, device);
+  const int64_t cols = fuse ? kernels::kDecR : kernels::gmm_decode_cols_per_block(split, p.act);
   const int64_t gx = (p.N + cols - 1) / cols;
   KILN_CHECK(gx <= INT_MAX, op, ": N = ", p.N, " needs too many blocks");
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(p.M));
+  const dim3 grid(static_cast<unsigned>(gx), fuse ? 1u : static_cast<unsigned>(p.M));
   auto go = [&](auto kernel) {
     launch_dependent(kernel, grid, dim3(kernels::kDecThreads), 0, stream, device, op, p, split, vec);
   };
@@ -347,6 +356,9 @@ bool grouped_wide_stores() { return wide_stores_ref().load(std::memory_order_rel
 
 void set_grouped_tma_store(bool on) { tma_store_ref().store(on, std::memory_order_relaxed); }
 bool grouped_tma_store() { return tma_store_ref().load(std::memory_order_relaxed); }
+void set_moe_fused_combine(bool on) { fused_combine_ref().store(on, std::memory_order_relaxed); }
+bool moe_fused_combine() { return fused_combine_ref().load(std::memory_order_relaxed); }
+int64_t moe_fused_combine_launches() { return fused_combines.load(std::memory_order_relaxed); }
 
 void set_grouped_skip_idle_half(bool on) { skip_idle_half_ref().store(on, std::memory_order_relaxed); }
 bool grouped_skip_idle_half() { return skip_idle_half_ref().load(std::memory_order_relaxed); }
@@ -563,6 +575,27 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
     if (decode) p.row_groups = row_groups;
     if (f8) fp8_scales(p, f8->gate_up);
     run_gmm(p, x.dtype(), decode, dev, op);
+  }
+  // One token whose slots divide a decode block's warps: the combine rides on the down product (the decode
+  // kernel's fused combine, GmmArgs::comb_weights): one launch and no f32 rows less.
+  if (decode && row_groups != nullptr && T == 1 && I > 0 && kernels::kDecWarps % P == 0 &&
+      fused_combine_ref().load(std::memory_order_relaxed)) {
+    GmmArgs p{};
+    p.mode = GmmMode::RowGroups;
+    p.a = h.data_ptr(), p.a_sg = 0, p.a_sm = I, p.a_sk = 1;
+    p.b = down.data_ptr(), p.b_sg = H * I, p.b_sk = 1, p.b_sn = I;
+    p.c = nullptr, p.c_sg = 0, p.c_sm = H, p.c_sn = 1;
+    p.offs = offs.data<const int32_t>();
+    p.G = static_cast<int>(E), p.M = P, p.N = to_int(H, op, "H"), p.K = to_int(I, op, "I");
+    p.err = device_error_record(dev.index);
+    p.row_groups = row_groups;
+    p.comb_weights = weights.data_ptr();
+    p.comb_pairs = rows_pair.data<const int32_t>();
+    p.comb_out = out.data_ptr();
+    if (f8) fp8_scales(p, f8->down);
+    run_gmm(p, x.dtype(), decode, dev, op);
+    fused_combines.fetch_add(1, std::memory_order_relaxed);
+    return out;
   }
   // y [P, H] f32, at row (token, slot) = h @ down_e^T.
   Tensor y = empty({P, H}, DType::F32, dev);

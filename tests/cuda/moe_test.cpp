@@ -645,6 +645,62 @@ TEST(CudaMoeForward, DecodeShapeOf128Experts) {
     }
 }
 
+// One token with k = 1, 2, 4, 8 slots: the combine fused into the down product (it must run: its launch count
+// grows) gives bit for bit the output of the separate combine kernel (same f32 sums in the same order, one
+// rounding) over every dtype, bf16/f16 FP8 experts included; k = 3 and 6 keep the separate kernel. Poisoned
+// output memory; then against the CPU.
+TEST(CudaMoeForward, OneTokenFusedCombineMatchesSeparateKernel) {
+  KILN_REQUIRE_CUDA();
+  struct Fused {
+    explicit Fused(bool on) : before(cuda::moe_fused_combine()) { cuda::set_moe_fused_combine(on); }
+    ~Fused() { cuda::set_moe_fused_combine(before); }
+    bool before;
+  };
+  const int64_t E = 16, H = 272, I = 96;
+  for (DType d : kDtypes)
+    for (int64_t k : {1, 2, 3, 4, 6, 8})
+      for (bool fp8 : {false, true}) {
+        if (fp8 && d == DType::F32) continue;  // f32 activations: dequantised experts, no decode kernel
+        SCOPED_TRACE(str(dtype_name(d), " k=", k, fp8 ? " FP8 experts" : ""));
+        const Tensor x = test::random_tensor({1, H}, d, -1, 1, kGpu), router = test::random_tensor({E, H}, d, -1, 1, kGpu);
+        Tensor gate_up, down;
+        Fp8Experts e;
+        if (fp8) {
+          auto stack = [&](int64_t R, int64_t K, Tensor& v, Tensor& sc) {
+            v = test::random_tensor({E, R, K}, DType::F32, -400, 400).to(DType::F8E4M3).to(kGpu);
+            sc = test::random_tensor({E, (R + 15) / 16, (K + 15) / 16}, DType::F32, 2e-4, 1e-3).to(kGpu);
+          };
+          stack(2 * I, H, e.gate_up, e.gate_up_scales);
+          stack(H, I, e.down, e.down_scales);
+          e.block_n = 16, e.block_k = 16;
+        } else {
+          gate_up = test::random_tensor({E, 2 * I, H}, d, -0.03, 0.03, kGpu);
+          down = test::random_tensor({E, H, I}, d, -0.3, 0.3, kGpu);
+        }
+        auto run = [&](bool fused) {
+          Fused scope(fused);
+          poison_next(H * static_cast<int64_t>(itemsize(d)));
+          return (fp8 ? moe_forward(x, router, e, k, true) : moe_forward(x, router, gate_up, down, k, true)).to(kCPU);
+        };
+        const int64_t before = cuda::moe_fused_combine_launches();
+        const Tensor fused = run(true);
+        EXPECT_EQ(cuda::moe_fused_combine_launches() > before, 8 % k == 0) << "the fused combine ran where it should";
+        const int64_t mid = cuda::moe_fused_combine_launches();
+        const Tensor separate = run(false);
+        EXPECT_EQ(cuda::moe_fused_combine_launches(), mid) << "switched off, the fused combine still ran";
+        EXPECT_TRUE(test::equal(fused, separate));
+        if (!fp8) {
+          const MoeRouting r = moe_route(x, router, k, true);
+          Tensor ref = empty({1, H}, d);
+          cpu::moe_experts(ref, x.to(kCPU), r.experts.to(kCPU), r.weights.to(kCPU), gate_up.to(kCPU), down.to(kCPU));
+          const test::Tolerance tol = d == DType::F32 ? test::Tolerance{2e-5, 2e-5}
+                                      : d == DType::F16 ? test::Tolerance{2e-3, 2e-4}
+                                                        : test::Tolerance{1.6e-2, 2e-3};
+          EXPECT_TRUE(test::all_close(fused, ref, tol));
+        }
+      }
+}
+
 TEST(CudaMoeForward, GraphCaptureAndReplay) {
   KILN_REQUIRE_CUDA();
   for (int64_t T : {1, 300}) {

@@ -64,6 +64,15 @@ struct GmmArgs {
   // routing) whose offsets describe the same rows. Each row then takes its own block, with no scan of the
   // offsets before the weight loads. Values are clamped into [0, G).
   const int32_t* row_groups;
+  // null, or the MoE combine fused into one token's down product (decode kernel, one row per block's warp
+  // group: RowGroups with row_groups, no act, M = the token's k slots with kDecWarps % M == 0, launched with
+  // split kDecWarps / M and one block row): warp group m of every block takes product row m over the block's
+  // columns, and the block writes comb_out[n] = sum over slots s in order of comb_weights[s] * P[row of s, n]
+  // (f32, one rounding to T, as moe_combine_kernel), the row of slot s being the m with comb_pairs[m] == s.
+  // C and c_rows are then unused.
+  const void* comb_weights;   // T [M], the token's routing weights in slot order
+  const int32_t* comb_pairs;  // [M]: product row m's slot (the permutation's rows_pair)
+  void* comb_out;             // T [N]
   // FP8 experts (decode kernel, RowGroups, act or not): B holds float8_e4m3fn values and b_scales the f32
   // scale of each b_bn x b_bk block of B[g] ([N or 2N, K] rows): the scale of weight row n, element k is
   // b_scales[g * bs_sg + (n / b_bn) * bs_sn + k / b_bk]. b_bk is a multiple of 16.
@@ -306,16 +315,26 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
   constexpr int R = kDecR, U = kDecU;
   constexpr int VEC = gemv_vec_elems<T>();
   __shared__ float partial[kDecWarps * R * MT];
+  __shared__ int slot_row[kDecWarps];  // fused combine: the product row of each slot
   pdl_allow_dependents();
   pdl_wait();  // launched as a dependent (kernels/pdl.cuh): only the launch overlaps the previous kernel
 
-  const int j = static_cast<int>(blockIdx.y);
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int grp = warp / split;
+  // Fused combine (GmmArgs::comb_weights): every warp group its own product row, all on the block's columns.
+  const bool fuse = MT == 1 && p.comb_weights != nullptr;
+  const int j = fuse ? grp : static_cast<int>(blockIdx.y);
+  const int gcol = fuse ? 0 : grp;  // the warp group's column slot in the block
   const int groups = kDecWarps / split;
   const int cols_per_group = p.act ? R / 2 : R;
-  const int block_cols = groups * cols_per_group;
+  const int block_cols = fuse ? cols_per_group : groups * cols_per_group;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * block_cols;
+  if (fuse && threadIdx.x < static_cast<unsigned>(p.M)) {
+    const int s = p.comb_pairs[threadIdx.x];
+    slot_row[s < 0 ? 0 : (s >= p.M ? p.M - 1 : s)] = static_cast<int>(threadIdx.x);
+  }
   int g, rows;
-  if (p.row_groups) {  // the row's group given: one row per block
+  if (p.row_groups) {  // the row's group given: one row per block (fused: per warp group)
     g = p.row_groups[j];
     g = g < 0 ? 0 : (g >= p.G ? p.G - 1 : g);
     rows = 1;
@@ -334,8 +353,6 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
     rows = end - j < MT ? end - j : MT;
   }
 
-  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  const int grp = warp / split;
   const int t = (warp % split) * 32 + lane;
   const int gt = 32 * split;
   const T* __restrict__ a = static_cast<const T*>(p.a);
@@ -348,11 +365,11 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
   for (int r = 0; r < R; ++r) {
     int64_t n;
     if (p.act) {
-      n = col0 + grp;
+      n = col0 + gcol;
       if (n >= p.N) n = p.N - 1;
       n += r ? p.N : 0;  // r = 0: gate row n, r = 1: up row N + n
     } else {
-      n = col0 + grp * R + r;
+      n = col0 + gcol * R + r;
       if (n >= p.N) n = p.N - 1;
     }
     woff[r] = static_cast<int64_t>(g) * p.b_sg + n * p.b_sn;
@@ -482,6 +499,25 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
 
   gemv_publish_warp_sums<R, MT>(acc, partial, warp, lane);
   __syncthreads();
+
+  if (fuse) {
+    // One thread per column: each slot's product (its group's warps summed in order) times its weight, the
+    // slots in order.
+    const T* __restrict__ cw = static_cast<const T*>(p.comb_weights);
+    for (int r = static_cast<int>(threadIdx.x); r < block_cols; r += kDecThreads) {
+      const int64_t n = col0 + r;
+      if (n >= p.N) continue;
+      float sum = 0.f;
+      for (int s = 0; s < p.M; ++s) {
+        const int sr = slot_row[s], m = sr < 0 ? 0 : (sr >= p.M ? p.M - 1 : sr);  // (comb_pairs: a permutation)
+        float v = partial[((m * split) * R + r) * MT];
+        for (int q = 1; q < split; ++q) v += partial[((m * split + q) * R + r) * MT];
+        sum += gemv_to_f32(cw[s]) * v;
+      }
+      static_cast<T*>(p.comb_out)[n] = gemv_from_f32<T>(sum);
+    }
+    return;
+  }
 
   // One thread per (A row, output column of the block); the group's warps are summed in order.
   for (int i = static_cast<int>(threadIdx.x); i < block_cols * MT; i += kDecThreads) {
