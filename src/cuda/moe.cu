@@ -577,7 +577,7 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
     run_gmm(p, x.dtype(), decode, dev, op);
   }
   // One token whose slots divide a decode block's warps: the combine rides on the down product (the decode
-  // kernel's fused combine, GmmArgs::comb_weights): one launch and no f32 rows less.
+  // kernel's fused combine, GmmArgs::comb_weights): one launch less and no f32 rows in between.
   if (decode && row_groups != nullptr && T == 1 && I > 0 && kernels::kDecWarps % P == 0 &&
       fused_combine_ref().load(std::memory_order_relaxed)) {
     GmmArgs p{};

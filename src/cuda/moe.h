@@ -80,7 +80,7 @@ int64_t grouped_tma_launches(GroupedMmPath path);
 // The MoE block of one token whose k slots divide the decode kernel's 8 warps (k = 1, 2, 4, 8) with the
 // matrix-vector products: the weighted combine of the k expert outputs runs inside the down product
 // (kernels/grouped_mm.cuh, GmmArgs::comb_weights: each block computes its columns for all k experts and
-// writes their weighted sum), one launch and the [k, H] f32 rows less. On by default; also
+// writes their weighted sum): one launch less, and no [k, H] f32 rows in between. On by default; also
 // KILN_MOE_FUSED_COMBINE=0|1. moe_fused_combine_launches(): MoE blocks that took it so far (for tests).
 void set_moe_fused_combine(bool on);
 bool moe_fused_combine();

@@ -307,9 +307,9 @@ __host__ __device__ constexpr int gmm_decode_cols_per_block(int split, bool act)
 // load holds 16 weights, dequantised in registers (value x its block's scale, f32) against 16 activations.
 // MT: A rows of one group per block, kDecRows, or 1 where every group is known to hold at most a few rows
 // (decode: fewer accumulators, more blocks resident).
-// MINB: blocks per SM the registers must allow (__launch_bounds__); 6 (at most 40 registers) lets a one-token
-// product's grid (e.g. 768 blocks for 8 experts x 768 column pairs) be resident at once, where 48 registers
-// fit 5 blocks per SM and leave a second wave.
+// MINB: blocks per SM the registers must allow (__launch_bounds__): 1 (the compiler's choice, 56 registers
+// for 16-bit inputs: 4 blocks per SM), or 6 (at most 40 registers, a small spill; opt-in), which fits a
+// one-token product's grid of 768 blocks (8 experts x 768 column pairs) into one round but measured slower.
 template <class T, bool F8 = false, int MT = kDecRows, int MINB = 1>
 __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p, int split, bool vec) {
   constexpr int R = kDecR, U = kDecU;
