@@ -54,6 +54,8 @@ using WideStores = SettingScope<bool, cuda::grouped_wide_stores, cuda::set_group
 using SkipIdleHalf = SettingScope<bool, cuda::grouped_skip_idle_half, cuda::set_grouped_skip_idle_half>;
 // The 128-row TMA tiles' staged C epilogue (off by default).
 using TmaStore = SettingScope<bool, cuda::grouped_tma_store, cuda::set_grouped_tma_store>;
+// The MoE combine fused into one token's down product (on by default).
+using FusedCombine = SettingScope<bool, cuda::moe_fused_combine, cuda::set_moe_fused_combine>;
 const char* path_name(GroupedMmPath p) {
   switch (p) {
     case GroupedMmPath::Decode: return "decode";
@@ -516,6 +518,28 @@ TEST(CudaMoeRoute, MatchesCpuWithTies) {
     }
 }
 
+// The MoE block against a CPU reference: f32, accumulation order; half types, h may round differently by one
+// ulp and the output rounds once on each side.
+test::Tolerance moe_tolerance(DType d) {
+  return d == DType::F32 ? test::Tolerance{2e-5, 2e-5}
+         : d == DType::F16 ? test::Tolerance{2e-3, 2e-4}
+                           : test::Tolerance{1.6e-2, 2e-3};
+}
+
+// Random FP8 experts on the GPU: e4m3 values from [-400, 400] (saturating at 448), scales in [2e-4, 1e-3] per
+// bn x bk block; gate_up [E, 2I, H], down [E, H, I].
+Fp8Experts random_fp8_experts(int64_t E, int64_t H, int64_t I, int64_t bn, int64_t bk) {
+  auto stack = [&](int64_t R, int64_t K, Tensor& v, Tensor& sc) {
+    v = test::random_tensor({E, R, K}, DType::F32, -400, 400).to(DType::F8E4M3).to(kGpu);
+    sc = test::random_tensor({E, (R + bn - 1) / bn, (K + bk - 1) / bk}, DType::F32, 2e-4, 1e-3).to(kGpu);
+  };
+  Fp8Experts e;
+  stack(2 * I, H, e.gate_up, e.gate_up_scales);
+  stack(H, I, e.down, e.down_scales);
+  e.block_n = bn, e.block_k = bk;
+  return e;
+}
+
 struct MoeCase {
   int64_t T, H, I, E, k;
   bool norm;
@@ -544,11 +568,7 @@ void check_moe(const MoeCase& c, DType d, bool integer_routing) {
   const MoeRouting r = moe_route(xg, rg, c.k, c.norm);
   Tensor ref = empty({c.T, c.H}, d);
   cpu::moe_experts(ref, x, r.experts.to(kCPU), r.weights.to(kCPU), gate_up, down);
-  // f32: accumulation order; half types: h may round differently by one ulp, the output rounds once on
-  // each side.
-  const test::Tolerance tol = d == DType::F32 ? test::Tolerance{2e-5, 2e-5}
-                              : d == DType::F16 ? test::Tolerance{2e-3, 2e-4}
-                                                : test::Tolerance{1.6e-2, 2e-3};
+  const test::Tolerance tol = moe_tolerance(d);
   EXPECT_TRUE(test::all_close(out.to(kCPU), ref, tol));
   if (integer_routing) EXPECT_TRUE(test::all_close(out.to(kCPU), moe_forward(x, router, gate_up, down, c.k, c.norm), tol));
 }
@@ -651,11 +671,6 @@ TEST(CudaMoeForward, DecodeShapeOf128Experts) {
 // output memory; then against the CPU.
 TEST(CudaMoeForward, OneTokenFusedCombineMatchesSeparateKernel) {
   KILN_REQUIRE_CUDA();
-  struct Fused {
-    explicit Fused(bool on) : before(cuda::moe_fused_combine()) { cuda::set_moe_fused_combine(on); }
-    ~Fused() { cuda::set_moe_fused_combine(before); }
-    bool before;
-  };
   const int64_t E = 16, H = 272, I = 96;
   for (DType d : kDtypes)
     for (int64_t k : {1, 2, 3, 4, 6, 8})
@@ -666,19 +681,13 @@ TEST(CudaMoeForward, OneTokenFusedCombineMatchesSeparateKernel) {
         Tensor gate_up, down;
         Fp8Experts e;
         if (fp8) {
-          auto stack = [&](int64_t R, int64_t K, Tensor& v, Tensor& sc) {
-            v = test::random_tensor({E, R, K}, DType::F32, -400, 400).to(DType::F8E4M3).to(kGpu);
-            sc = test::random_tensor({E, (R + 15) / 16, (K + 15) / 16}, DType::F32, 2e-4, 1e-3).to(kGpu);
-          };
-          stack(2 * I, H, e.gate_up, e.gate_up_scales);
-          stack(H, I, e.down, e.down_scales);
-          e.block_n = 16, e.block_k = 16;
+          e = random_fp8_experts(E, H, I, 16, 16);
         } else {
           gate_up = test::random_tensor({E, 2 * I, H}, d, -0.03, 0.03, kGpu);
           down = test::random_tensor({E, H, I}, d, -0.3, 0.3, kGpu);
         }
         auto run = [&](bool fused) {
-          Fused scope(fused);
+          FusedCombine scope(fused);
           poison_next(H * static_cast<int64_t>(itemsize(d)));
           return (fp8 ? moe_forward(x, router, e, k, true) : moe_forward(x, router, gate_up, down, k, true)).to(kCPU);
         };
@@ -693,10 +702,7 @@ TEST(CudaMoeForward, OneTokenFusedCombineMatchesSeparateKernel) {
           const MoeRouting r = moe_route(x, router, k, true);
           Tensor ref = empty({1, H}, d);
           cpu::moe_experts(ref, x.to(kCPU), r.experts.to(kCPU), r.weights.to(kCPU), gate_up.to(kCPU), down.to(kCPU));
-          const test::Tolerance tol = d == DType::F32 ? test::Tolerance{2e-5, 2e-5}
-                                      : d == DType::F16 ? test::Tolerance{2e-3, 2e-4}
-                                                        : test::Tolerance{1.6e-2, 2e-3};
-          EXPECT_TRUE(test::all_close(fused, ref, tol));
+          EXPECT_TRUE(test::all_close(fused, ref, moe_tolerance(d)));
         }
       }
 }
@@ -773,14 +779,8 @@ void check_moe_fp8(int64_t T, int64_t H, int64_t I, int64_t E, int64_t k, int64_
   SCOPED_TRACE(str(dtype_name(d), " T=", T, " H=", H, " I=", I, " E=", E, " k=", k, " blocks ", bn, "x", bk,
                    fp8_kernel ? " (FP8 kernel)" : " (dequantised experts)"));
   const Tensor x = test::random_tensor({T, H}, d, -1, 1, kGpu), router = test::random_tensor({E, H}, d, -1, 1, kGpu);
-  auto stack = [&](int64_t R, int64_t K, Tensor& v, Tensor& sc) {
-    v = test::random_tensor({E, R, K}, DType::F32, -400, 400).to(DType::F8E4M3).to(kGpu);
-    sc = test::random_tensor({E, (R + bn - 1) / bn, (K + bk - 1) / bk}, DType::F32, 2e-4, 1e-3).to(kGpu);
-  };
-  Tensor gu, gus, dn, dns;
-  stack(2 * I, H, gu, gus);
-  stack(H, I, dn, dns);
-  const Fp8Experts e{gu, gus, dn, dns, bn, bk};
+  const Fp8Experts e = random_fp8_experts(E, H, I, bn, bk);
+  const Tensor &gu = e.gate_up, &gus = e.gate_up_scales, &dn = e.down, &dns = e.down_scales;
   poison_next(T * H * static_cast<int64_t>(itemsize(d)));
   const Tensor out = moe_forward(x, router, e, k, true);
   ASSERT_EQ(out.sizes(), x.sizes());
@@ -798,9 +798,7 @@ void check_moe_fp8(int64_t T, int64_t H, int64_t I, int64_t E, int64_t k, int64_
   // ~4 here: 4e-3 in f16, 3e-2 in bf16) times a down weight (|w| <= 0.4). One such h moves every output of
   // its token, so up to 1% of the elements may take the wider bound (with T = 1 a single flip put 4 of 2048
   // elements past the strict one on the H200); every element stays within it.
-  const test::Tolerance tol = d == DType::F32 ? test::Tolerance{2e-5, 2e-5}
-                              : d == DType::F16 ? test::Tolerance{2e-3, 2e-4}
-                                                : test::Tolerance{1.6e-2, 2e-3};
+  const test::Tolerance tol = moe_tolerance(d);
   const test::Tolerance flip = d == DType::F16 ? test::Tolerance{2e-3, 2e-3} : test::Tolerance{1.6e-2, 1.6e-2};
   EXPECT_TRUE(test::all_close_but_few(out.to(kCPU), expect, tol, d == DType::F32 ? tol : flip, 1e-2));
   // The dequantised experts equal the CPU's value x scale exactly (f32), and in x's dtype its rounding of it
