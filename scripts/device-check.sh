@@ -7,6 +7,7 @@
 #
 #   scripts/device-check.sh [--filter REGEX] [--repeats N] [--ab "VAR=VALUE ..."]... [--no-tests]
 #                           [--smoke EXE[:GTEST_FILTER]]... [--ncu "CASE_REGEX@KERNEL_REGEX[@ENV=V]"]...
+#                           [--ncu-torch "CASE_REGEX@KERNEL_REGEX"]...
 #
 # --smoke runs a test executable of the release build (e.g. kiln_cuda_moe_tests:'*GroupedMm*') under a
 # limit of SMOKE_TIMEOUT seconds (default 60) before anything else: a new kernel that hangs or fails there
@@ -18,6 +19,8 @@
 # memory, occupancy, scheduler and warp-state sections go to the end of bench.log (clocks not locked).
 # NCU_STALLS=1 adds each stall reason's average warps per issued instruction and the tensor pipe's
 # utilisation (ncu --metrics with regex: names; where a name does not exist on the device ncu reports it).
+# --ncu-torch does the same for PyTorch's side of the case (bench/torch_ops.py), e.g. 'grouped_mm/bf16/T4096/E128/down@device_kernel'
+# for its CUTLASS grouped kernel, so both sides' profiles sit in one log.
 # NCU_METRICS=a,b,... adds those metrics (e.g. sm__cycles_active.min,sm__cycles_active.max: how evenly the
 # multiprocessors were kept busy).
 #
@@ -31,6 +34,7 @@ bench_args=()
 ab_args=()
 smokes=()
 ncus=()
+ncus_torch=()
 TESTS=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,6 +42,7 @@ while [ $# -gt 0 ]; do
     --ab) ab_args+=("$1" "$2"); shift 2 ;;  # may repeat
     --smoke) smokes+=("$2"); shift 2 ;;     # may repeat
     --ncu) ncus+=("$2"); shift 2 ;;         # may repeat
+    --ncu-torch) ncus_torch+=("$2"); shift 2 ;;  # may repeat
     --no-tests) TESTS=0; shift ;;
     -h|--help) sed -n 2,25p "$0"; exit 0 ;;
     *) echo "device-check.sh: unknown argument $1 (see --help)"; exit 1 ;;
@@ -83,22 +88,27 @@ grep -E "^== |SUMMARY" "$OUT/bench.log"
 [ -f "$OUT/ops_table_ab.md" ] && awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table_ab.md"  # the family geomeans
 echo "== bench: $(( $(date +%s) - t )) s"
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
-for n in "${ncus[@]}"; do
+# One profile: side (kiln or torch), then "CASE_REGEX@KERNEL_REGEX[@ENV=V]".
+profile() {
+  local side=$1 n=$2 t case_re rest kern_re envs metrics
   t=$(date +%s)
   case_re=${n%%@*}; rest=${n#*@}; kern_re=${rest%%@*}; envs=""
   [ "$rest" != "$kern_re" ] && envs=${rest#*@}
+  local cmd=(build-gpu/bin/kiln bench ops --filter "$case_re" --repeats 3)
+  [ "$side" = torch ] && cmd=(python3 bench/torch_ops.py --filter "$case_re" --repeats 3)
   {
-    echo "== ncu: case '$case_re', kernel '$kern_re' ${envs:+with $envs}"
+    echo "== ncu ($side): case '$case_re', kernel '$kern_re' ${envs:+with $envs}"
     metrics=""
     [ "${NCU_STALLS:-0}" = 1 ] && metrics='regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$,regex:^sm__pipe_tensor_op_.*cycles_active\.avg\.pct_of_peak_sustained_active$'
     [ -n "${NCU_METRICS:-}" ] && metrics=${metrics:+$metrics,}$NCU_METRICS
-    extra=()
+    local extra=()
     [ -n "$metrics" ] && extra=(--metrics "$metrics")  # ncu takes one --metrics
     timeout 180 env $envs "$NCU" --clock-control none -k "regex:$kern_re" --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats \
-      --section WarpStateStats --section LaunchStats "${extra[@]}" \
-      build-gpu/bin/kiln bench ops --filter "$case_re" --repeats 3 2>&1 | grep -v "^==PROF==" | tail -220
+      --section WarpStateStats --section LaunchStats "${extra[@]}" "${cmd[@]}" 2>&1 | grep -v "^==PROF==" | tail -220
   } >> "$OUT/bench.log"
-  echo "== ncu '$case_re' '$kern_re' ${envs}: $(( $(date +%s) - t )) s"
-done
+  echo "== ncu ($side) '$case_re' '$kern_re' ${envs}: $(( $(date +%s) - t )) s"
+}
+for n in "${ncus[@]}"; do profile kiln "$n"; done
+for n in "${ncus_torch[@]}"; do profile torch "$n"; done
 exit $rc

@@ -25,8 +25,8 @@ namespace {
 using kernels::GmmArgs;
 using kernels::GmmMode;
 
-// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-cluster2,
-// tma-cluster4, portable).
+// The initial value from KILN_GROUPED_MM_PATH (auto, decode, tiled, tiled-wide, tma, tma-64, tma-wide,
+// tma-wide-pair, tma-cluster2, tma-cluster4, portable).
 GroupedMmPath path_from_env() {
   const char* v = std::getenv("KILN_GROUPED_MM_PATH");
   if (!v || !*v) return GroupedMmPath::Auto;
@@ -38,11 +38,12 @@ GroupedMmPath path_from_env() {
   if (s == "tma") return GroupedMmPath::TiledTma;
   if (s == "tma-64") return GroupedMmPath::TiledTma64;
   if (s == "tma-wide") return GroupedMmPath::TiledTmaWide;
+  if (s == "tma-wide-pair") return GroupedMmPath::TiledTmaWidePair;
   if (s == "tma-cluster2") return GroupedMmPath::TiledTmaCluster2;
   if (s == "tma-cluster4") return GroupedMmPath::TiledTmaCluster4;
   if (s == "portable") return GroupedMmPath::TiledPortable;
   throw Error(str("KILN_GROUPED_MM_PATH=", s, " is not one of auto, decode, tiled, tiled-wide, tma, tma-64, tma-wide, ",
-                  "tma-cluster2, tma-cluster4, portable"));
+                  "tma-wide-pair, tma-cluster2, tma-cluster4, portable"));
 }
 std::atomic<GroupedMmPath>& forced_path() {
   static std::atomic<GroupedMmPath> p{path_from_env()};
@@ -121,6 +122,7 @@ Gmm90Kernel sm90_kernel(GroupedMmPath f, const GmmArgs* p = nullptr) {
     case GroupedMmPath::TiledWide: return Gmm90Kernel::CpAsyncWide;
     case GroupedMmPath::TiledTma64: return Gmm90Kernel::Tma64;
     case GroupedMmPath::TiledTmaWide: return Gmm90Kernel::TmaWide;
+    case GroupedMmPath::TiledTmaWidePair: return Gmm90Kernel::TmaWidePair;
     case GroupedMmPath::TiledTmaCluster2: return Gmm90Kernel::TmaCluster2;
     case GroupedMmPath::TiledTmaCluster4: return Gmm90Kernel::TmaCluster4;
     default: return Gmm90Kernel::Tma;
@@ -365,7 +367,8 @@ bool grouped_skip_idle_half() { return skip_idle_half_ref().load(std::memory_ord
 
 int64_t grouped_tma_launches(GroupedMmPath path) {
   KILN_CHECK(path == GroupedMmPath::TiledTma || path == GroupedMmPath::TiledTma64 || path == GroupedMmPath::TiledTmaWide ||
-                 path == GroupedMmPath::TiledTmaCluster2 || path == GroupedMmPath::TiledTmaCluster4,
+                 path == GroupedMmPath::TiledTmaWidePair || path == GroupedMmPath::TiledTmaCluster2 ||
+                 path == GroupedMmPath::TiledTmaCluster4,
              "grouped_tma_launches: expected a TMA path");
   return gmm_tma_launches(sm90_kernel(path));
 }
@@ -576,42 +579,35 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
     if (f8) fp8_scales(p, f8->gate_up);
     run_gmm(p, x.dtype(), decode, dev, op);
   }
-  // One token whose slots divide a decode block's warps: the combine rides on the down product (the decode
-  // kernel's fused combine, GmmArgs::comb_weights): one launch less and no f32 rows in between.
-  if (decode && row_groups != nullptr && T == 1 && I > 0 && kernels::kDecWarps % P == 0 &&
-      fused_combine_ref().load(std::memory_order_relaxed)) {
-    GmmArgs p{};
-    p.mode = GmmMode::RowGroups;
-    p.a = h.data_ptr(), p.a_sg = 0, p.a_sm = I, p.a_sk = 1;
-    p.b = down.data_ptr(), p.b_sg = H * I, p.b_sk = 1, p.b_sn = I;
-    p.c = nullptr, p.c_sg = 0, p.c_sm = H, p.c_sn = 1;
-    p.offs = offs.data<const int32_t>();
-    p.G = static_cast<int>(E), p.M = P, p.N = to_int(H, op, "H"), p.K = to_int(I, op, "I");
-    p.err = device_error_record(dev.index);
-    p.row_groups = row_groups;
-    p.comb_weights = weights.data_ptr();
-    p.comb_pairs = rows_pair.data<const int32_t>();
-    p.comb_out = out.data_ptr();
-    if (f8) fp8_scales(p, f8->down);
-    run_gmm(p, x.dtype(), decode, dev, op);
-    fused_combines.fetch_add(1, std::memory_order_relaxed);
-    return out;
-  }
-  // y [P, H] f32, at row (token, slot) = h @ down_e^T.
-  Tensor y = empty({P, H}, DType::F32, dev);
+  // down: y [P, H] f32, at row (token, slot) = h @ down_e^T, combined by the kernel below. One token whose
+  // slots divide a decode block's warps: the combine rides on the down product instead (the decode kernel's
+  // fused combine, GmmArgs::comb_weights): one launch less and no f32 rows in between.
+  const bool fuse = decode && row_groups != nullptr && T == 1 && I > 0 && kernels::kDecWarps % P == 0 &&
+                    fused_combine_ref().load(std::memory_order_relaxed);
+  Tensor y;
   {
     GmmArgs p{};
     p.mode = GmmMode::RowGroups;
     p.a = h.data_ptr(), p.a_sg = 0, p.a_sm = I, p.a_sk = 1;
     p.b = down.data_ptr(), p.b_sg = H * I, p.b_sk = 1, p.b_sn = I;
-    p.c = y.data_ptr(), p.c_sg = 0, p.c_sm = H, p.c_sn = 1;
-    p.c_rows = rows_pair.data<const int32_t>();
+    p.c_sg = 0, p.c_sm = H, p.c_sn = 1;
     p.offs = offs.data<const int32_t>();
     p.G = static_cast<int>(E), p.M = P, p.N = to_int(H, op, "H"), p.K = to_int(I, op, "I");
-    p.out_f32 = true;
     p.err = device_error_record(dev.index);
     if (decode) p.row_groups = row_groups;
     if (f8) fp8_scales(p, f8->down);
+    if (fuse) {
+      p.comb_weights = weights.data_ptr();
+      p.comb_pairs = rows_pair.data<const int32_t>();
+      p.comb_out = out.data_ptr();
+      run_gmm(p, x.dtype(), decode, dev, op);
+      fused_combines.fetch_add(1, std::memory_order_relaxed);
+      return out;
+    }
+    y = empty({P, H}, DType::F32, dev);
+    p.c = y.data_ptr();
+    p.c_rows = rows_pair.data<const int32_t>();
+    p.out_f32 = true;
     if (p.K == 0) y.zero_();
     else run_gmm(p, x.dtype(), decode, dev, op);
   }

@@ -21,12 +21,13 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, const Tenso
 // warp-specialised TMA kernel (kernels/grouped_mm_sm90.cuh; the MoE block first gathers x's rows into
 // expert order for it) where the operands fit tensor maps, else the cp.async wgmma kernel; elsewhere the
 // portable tiles. Forced by set_forced_grouped_mm_path (tests, benchmarks) or KILN_GROUPED_MM_PATH (auto,
-// decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-cluster2, tma-cluster4, portable): Tiled / TiledWide the
-// cp.async wgmma kernel with 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel with 128 x 128 tiles,
-// TiledTma64 with 64 x 128 tiles, TiledTmaWide with 128 x 256 tiles (Auto takes one of these three by the
-// rows per group: 64 x 128 up to 48 on average, 128 x 256 from 96; KILN_GMM_TMA64_ROWS, KILN_GMM_WIDE_ROWS),
-// TiledTmaCluster2 / 4 the TMA kernel in clusters of 2 / 4 blocks sharing each A tile, TiledPortable the
-// portable tiles only; Auto: the heuristic.
+// decode, tiled, tiled-wide, tma, tma-64, tma-wide, tma-wide-pair, tma-cluster2, tma-cluster4, portable):
+// Tiled / TiledWide the cp.async wgmma kernel with 128 x 128 / 128 x 256 tiles, TiledTma the TMA kernel with
+// 128 x 128 tiles, TiledTma64 with 64 x 128 tiles, TiledTmaWide with 128 x 256 tiles (Auto takes one of these
+// three by the rows per group: 64 x 128 up to 48 on average, 128 x 256 from 96; KILN_GMM_TMA64_ROWS,
+// KILN_GMM_WIDE_ROWS), TiledTmaWidePair 128 x 256 tiles in pairs along M sharing each B tile, TiledTmaCluster2
+// / 4 the TMA kernel in clusters of 2 / 4 blocks sharing each A tile, TiledPortable the portable tiles only;
+// Auto: the heuristic.
 enum class GroupedMmPath {
   Auto,
   Decode,
@@ -35,6 +36,7 @@ enum class GroupedMmPath {
   TiledTma,
   TiledTma64,
   TiledTmaWide,
+  TiledTmaWidePair,
   TiledTmaCluster2,
   TiledTmaCluster4,
   TiledPortable
@@ -73,8 +75,8 @@ bool grouped_skip_idle_half();
 void set_grouped_tma_store(bool on);
 bool grouped_tma_store();
 int64_t grouped_tma_store_launches();
-// Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaWide, TiledTmaCluster2 or
-// TiledTmaCluster4; tests check that a forced path ran).
+// Launches so far of the TMA tile kernel instance a path forces (TiledTma, TiledTma64, TiledTmaWide,
+// TiledTmaWidePair, TiledTmaCluster2 or TiledTmaCluster4; tests check that a forced path ran).
 int64_t grouped_tma_launches(GroupedMmPath path);
 
 // The MoE block of one token whose k slots divide the decode kernel's 8 warps (k = 1, 2, 4, 8) with the

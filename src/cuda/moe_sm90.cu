@@ -17,11 +17,12 @@ namespace kiln::cuda {
 
 namespace {
 
-// Launches per TMA instance: 128 x 128 tiles alone, in clusters of 2, of 4; 64 x 128 tiles; 128 x 256 tiles.
-std::atomic<int64_t> tma_counts[5];
+// Launches per TMA instance: 128 x 128 tiles alone, in clusters of 2, of 4; 64 x 128 tiles; 128 x 256 tiles
+// alone, in pairs sharing B.
+std::atomic<int64_t> tma_counts[6];
 std::atomic<int64_t> tma_store_count{0};  // launches with the staged C epilogue
 constexpr int count_index(int bm, int bn, int cs) {
-  return bm == 64 ? 3 : bn == 256 ? 4 : cs == 1 ? 0 : cs == 2 ? 1 : 2;
+  return bm == 64 ? 3 : bn == 256 ? (cs == 1 ? 4 : 5) : cs == 1 ? 0 : cs == 2 ? 1 : 2;
 }
 
 // Dynamic shared memory a block of `kernel` may opt into on `device`: the device's per-block limit less the
@@ -69,10 +70,11 @@ int resident_clusters(const void* kernel, int cs, int threads, size_t smem, int 
   return n;
 }
 
-// The TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel) with BM-row tiles in clusters of CS blocks; false, launching
-// nothing, where it does not apply: gathered A rows (a_rows: TMA copies boxes, not lists of rows), K = 0,
-// operands no tensor map describes, or (CS > 1) no cluster of CS such blocks fits the device.
-template <int BM, int BN, int CS>
+// The TMA kernel (kernels/grouped_mm_sm90.cuh, gmm_tma_kernel) with BM-row tiles in clusters of CS blocks
+// (PB: pairs of m-tiles sharing B, else n-tiles sharing A); false, launching nothing, where it does not
+// apply: gathered A rows (a_rows: TMA copies boxes, not lists of rows), K = 0, operands no tensor map
+// describes, or (CS > 1) no cluster of CS such blocks fits the device.
+template <int BM, int BN, int CS, bool PB = false>
 bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t stream, const char* op) {
   namespace k90 = kernels::gmm90;
   if (p.a_rows != nullptr || p.K <= 0) return false;
@@ -91,16 +93,16 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   if (b_rows + 128 > INT_MAX) return false;  // box coordinates are int32
   const uint64_t b_dims[3] = {u(p.K), u(b_rows), tp.b_slots ? u(p.G) : 1};
   const uint64_t b_strides[2] = {u(p.b_sn) * 2, tp.b_slots ? u(p.b_sg) * 2 : u(p.b_sn) * 2 * u(b_rows)};
-  if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, BM / CS) ||
+  if (!encode_tensor_map_3d(&tp.ta, p.a, bf16, a_dims, a_strides, 64, PB ? BM : BM / CS) ||
       !encode_tensor_map_3d(&tp.tb, p.b, bf16, b_dims, b_strides, 64, BN / 2))
     return false;
   // C through shared memory and TMA stores (kernels/grouped_mm_sm90.cuh, gmm90_epilogue_tma) where the switch
   // is on and C is 16-bit with contiguous, 16-byte aligned rows in product order, and the staging fits.
-  if constexpr (k90::tma_store_capable<BM, CS>()) {
+  if constexpr (k90::tma_store_capable<BM, CS, PB>()) {
     const int64_t c_slots = batched ? p.G : 1;
     const size_t with_stage = k90::tma_smem_bytes<BM, BN>(batched ? 0 : p.G, true);
-    const void* fn = bf16 ? reinterpret_cast<const void*>(k90::gmm_tma_kernel<BFloat16, BM, BN, CS>)
-                          : reinterpret_cast<const void*>(k90::gmm_tma_kernel<Half, BM, BN, CS>);
+    const void* fn = bf16 ? reinterpret_cast<const void*>(k90::gmm_tma_kernel<BFloat16, BM, BN, CS, PB>)
+                          : reinterpret_cast<const void*>(k90::gmm_tma_kernel<Half, BM, BN, CS, PB>);
     if (grouped_tma_store() && p.fast_epilogue && !p.out_f32 && p.c_rows == nullptr && p.c_sn == 1 && p.c_sm > 0 &&
         (p.c_sm * 2) % 16 == 0 && (!batched || (p.c_sg > 0 && (p.c_sg * 2) % 16 == 0)) &&
         reinterpret_cast<uintptr_t>(p.c) % 16 == 0 && with_stage <= max_dynamic_smem(fn, device)) {
@@ -113,8 +115,11 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
   const int64_t nt = (p.N + ncols - 1) / ncols;
   const int64_t mt = (static_cast<int64_t>(p.M) + BM - 1) / BM;
   // The list entries there can be: RowGroups at most ceil(M / BM) + G + 1 m-tiles (one partial tile per
-  // group and the rows past the last offset), times the groups of CS n-tiles.
-  const int64_t bound = (batched ? mt * p.G : mt + p.G + 1) * ((nt + CS - 1) / CS);
+  // group and the rows past the last offset), times the groups of CS n-tiles. PB: spans of 2 BM rows
+  // (ceil(M / 2 BM) + G + 1, or per group when Batched) times the n-tiles.
+  const int64_t mspans = (static_cast<int64_t>(p.M) + 2 * BM - 1) / (2 * BM);
+  const int64_t bound = PB ? (batched ? (mt + 1) / 2 * p.G : mspans + p.G + 1) * nt
+                           : (batched ? mt * p.G : mt + p.G + 1) * ((nt + CS - 1) / CS);
   KILN_CHECK(bound < (int64_t{1} << 31), op, ": ", bound, " product tiles is too many for one launch");
   if (bound == 0) return true;
   tp.ntiles = static_cast<int>(nt);
@@ -125,7 +130,7 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
     const void* fn = reinterpret_cast<const void*>(kernel);
     // The largest launch: every group scanned, or (with the staging) all the device allows a block.
     set_max_dynamic_smem(fn,
-                         k90::tma_store_capable<BM, CS>()
+                         k90::tma_store_capable<BM, CS, PB>()
                              ? std::max(k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups), max_dynamic_smem(fn, device))
                              : k90::tma_smem_bytes<BM, BN>(kernels::kGmmMaxGroups),
                          device, op);
@@ -155,7 +160,7 @@ bool launch_tma(const kernels::GmmArgs& p, bool bf16, int device, cudaStream_t s
     if (tp.c_tma) tma_store_count.fetch_add(1, std::memory_order_relaxed);
     return true;
   };
-  return bf16 ? go(k90::gmm_tma_kernel<BFloat16, BM, BN, CS>) : go(k90::gmm_tma_kernel<Half, BM, BN, CS>);
+  return bf16 ? go(k90::gmm_tma_kernel<BFloat16, BM, BN, CS, PB>) : go(k90::gmm_tma_kernel<Half, BM, BN, CS, PB>);
 }
 
 }  // namespace
@@ -167,6 +172,7 @@ int64_t gmm_tma_launches(Gmm90Kernel which) {
     case Gmm90Kernel::Tma: return tma_counts[count_index(128, 128, 1)].load(std::memory_order_relaxed);
     case Gmm90Kernel::Tma64: return tma_counts[count_index(64, 128, 1)].load(std::memory_order_relaxed);
     case Gmm90Kernel::TmaWide: return tma_counts[count_index(128, 256, 1)].load(std::memory_order_relaxed);
+    case Gmm90Kernel::TmaWidePair: return tma_counts[count_index(128, 256, 2)].load(std::memory_order_relaxed);
     case Gmm90Kernel::TmaCluster2: return tma_counts[count_index(128, 128, 2)].load(std::memory_order_relaxed);
     case Gmm90Kernel::TmaCluster4: return tma_counts[count_index(128, 128, 4)].load(std::memory_order_relaxed);
     default: return 0;
@@ -182,6 +188,7 @@ bool launch_gmm_sm90(const kernels::GmmArgs& p, bool bf16, Gmm90Kernel which, in
     const bool ok = which == Gmm90Kernel::Tma           ? launch_tma<128, 128, 1>(p, bf16, device, stream, op)
                     : which == Gmm90Kernel::Tma64       ? launch_tma<64, 128, 1>(p, bf16, device, stream, op)
                     : which == Gmm90Kernel::TmaWide     ? launch_tma<128, 256, 1>(p, bf16, device, stream, op)
+                    : which == Gmm90Kernel::TmaWidePair ? launch_tma<128, 256, 2, true>(p, bf16, device, stream, op)
                     : which == Gmm90Kernel::TmaCluster2 ? launch_tma<128, 128, 2>(p, bf16, device, stream, op)
                                                         : launch_tma<128, 128, 4>(p, bf16, device, stream, op);
     if (ok) {

@@ -64,6 +64,7 @@ const char* path_name(GroupedMmPath p) {
     case GroupedMmPath::TiledTma: return "tiled (TMA wgmma 128 x 128 where it applies)";
     case GroupedMmPath::TiledTma64: return "tiled (TMA wgmma 64 x 128 where it applies)";
     case GroupedMmPath::TiledTmaWide: return "tiled (TMA wgmma 128 x 256 where it applies)";
+    case GroupedMmPath::TiledTmaWidePair: return "tiled (TMA wgmma 128 x 256, pairs sharing B, where it applies)";
     case GroupedMmPath::TiledTmaCluster2: return "tiled (TMA wgmma, clusters of 2 sharing A, where it applies)";
     case GroupedMmPath::TiledTmaCluster4: return "tiled (TMA wgmma, clusters of 4 sharing A, where it applies)";
     case GroupedMmPath::TiledPortable: return "tiled (portable)";
@@ -158,7 +159,7 @@ const std::vector<RowCase> kRowCases = {
 // [G, K, N] storage, through both kernels, every dtype, random and integer data, f32 output too.
 TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const RowCase& c : kRowCases)
@@ -180,7 +181,7 @@ TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
 // group, offsets short of M (zero rows), K not a multiple of the 64-wide step.
 TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
+  for (GroupedMmPath path : {GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
   for (DType d : {DType::BF16, DType::F16})
   // whole tiles through the general loop, the straight run, its 16-byte stores; and those with every
   // 128-row tile multiplied whole (no warpgroup skipping its MMAs)
@@ -193,7 +194,8 @@ TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
     SCOPED_TRACE(str(path_name(path), " ", dtype_name(d), fast ? " straight-run epilogue" : "",
                      form >= 2 ? " (16-byte stores)" : "", form == 3 ? " without skipping idle halves" : ""));
     // N = 1300: 11 column tiles, so clusters of 2 and 4 have spare blocks (past the last n-tile). Groups
-    // of 500, 700, 0, 1300 and 490 rows: last tiles of 116, 60, 20 and 106 rows.
+    // of 500, 700, 0, 1300 and 490 rows: last tiles of 116, 60, 20 and 106 rows (pairs sharing B: the
+    // 1300-row group's last span of 20 rows leaves its second block without rows).
     const int64_t M = 3000, K = 136, N = 1300;
     const std::vector<int32_t> ends = {500, 1200, 1200, 2500, 2990};
     const Tensor a = rnd({M, K}, d, false);
@@ -214,7 +216,7 @@ TEST(CudaGroupedMm, TiledManyTilesPerBlockMatchesCpu) {
 // poisoned; the launch counter shows the staged epilogue ran.
 TEST(CudaGroupedMm, TmaStoreEpilogueMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide})
+  for (GroupedMmPath path : {GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair})
     for (DType d : {DType::BF16, DType::F16})
       for (bool integers : {false, true}) {
         ForcePath force(path);
@@ -267,7 +269,7 @@ TEST(CudaGroupedMm, AutoTileSizeFollowsRowsPerGroup) {
 // the scalar paths.
 TEST(CudaGroupedMm, MisalignedAndStridedOperandsMatchCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (int64_t offset : {0, 1})
@@ -291,7 +293,7 @@ TEST(CudaGroupedMm, ThreeDByTwoDMatchesCpu) {
   };
   const std::vector<C> cases = {{3, 7, 11, 20, {6, 6, 17}},   {1, 5, 64, 33, {33}},
                                 {4, 70, 40, 9, {0, 2, 2, 5}}, {2, 130, 128, 600, {300, 600}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const C& c : cases)
@@ -327,7 +329,7 @@ TEST(CudaGroupedMm, TwoDByTwoDGroupsKMatchesCpu) {
 
 TEST(CudaGroupedMm, BatchedMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
   for (DType d : kDtypes)
     for (bool integers : {false, true})
       for (const Shape& s : {Shape{4, 5, 17, 6}, Shape{2, 100, 64, 72}, Shape{1, 1, 1, 1}, Shape{3, 300, 136, 280}}) {
@@ -362,7 +364,8 @@ TEST(CudaGroupedMm, DecodeShapeEightOf128Groups) {
   const Run runs[] = {{GroupedMmPath::Auto, 0},         {GroupedMmPath::Auto, 1},         {GroupedMmPath::Auto, 6},
                       {GroupedMmPath::Tiled, 1},        {GroupedMmPath::TiledWide, 1},
                       {GroupedMmPath::TiledTma, 1},     {GroupedMmPath::TiledTma64, 1},
-                      {GroupedMmPath::TiledTmaWide, 1}, {GroupedMmPath::TiledTmaCluster2, 1},
+                      {GroupedMmPath::TiledTmaWide, 1}, {GroupedMmPath::TiledTmaWidePair, 1},
+                      {GroupedMmPath::TiledTmaCluster2, 1},
                       {GroupedMmPath::TiledTmaCluster4, 1}, {GroupedMmPath::TiledPortable, 1}};
   for (const Run& run : runs) {
     const GroupedMmPath path = run.path;
@@ -429,7 +432,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
   };
   const std::vector<C> cases = {{{3, 2, 7}, {3, 3, 7}}, {{3, 5, 11}, {3, 5, 10}}, {{-1, 5, 7}, {0, 5, 7}},
                                 {{12, 1, 4}, {10, 10, 10}}, {{INT32_MIN, INT32_MAX, 0}, {0, 10, 10}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable})
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable})
     for (const C& c : cases) {
       ForcePath force(path);
       SCOPED_TRACE(str(path_name(path), " offs ", c.bad[0], ",", c.bad[1], ",", c.bad[2]));
@@ -459,7 +462,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
 
 TEST(CudaGroupedMm, GraphCaptureAndReplay) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     Tensor a = test::random_tensor({8, 256}, DType::BF16, -1, 1, kGpu);
     const Tensor w = test::random_tensor({16, 96, 256}, DType::BF16, -1, 1, kGpu);
@@ -575,7 +578,7 @@ void check_moe(const MoeCase& c, DType d, bool integer_routing) {
 
 TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4,
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4,
                              GroupedMmPath::TiledPortable}) {
     ForcePath force(path);
     SCOPED_TRACE(path_name(path));
@@ -644,7 +647,7 @@ TEST(CudaMoeForward, DecodeShapeOf128Experts) {
   // Auto (T = 40 takes the tiles), and the other tile kernels at T = 40: many K steps and column tiles with
   // the SiLU-mul epilogue (with the TMA paths x's rows are first gathered into expert order).
   // One token also under the matrix-vector kernel's 6-blocks-per-SM register bound (act, routed rows).
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
+  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4})
   for (DType d : {DType::BF16, DType::F32})
     for (int64_t T : {1, 4, 40})
     for (int min_blocks : {1, 6}) {

@@ -360,6 +360,12 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // instead of all of it. Opt-in: on the H200 clusters of 2 were about as fast as single blocks (grouped_mm
 // geomean 0.82x PyTorch against 0.81x) and clusters of 4 slower (0.76x; docs/benchmarks.md, twelfth run):
 // each SM still receives every byte of its tiles.
+// PB (GroupedMmPath::TiledTmaWidePair, 128 x 256 tiles, CS = 2): the pair of blocks shares B instead, as
+// PyTorch's CUTLASS grouped kernel does at these shapes (clusters of 2 along M). The list is of (256-row
+// span of one group, n-tile), n fastest; rank r takes rows 128 r.. of the span, and each block loads one of
+// the two B boxes into both blocks (multicast), so each SM pulls 16 KB of A and 16 KB of B through L2 per K
+// step instead of 16 and 32. A rank with no rows in the span (a group's last, short span) loads no A and
+// issues no MMAs: it only relays its B box to its peer and releases each stage.
 // A stage is refilled only once the math warps of every block of the cluster are done with it (their
 // arrivals go to each block's empty barrier: one per math warp of each block); every block's full barrier
 // counts all the stage's bytes, its own and its peers'. The blocks of a cluster meet at the start (barriers
@@ -400,9 +406,9 @@ constexpr int tma_stages() {
 // the next tile's MMAs while the boxes drain, and waits for them only when it next writes the buffer.
 // Opt-in: measured within noise of the register epilogue on the H200 (docs/benchmarks.md, nineteenth run).
 constexpr uint32_t kCStageBytes = 2 * 16384;  // both warpgroups' buffers
-template <int BM, int CS>
+template <int BM, int CS, bool PB = false>
 constexpr bool tma_store_capable() {
-  return BM == 128 && CS == 1;
+  return BM == 128 && (CS == 1 || PB);
 }
 // The ring (1024-aligned), the C staging buffers (c_stage), full[S] and empty[S] barriers, then the scanned
 // offsets (2 G + 1 ints).
@@ -473,18 +479,21 @@ __device__ __forceinline__ void gmm90_epilogue_tma(const CUtensorMap* tc, uint32
   }
 }
 
-template <class T, int BM, int BN, int CS>
+template <class T, int BM, int BN, int CS, bool PB = false>
 __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     gmm_tma_kernel(const __grid_constant__ GmmTmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!std::is_same_v<T, float>, "16-bit inputs");
   static_assert(CS == 1 || CS == 2 || CS == 4, "clusters of 1, 2 or 4 blocks");
-  static_assert((BM == 128 && BN == 128) || CS == 1, "clusters of 128 x 128 tiles only");
+  static_assert((BM == 128 && BN == 128) || CS == 1 || (PB && BM == 128 && BN == 256 && CS == 2),
+                "clusters of 128 x 128 tiles sharing A, or pairs of 128 x 256 tiles sharing B");
+  static_assert(!PB || CS == 2, "B is shared by pairs");
   static_assert((BM == 128 && (BN == 128 || BN == 256)) || (BM == 64 && BN == 128), "128 x 128, 128 x 256 or 64 x 128 tiles");
   constexpr int S = tma_stages<BM, BN>();
   constexpr uint32_t kStage = tma_stage_bytes<BM, BN>();
   constexpr int kMath = tma_math_threads<BM>(), kThreadsAll = tma_threads<BM>();
-  constexpr int kARows = BM / CS;  // A rows each block of a cluster copies
+  constexpr int kARows = PB ? BM : BM / CS;  // A rows each block of a cluster copies
+  constexpr int kSpan = PB ? 2 * BM : BM;     // rows of one list entry
   // 16-byte aligned (the ring aligns itself): an __align__(1024) here would reserve 1 KB of static shared
   // memory, which the C staging buffers need at 128 groups.
   extern __shared__ __align__(16) unsigned char gmm_tma_raw[];
@@ -492,7 +501,7 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   const uint32_t raw = smem_addr(gmm_tma_raw);
   const uint32_t ring = (raw + 1023u) & ~1023u;
   // C staging buffers (tp.c_tma) after the ring: 1024-aligned, as the 128-byte swizzle of the boxes needs.
-  const bool c_tma = tma_store_capable<BM, CS>() && tp.c_tma != 0;
+  const bool c_tma = tma_store_capable<BM, CS, PB>() && tp.c_tma != 0;
   const uint32_t cstage = ring + S * kStage;
   const uint32_t full = cstage + (c_tma ? kCStageBytes : 0), empty = full + 8 * S;
   int* const dyn = reinterpret_cast<int*>(gmm_tma_raw + (empty + 8 * S - raw));  // gmm_scan_row_tiles' 2 G + 1 ints
@@ -513,13 +522,15 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   }
   const bool rows = p.mode == GmmMode::RowGroups;
   // The list: (m-tile, group of CS n-tiles), the latter fastest; this block's n-tile in a group is its rank.
-  const int ngroups = (tp.ntiles + CS - 1) / CS;
+  // PB: (span of 2 BM rows of one group, n-tile), n fastest; this block's rows in a span are its rank's half.
+  const int ngroups = PB ? tp.ntiles : (tp.ntiles + CS - 1) / CS;
+  const int mspans = PB ? (tp.mtiles + 1) / 2 : tp.mtiles;  // Batched: list rows per group
   int total;
   if (rows) {
-    gmm_scan_row_tiles<kThreadsAll, BM>(p, dyn, warp_tmp, blockIdx.x == 0);
-    total = dyn[2 * p.G] * ngroups;  // the m-tile count, times the n-tile groups
+    gmm_scan_row_tiles<kThreadsAll, kSpan>(p, dyn, warp_tmp, blockIdx.x == 0);
+    total = dyn[2 * p.G] * ngroups;  // the m-tile (span) count, times the n-tile groups
   } else {
-    total = p.G * tp.mtiles * ngroups;
+    total = p.G * mspans * ngroups;
   }
   __syncthreads();  // the barriers are initialised; the scans are complete
   if constexpr (CS > 1) cluster_sync();  // and so are the peers' barriers
@@ -528,17 +539,24 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
   const int steps = (p.K + kBK - 1) / kBK;
   const int first = static_cast<int>(blockIdx.x) / CS, stride = static_cast<int>(gridDim.x) / CS;
   // Entry u of the list: group g (RowGroups: g == G is the rows past the last offset), rows [m0, m1), this
-  // block's columns from n0; false when that n-tile lies past the last (a cluster's spare block).
+  // block's columns from n0; false when that n-tile lies past the last (a cluster's spare block). PB: m0 >= m1
+  // (and false) for a rank with no rows in its span.
   auto tile_at = [&](int u, int& g, int& m0, int& m1, int64_t& n0) {
     const int mt = u / ngroups;
-    const int nt = (u % ngroups) * CS + rank;
+    const int nt = PB ? u % ngroups : (u % ngroups) * CS + rank;
     n0 = static_cast<int64_t>(nt) * ncols;
     if (rows) {
-      gmm_row_tile_at<BM>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
+      gmm_row_tile_at<kSpan>(p, dyn, mt, g, m0, m1);  // mt < the m-tile count: always a tile
     } else {
-      g = mt / tp.mtiles;
-      m0 = (mt % tp.mtiles) * BM;
-      m1 = m0 + BM < p.M ? m0 + BM : p.M;
+      g = mt / mspans;
+      m0 = (mt % mspans) * kSpan;
+      m1 = m0 + kSpan < p.M ? m0 + kSpan : p.M;
+    }
+    if constexpr (PB) {
+      const int end = m1;
+      m0 += rank * BM;
+      m1 = m0 + BM < end ? m0 + BM : end;
+      return m0 < m1;
     }
     return nt < tp.ntiles;
   };
@@ -555,19 +573,25 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
         if (rows && g == p.G) continue;  // zeros: nothing to load (the whole cluster skips the tile)
         const int aslot = tp.a_slots ? g : 0, bslot = tp.b_slots ? g : 0;
         const int nb0 = static_cast<int>(n0), nb1 = static_cast<int>(p.act ? p.N + n0 : n0 + BN / 2);
+        const bool load_a = !PB || m0 < m1;  // PB: a rank without rows only relays its B box
         for (int ks = 0; ks < steps; ++ks, ++it) {
           const uint32_t st = it % S;
           mbar_wait(empty + 8 * st, ((it / S) & 1) ^ 1);
-          mbar_expect_tx(full + 8 * st, kStage);
+          mbar_expect_tx(full + 8 * st, load_a ? kStage : kStage - tma_a_bytes<BM>());
           const uint32_t as = ring + st * kStage, bs = as + tma_a_bytes<BM>();
-          if constexpr (CS == 1) {
-            tma_load_3d(as, &tp.ta, ks * kBK, m0, aslot, full + 8 * st);
+          if constexpr (CS == 1 || PB) {
+            if (load_a) tma_load_3d(as, &tp.ta, ks * kBK, m0, aslot, full + 8 * st);
           } else {
             tma_load_3d_multicast(as + rank * kARows * 128, &tp.ta, ks * kBK, m0 + rank * kARows, aslot,
                                   full + 8 * st, static_cast<uint16_t>((1u << CS) - 1));
           }
-          tma_load_3d(bs, &tp.tb, ks * kBK, nb0, bslot, full + 8 * st);
-          tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
+          if constexpr (PB) {  // B box `rank` into both blocks
+            tma_load_3d_multicast(bs + rank * (BN / 2) * 128, &tp.tb, ks * kBK, rank ? nb1 : nb0, bslot, full + 8 * st,
+                                  static_cast<uint16_t>(3));
+          } else {
+            tma_load_3d(bs, &tp.tb, ks * kBK, nb0, bslot, full + 8 * st);
+            tma_load_3d(bs + (BN / 2) * 128, &tp.tb, ks * kBK, nb1, bslot, full + 8 * st);
+          }
         }
       }
       // Clusters: this block exits only once every math warp of the cluster has released each stage's last
@@ -604,8 +628,9 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
       continue;
     }
     // BM = 128: a warpgroup none of whose 64 rows the tile stores (a group's last tile of at most 64 rows)
-    // only passes each stage on; the other one's MMAs then have the tensor cores to themselves.
-    if (BM == 128 && p.skip_idle_half && m0 + 64 * wg >= m1) {
+    // only passes each stage on; the other one's MMAs then have the tensor cores to themselves. PB: so do
+    // both warpgroups of a rank without rows.
+    if (BM == 128 && ((PB && !mine) || (p.skip_idle_half && m0 + 64 * wg >= m1))) {
       for (int ks = 0; ks < steps; ++ks, ++it) {
         const uint32_t st = it % S;
         mbar_wait(full + 8 * st, (it / S) & 1);
@@ -630,7 +655,7 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     fence_regs(acc);
     if (steps > 0) release((it - 1) % S);
     if (!mine) continue;
-    if constexpr (tma_store_capable<BM, CS>()) {
+    if constexpr (tma_store_capable<BM, CS, PB>()) {
       if (c_tma && m0 + 64 * wg + 64 <= m1) {  // the warpgroup's 64 rows are all this group's
         gmm90_epilogue_tma<T, BN>(&tp.tc, cstage + static_cast<uint32_t>(wg) * (kCStageBytes / 2), 1 + wg, acc, p.act,
                                   m0 + 64 * wg, n0, static_cast<int>(cg), tid % 128);
@@ -639,7 +664,7 @@ __global__ void __launch_bounds__(tma_threads<BM>(), tma_blocks_per_sm<BM>())
     }
     gmm90_epilogue<T, BN>(p, acc, cg, m0, m1, n0, tid);
   }
-  if constexpr (tma_store_capable<BM, CS>()) {
+  if constexpr (tma_store_capable<BM, CS, PB>()) {
     if (c_tma && tid % 128 == 0) bulk_wait_all();  // the staged boxes are written before the block exits
   }
 #else
