@@ -67,11 +67,16 @@ __device__ __forceinline__ void mma_k64(float (&acc)[BN / 2], uint32_t a_addr, u
     Wgmma<std::is_same_v<T, BFloat16>, BN>::ss(acc, da + ((kk * 32) >> 4), db + ((kk * 32) >> 4), 1);
 }
 
-// Two values rounded to the 16-bit C type T, packed low column first (one 4-byte store of a column pair).
+// Two values rounded (to nearest even) to the 16-bit C type T, packed low column first (one 4-byte store of a
+// column pair): one hardware conversion of the pair. The portable conversion (T(float): a NaN test, a
+// rounding bias and a shift per value for bf16, more for f16) made up most of a 128 x 256 tile's epilogue
+// instructions. The same roundings; only a NaN's bits may differ (the canonical NaN).
 template <class T>
 __device__ __forceinline__ uint32_t gmm90_pack2(float v0, float v1) {
-  const T lo = gemv_from_f32<T>(v0), hi = gemv_from_f32<T>(v1);
-  return static_cast<uint32_t>(lo.x) | (static_cast<uint32_t>(hi.x) << 16);
+  uint32_t r;
+  if constexpr (std::is_same_v<T, BFloat16>) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(v1), "f"(v0));
+  else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(v1), "f"(v0));
+  return r;
 }
 
 // The epilogue's straight run (GmmArgs::fast_epilogue, the default): every column pair of the thread's two
@@ -430,43 +435,44 @@ struct GmmTmaParams {
 };
 
 // The staged epilogue of one math warpgroup (thread t of its 128) over C rows row0..row0 + 63 (all stored),
-// output columns from n0, slot `slot` of tc; `bar`: the warpgroup's named barrier; cbuf: its 16 KB buffer.
-// acc as in gmm90_epilogue. Thread t writes its 4-byte column pairs: row r = 16 (t / 32) + (t % 32) / 4 (+ 8),
-// column group j (8 columns, one 16-byte chunk of a 128-byte box row) at chunk j ^ (r % 8): the eight rows of
-// a warp's store land in eight different chunks, so its 32 lanes hit 32 different banks.
+// output columns from n0, slot `slot` of tc; `bar`: the warpgroup's named barrier; cbuf: its 16 KB buffer
+// (128 columns: two 64 x 64 boxes of 128-byte rows, 128-byte swizzle), filled and stored once per 128 output
+// columns. acc as in gmm90_epilogue: the pair of column group j (8 columns) in row half h (rows 8 h.. of the
+// warp's 16) is acc[4 j + 2 h], acc[4 j + 2 h + 1] at row (t % 32) / 4 of that 8 x 8 block, columns
+// 2 (t % 4)..: the fragment layout of stmatrix. So one stmatrix.x4 writes column groups j and j + 1 of both
+// row halves (four 8 x 8 blocks): lane l gives the address of row l % 8 of block l / 8, chunk j ^ (row % 8)
+// of its box row, and each block's eight rows land in eight different chunks (no bank conflicts).
 template <class T, int BN>
 __device__ __forceinline__ void gmm90_epilogue_tma(const CUtensorMap* tc, uint32_t cbuf, int bar, const float (&acc)[BN / 2],
                                                    bool act, int row0, int64_t n0, int slot, int t) {
   constexpr int kOutJ = BN / 8;  // column groups of 8 in the product
   const int lane = t % 32;
-  const int r = (t / 32) * 16 + lane / 4;
-  const uint32_t base = cbuf + static_cast<uint32_t>(r) * 128 + static_cast<uint32_t>(lane % 4) * 4;
-  const uint32_t sw = static_cast<uint32_t>(lane / 4);  // r % 8, the swizzle phase of both of the thread's rows
+  const int blk = lane / 8, rr = lane % 8;  // the block (column group j + blk / 2, row half blk % 2) and row lane addresses
+  const uint32_t row_addr = cbuf + static_cast<uint32_t>((t / 32) * 16 + 8 * (blk % 2) + rr) * 128;
   const int groups = act ? kOutJ / 2 : kOutJ;  // output column groups
+  // The pair of column group j, row half h (act: gate column group j with its up column group).
+  auto pair = [&](int j, int h) {
+    if (act) {
+      const int ju = j + kOutJ / 2 < kOutJ ? j + kOutJ / 2 : j;  // (in range for every unrolled j)
+      return gmm90_pack2<T>(moe_math::silu_mul(acc[4 * j + 2 * h], acc[4 * ju + 2 * h]),
+                            moe_math::silu_mul(acc[4 * j + 2 * h + 1], acc[4 * ju + 2 * h + 1]));
+    }
+    return gmm90_pack2<T>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  };
 #pragma unroll
   for (int rd = 0; rd < (kOutJ + 15) / 16; ++rd) {
     if (rd * 16 >= groups) break;
     if (t == 0) bulk_wait_read_all();  // the buffer's previous boxes have been read
     named_sync(bar, 128);
 #pragma unroll
-    for (int jj = 0; jj < 16; ++jj) {
+    for (int jj = 0; jj < 16; jj += 2) {
       const int j = rd * 16 + jj;
       if (j >= kOutJ || j >= groups) break;
-      const uint32_t box = static_cast<uint32_t>(jj / 8) * 8192;
-      const uint32_t chunk = (static_cast<uint32_t>(jj % 8) ^ sw) << 4;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float v0, v1;
-        if (act) {
-          const int ju = j + kOutJ / 2 < kOutJ ? j + kOutJ / 2 : j;  // (in range for every unrolled j)
-          v0 = moe_math::silu_mul(acc[4 * j + 2 * h], acc[4 * ju + 2 * h]);
-          v1 = moe_math::silu_mul(acc[4 * j + 2 * h + 1], acc[4 * ju + 2 * h + 1]);
-        } else {
-          v0 = acc[4 * j + 2 * h];
-          v1 = acc[4 * j + 2 * h + 1];
-        }
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(base + box + chunk + h * 8 * 128), "r"(gmm90_pack2<T>(v0, v1)) : "memory");
-      }
+      const int jm = jj + blk / 2;  // this lane's column group within the round
+      const uint32_t addr = row_addr + static_cast<uint32_t>(jm / 8) * 8192 + ((static_cast<uint32_t>(jm % 8) ^ rr) << 4);
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(pair(j, 0)),
+                   "r"(pair(j, 1)), "r"(pair(j + 1, 0)), "r"(pair(j + 1, 1))
+                   : "memory");
     }
     fence_proxy_async();  // the writes, visible to the copy engine
     named_sync(bar, 128);
