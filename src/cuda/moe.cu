@@ -229,7 +229,7 @@ std::atomic<bool>& skip_idle_half_ref() {
 
 // The staged C epilogue of the 128-row TMA tiles (moe.h, set_grouped_tma_store).
 std::atomic<bool>& tma_store_ref() {
-  static std::atomic<bool> on{switch_from_env("KILN_GMM_TMA_STORE", false)};
+  static std::atomic<bool> on{switch_from_env("KILN_GMM_TMA_STORE", true)};
   return on;
 }
 

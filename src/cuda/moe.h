@@ -68,10 +68,11 @@ void set_grouped_skip_idle_half(bool on);
 bool grouped_skip_idle_half();
 // The 128-row TMA tile kernels on Hopper: a math warpgroup whose 64 rows all belong to the tile's group
 // stages its C rows in shared memory and stores them with TMA, asynchronously, instead of storing from
-// registers (16-bit C, rows contiguous and 16-byte aligned, no row scatter, at most 241 groups). Off by
-// default: on the H200 it was within noise of the register epilogue at T4096 graph-replayed (E128 down 2-5%
-// slower in two calls, faster alone under Nsight Compute; docs/benchmarks.md, nineteenth run). Also
-// KILN_GMM_TMA_STORE=0|1. grouped_tma_store_launches(): launches that took it so far (for tests).
+// registers (16-bit C, rows contiguous and 16-byte aligned, no row scatter, at most 241 groups). On by
+// default since it writes with stmatrix and hardware pair conversions: on the H200 T4096 E128 down took
+// 219.9 against 229.2 µs graph-replayed, E64 gate_up 627.9 against 644.0, the other shapes within 2%
+// (docs/benchmarks.md, twenty-first run). Also KILN_GMM_TMA_STORE=0|1. grouped_tma_store_launches():
+// launches that took it so far (for tests).
 void set_grouped_tma_store(bool on);
 bool grouped_tma_store();
 int64_t grouped_tma_store_launches();

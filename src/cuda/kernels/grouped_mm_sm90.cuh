@@ -405,11 +405,12 @@ template <int BM, int BN>
 constexpr int tma_stages() {
   return BM == 64 ? 4 : BN == 128 ? 6 : 4;  // 4 x 24 KB (two blocks per SM), 6 x 32 KB or 4 x 48 KB
 }
-// The epilogue through shared memory (GmmTmaParams::c_tma; 128-row tiles, no clusters): each math warpgroup
-// stages its 64 rows of C, 128 columns at a time, in two 64 x 64 boxes (16 KB, 128-byte rows with the
-// 128-byte swizzle), and one of its threads stores them with TMA, asynchronously: the warpgroup goes on to
-// the next tile's MMAs while the boxes drain, and waits for them only when it next writes the buffer.
-// Opt-in: measured within noise of the register epilogue on the H200 (docs/benchmarks.md, nineteenth run).
+// The epilogue through shared memory (GmmTmaParams::c_tma; 128-row tiles, no clusters but the pairs sharing
+// B): each math warpgroup stages its 64 rows of C, 128 columns at a time, in two 64 x 64 boxes (16 KB,
+// 128-byte rows with the 128-byte swizzle; stmatrix writes), and one of its threads stores them with TMA,
+// asynchronously: the warpgroup goes on to the next tile's MMAs while the boxes drain, and waits for them
+// only when it next writes the buffer. The default (grouped_tma_store): 2-4% faster than the register
+// stores at T4096 over 128 and 64 experts on the H200 (docs/benchmarks.md, twenty-first run).
 constexpr uint32_t kCStageBytes = 2 * 16384;  // both warpgroups' buffers
 template <int BM, int CS, bool PB = false>
 constexpr bool tma_store_capable() {
