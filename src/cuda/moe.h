@@ -69,9 +69,9 @@ bool grouped_skip_idle_half();
 // The 128-row TMA tile kernels on Hopper: a math warpgroup whose 64 rows all belong to the tile's group
 // stages its C rows in shared memory and stores them with TMA, asynchronously, instead of storing from
 // registers (16-bit C, rows contiguous and 16-byte aligned, no row scatter, at most 241 groups). On by
-// default since it writes with stmatrix and hardware pair conversions: on the H200 T4096 E128 down took
-// 219.9 against 229.2 µs graph-replayed, E64 gate_up 627.9 against 644.0, the other shapes within 2%
-// (docs/benchmarks.md, twenty-first run). Also KILN_GMM_TMA_STORE=0|1. grouped_tma_store_launches():
+// default since it writes with stmatrix: on the H200 it took 1.7% and 0.7% less time than the register
+// stores over the six T4096 benchmark products (geomean, two calls), single products from 4% faster to 2%
+// slower (docs/benchmarks.md, twenty-first run). Also KILN_GMM_TMA_STORE=0|1. grouped_tma_store_launches():
 // launches that took it so far (for tests).
 void set_grouped_tma_store(bool on);
 bool grouped_tma_store();

@@ -409,8 +409,9 @@ constexpr int tma_stages() {
 // B): each math warpgroup stages its 64 rows of C, 128 columns at a time, in two 64 x 64 boxes (16 KB,
 // 128-byte rows with the 128-byte swizzle; stmatrix writes), and one of its threads stores them with TMA,
 // asynchronously: the warpgroup goes on to the next tile's MMAs while the boxes drain, and waits for them
-// only when it next writes the buffer. The default (grouped_tma_store): 2-4% faster than the register
-// stores at T4096 over 128 and 64 experts on the H200 (docs/benchmarks.md, twenty-first run).
+// only when it next writes the buffer. The default (grouped_tma_store): on the H200 1.7% and 0.7% less time
+// than the register stores over the T4096 benchmark products (geomean of two calls; docs/benchmarks.md,
+// twenty-first run).
 constexpr uint32_t kCStageBytes = 2 * 16384;  // both warpgroups' buffers
 template <int BM, int CS, bool PB = false>
 constexpr bool tma_store_capable() {
