@@ -52,7 +52,7 @@ using FastEpilogue = SettingScope<bool, cuda::grouped_fast_epilogue, cuda::set_g
 using WideStores = SettingScope<bool, cuda::grouped_wide_stores, cuda::set_grouped_wide_stores>;
 // The 128-row tiles' idle warpgroup skipping its MMAs (on by default).
 using SkipIdleHalf = SettingScope<bool, cuda::grouped_skip_idle_half, cuda::set_grouped_skip_idle_half>;
-// The 128-row TMA tiles' staged C epilogue (off by default).
+// The 128-row TMA tiles' staged C epilogue (on by default).
 using TmaStore = SettingScope<bool, cuda::grouped_tma_store, cuda::set_grouped_tma_store>;
 // The MoE combine fused into one token's down product (on by default).
 using FusedCombine = SettingScope<bool, cuda::moe_fused_combine, cuda::set_moe_fused_combine>;
@@ -142,6 +142,19 @@ Tensor gpu_view_like(const Tensor& cpu_view) {
   return test::linear_close(out, ref, scale, od, k);
 }
 
+// Every path a test can force (a TMA path falls back to the cp.async kernel where it does not apply), and
+// the same after Auto.
+const std::vector<GroupedMmPath> kEveryPath = {
+    GroupedMmPath::Decode,           GroupedMmPath::Tiled,            GroupedMmPath::TiledWide,
+    GroupedMmPath::TiledTma,         GroupedMmPath::TiledTma64,       GroupedMmPath::TiledTmaWide,
+    GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4,
+    GroupedMmPath::TiledPortable};
+const std::vector<GroupedMmPath> kAutoAndEveryPath = [] {
+  std::vector<GroupedMmPath> v = {GroupedMmPath::Auto};
+  v.insert(v.end(), kEveryPath.begin(), kEveryPath.end());
+  return v;
+}();
+
 struct RowCase {
   int64_t m, k, n;
   std::vector<int32_t> ends;
@@ -159,7 +172,7 @@ const std::vector<RowCase> kRowCases = {
 // [G, K, N] storage, through both kernels, every dtype, random and integer data, f32 output too.
 TEST(CudaGroupedMm, TwoDByThreeDMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : kEveryPath) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const RowCase& c : kRowCases)
@@ -271,7 +284,7 @@ TEST(CudaGroupedMm, AutoTileSizeFollowsRowsPerGroup) {
 // the scalar paths.
 TEST(CudaGroupedMm, MisalignedAndStridedOperandsMatchCpu) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : kEveryPath) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (int64_t offset : {0, 1})
@@ -295,7 +308,7 @@ TEST(CudaGroupedMm, ThreeDByTwoDMatchesCpu) {
   };
   const std::vector<C> cases = {{3, 7, 11, 20, {6, 6, 17}},   {1, 5, 64, 33, {33}},
                                 {4, 70, 40, 9, {0, 2, 2, 5}}, {2, 130, 128, 600, {300, 600}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : kEveryPath) {
     ForcePath force(path);
     for (DType d : kDtypes)
       for (const C& c : cases)
@@ -434,7 +447,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
   };
   const std::vector<C> cases = {{{3, 2, 7}, {3, 3, 7}}, {{3, 5, 11}, {3, 5, 10}}, {{-1, 5, 7}, {0, 5, 7}},
                                 {{12, 1, 4}, {10, 10, 10}}, {{INT32_MIN, INT32_MAX, 0}, {0, 10, 10}}};
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable})
+  for (GroupedMmPath path : kEveryPath)
     for (const C& c : cases) {
       ForcePath force(path);
       SCOPED_TRACE(str(path_name(path), " offs ", c.bad[0], ",", c.bad[1], ",", c.bad[2]));
@@ -464,7 +477,7 @@ TEST(CudaGroupedMm, InvalidOffsetsRaiseAtSynchronizeWithoutStrayWrites) {
 
 TEST(CudaGroupedMm, GraphCaptureAndReplay) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4, GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : kEveryPath) {
     ForcePath force(path);
     Tensor a = test::random_tensor({8, 256}, DType::BF16, -1, 1, kGpu);
     const Tensor w = test::random_tensor({16, 96, 256}, DType::BF16, -1, 1, kGpu);
@@ -580,8 +593,7 @@ void check_moe(const MoeCase& c, DType d, bool integer_routing) {
 
 TEST(CudaMoeForward, MatchesCpuOverTokensExpertsAndTopk) {
   KILN_REQUIRE_CUDA();
-  for (GroupedMmPath path : {GroupedMmPath::Auto, GroupedMmPath::Decode, GroupedMmPath::Tiled, GroupedMmPath::TiledWide, GroupedMmPath::TiledTma, GroupedMmPath::TiledTma64, GroupedMmPath::TiledTmaWide, GroupedMmPath::TiledTmaWidePair, GroupedMmPath::TiledTmaCluster2, GroupedMmPath::TiledTmaCluster4,
-                             GroupedMmPath::TiledPortable}) {
+  for (GroupedMmPath path : kAutoAndEveryPath) {
     ForcePath force(path);
     SCOPED_TRACE(path_name(path));
     for (int64_t T : {1, 3, 64, 512})
