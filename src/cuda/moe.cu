@@ -7,6 +7,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -57,6 +58,20 @@ bool switch_from_env(const char* name, bool fallback) {
   const std::string s(v);
   KILN_CHECK(s == "0" || s == "1", name, "=", s, " is not 0 or 1");
   return s == "1";
+}
+
+// A setting from an environment variable that takes one of a few small integers (written as they are), or
+// 0 when unset or empty (every such setting's default).
+int choice_from_env(const char* name, std::initializer_list<int> allowed) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  const std::string s(v);
+  std::string listed;
+  for (int a : allowed) {
+    if (s == std::to_string(a)) return a;
+    listed += (listed.empty() ? "" : ", ") + std::to_string(a);
+  }
+  throw Error(str(name, "=", s, " is not one of ", listed));
 }
 
 // A row bound of Auto's tile choice from an environment variable (a count >= 0), or `fallback`.
@@ -147,14 +162,7 @@ bool tma_tiles(int device) {
 // KILN_GMM_DECODE_SPLIT=1|2|4|8 forces the split of every decode launch (a tuning knob for A/B runs; unset or 0:
 // the rule).
 int forced_decode_split() {
-  static const int n = [] {
-    const char* v = std::getenv("KILN_GMM_DECODE_SPLIT");
-    if (!v || !*v) return 0;
-    const std::string s(v);
-    KILN_CHECK(s == "0" || s == "1" || s == "2" || s == "4" || s == "8", "KILN_GMM_DECODE_SPLIT=", s,
-               " is not one of 0, 1, 2, 4, 8");
-    return std::stoi(s);
-  }();
+  static const int n = choice_from_env("KILN_GMM_DECODE_SPLIT", {0, 1, 2, 4, 8});
   return n;
 }
 int decode_split(int64_t m, int64_t n, int64_t k, int vec_elems, bool vec, bool act, int device) {
@@ -179,13 +187,7 @@ bool decode_one_row(const GmmArgs& p) { return p.row_groups != nullptr || p.M <=
 // in f32) or 6 (at most 40 registers, 6 blocks per SM; ptxas spills 32 bytes in the bf16 and f16 instances); also
 // KILN_GMM_DECODE_MINB=0|1|6. FP8 experts keep 1 (at 40 registers they spill 184 bytes).
 std::atomic<int>& decode_min_blocks_ref() {
-  static std::atomic<int> n{[] {
-    const char* v = std::getenv("KILN_GMM_DECODE_MINB");
-    if (!v || !*v) return 0;
-    const std::string s(v);
-    KILN_CHECK(s == "0" || s == "1" || s == "6", "KILN_GMM_DECODE_MINB=", s, " is not 0, 1 or 6");
-    return std::stoi(s);
-  }()};
+  static std::atomic<int> n{choice_from_env("KILN_GMM_DECODE_MINB", {0, 1, 6})};
   return n;
 }
 int decode_min_blocks() { return decode_min_blocks_ref().load(std::memory_order_relaxed); }
@@ -230,6 +232,12 @@ std::atomic<bool>& skip_idle_half_ref() {
 // The staged C epilogue of the 128-row TMA tiles (moe.h, set_grouped_tma_store).
 std::atomic<bool>& tma_store_ref() {
   static std::atomic<bool> on{switch_from_env("KILN_GMM_TMA_STORE", true)};
+  return on;
+}
+
+// One token's down product reading its row groups before its dependent-launch wait (moe.h, set_moe_early_down).
+std::atomic<bool>& early_down_ref() {
+  static std::atomic<bool> on{switch_from_env("KILN_MOE_EARLY_DOWN", true)};
   return on;
 }
 
@@ -358,6 +366,8 @@ bool grouped_wide_stores() { return wide_stores_ref().load(std::memory_order_rel
 
 void set_grouped_tma_store(bool on) { tma_store_ref().store(on, std::memory_order_relaxed); }
 bool grouped_tma_store() { return tma_store_ref().load(std::memory_order_relaxed); }
+void set_moe_early_down(bool on) { early_down_ref().store(on, std::memory_order_relaxed); }
+bool moe_early_down() { return early_down_ref().load(std::memory_order_relaxed); }
 void set_moe_fused_combine(bool on) { fused_combine_ref().store(on, std::memory_order_relaxed); }
 bool moe_fused_combine() { return fused_combine_ref().load(std::memory_order_relaxed); }
 int64_t moe_fused_combine_launches() { return fused_combines.load(std::memory_order_relaxed); }
@@ -595,6 +605,9 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
     p.G = static_cast<int>(E), p.M = P, p.N = to_int(H, op, "H"), p.K = to_int(I, op, "I");
     p.err = device_error_record(dev.index);
     if (decode) p.row_groups = row_groups;
+    // The kernel just ahead of this one is gate_up's decode kernel (I > 0), and the routing that wrote the
+    // row groups ran before it: down may read them, and start its weight stream, while gate_up ends.
+    p.groups_before_wait = decode && row_groups != nullptr && I > 0 && early_down_ref().load(std::memory_order_relaxed);
     if (f8) fp8_scales(p, f8->down);
     if (fuse) {
       p.comb_weights = weights.data_ptr();
