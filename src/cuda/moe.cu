@@ -235,12 +235,6 @@ std::atomic<bool>& tma_store_ref() {
   return on;
 }
 
-// One token's down product reading its row groups before its dependent-launch wait (moe.h, set_moe_early_down).
-std::atomic<bool>& early_down_ref() {
-  static std::atomic<bool> on{switch_from_env("KILN_MOE_EARLY_DOWN", true)};
-  return on;
-}
-
 // The MoE combine fused into one token's down product (moe.h, set_moe_fused_combine) and its launches.
 std::atomic<bool>& fused_combine_ref() {
   static std::atomic<bool> on{switch_from_env("KILN_MOE_FUSED_COMBINE", true)};
@@ -366,8 +360,6 @@ bool grouped_wide_stores() { return wide_stores_ref().load(std::memory_order_rel
 
 void set_grouped_tma_store(bool on) { tma_store_ref().store(on, std::memory_order_relaxed); }
 bool grouped_tma_store() { return tma_store_ref().load(std::memory_order_relaxed); }
-void set_moe_early_down(bool on) { early_down_ref().store(on, std::memory_order_relaxed); }
-bool moe_early_down() { return early_down_ref().load(std::memory_order_relaxed); }
 void set_moe_fused_combine(bool on) { fused_combine_ref().store(on, std::memory_order_relaxed); }
 bool moe_fused_combine() { return fused_combine_ref().load(std::memory_order_relaxed); }
 int64_t moe_fused_combine_launches() { return fused_combines.load(std::memory_order_relaxed); }
@@ -605,9 +597,6 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
     p.G = static_cast<int>(E), p.M = P, p.N = to_int(H, op, "H"), p.K = to_int(I, op, "I");
     p.err = device_error_record(dev.index);
     if (decode) p.row_groups = row_groups;
-    // The kernel just ahead of this one is gate_up's decode kernel (I > 0), and the routing that wrote the
-    // row groups ran before it: down may read them, and start its weight stream, while gate_up ends.
-    p.groups_before_wait = decode && row_groups != nullptr && I > 0 && early_down_ref().load(std::memory_order_relaxed);
     if (f8) fp8_scales(p, f8->down);
     if (fuse) {
       p.comb_weights = weights.data_ptr();

@@ -64,13 +64,6 @@ struct GmmArgs {
   // routing) whose offsets describe the same rows. Each row then takes its own block, with no scan of the
   // offsets before the weight loads. Values are clamped into [0, G).
   const int32_t* row_groups;
-  // The decode kernel with row_groups (one row per block or warp group) may read row_groups and comb_pairs and
-  // stream the weights they select before its dependent-launch wait (kernels/pdl.cuh): set only when those
-  // were written before the kernel launched just ahead of this one on the stream, and that kernel is a
-  // decode kernel, which lets its dependents start only after its own wait (so the writer has completed).
-  // The MoE block's down product after its gate_up product: down's first weights are then in flight while
-  // gate_up ends.
-  bool groups_before_wait;
   // null, or the MoE combine fused into one token's down product (decode kernel, one row per block's warp
   // group: RowGroups with row_groups, no act, M = the token's k slots with kDecWarps % M == 0, launched with
   // split kDecWarps / M and one block row): warp group m of every block takes product row m over the block's
@@ -323,22 +316,8 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
   constexpr int VEC = gemv_vec_elems<T>();
   __shared__ float partial[kDecWarps * R * MT];
   __shared__ int slot_row[kDecWarps];  // fused combine: the product row of each slot
-  // Launched as a dependent (kernels/pdl.cuh). Dependents are let start only after the wait, so that one
-  // which reads its row groups early (GmmArgs::groups_before_wait) finds their writer complete. Without
-  // `early` only the launch overlaps the previous kernel; with it, the first weight loads too.
-  const bool early = MT == 1 && p.row_groups != nullptr && p.groups_before_wait;
-  bool waited = !early;
-  if (!early) {
-    pdl_wait();
-    pdl_allow_dependents();
-  }
-  auto wait_once = [&] {
-    if (!waited) {
-      pdl_wait();
-      pdl_allow_dependents();
-      waited = true;
-    }
-  };
+  pdl_allow_dependents();
+  pdl_wait();  // launched as a dependent (kernels/pdl.cuh): only the launch overlaps the previous kernel
 
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int grp = warp / split;
@@ -351,12 +330,12 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
   const int block_cols = fuse ? cols_per_group : groups * cols_per_group;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * block_cols;
   if (fuse && threadIdx.x < static_cast<unsigned>(p.M)) {
-    const int s = __ldcg(p.comb_pairs + threadIdx.x);  // L2: may be read before the wait (early)
+    const int s = p.comb_pairs[threadIdx.x];
     slot_row[s < 0 ? 0 : (s >= p.M ? p.M - 1 : s)] = static_cast<int>(threadIdx.x);
   }
   int g, rows;
   if (p.row_groups) {  // the row's group given: one row per block (fused: per warp group)
-    g = __ldcg(p.row_groups + j);  // L2: may be read before the wait (early)
+    g = p.row_groups[j];
     g = g < 0 ? 0 : (g >= p.G ? p.G - 1 : g);
     rows = 1;
   } else {
@@ -422,12 +401,11 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
           const int kb = p.b_bk_shift >= 0 ? (cu * 16) >> p.b_bk_shift : (cu * 16) / p.b_bk;
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            wv[u][r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(b8 + woff[r]) + cu);
+            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b8 + woff[r]) + cu);
             wsc[u][r] = __ldg(wscale[r] + kb);
           }
         }
       }
-      wait_once();  // the weights and their scales are never written by a kernel; the activations may be
 #pragma unroll
       for (int u = 0; u < U8; ++u) {
         const int cu = c + u * gt;
@@ -456,16 +434,11 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
     int c = t;
     for (; c + (U - 1) * gt < chunks; c += U * gt) {
       uint4 wv[U][R];
-      if (!waited) {  // early: the first step's weight loads, in program order before the wait
-        gemv_load_tail<U, R>(wv, b, woff, c, gt, chunks);
-        wait_once();
-      } else {
 #pragma unroll
-        for (int u = 0; u < U; ++u)
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-          for (int r = 0; r < R; ++r)
-            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b + woff[r]) + c + u * gt);
-      }
+        for (int r = 0; r < R; ++r)
+          wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b + woff[r]) + c + u * gt);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float wf[R][VEC];
@@ -488,7 +461,6 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
     if (c < chunks) {
       uint4 wv[U][R];
       gemv_load_tail<U, R>(wv, b, woff, c, gt, chunks);
-      wait_once();
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u * gt >= chunks) break;
@@ -509,7 +481,6 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
       }
     }
   } else {
-    wait_once();
 #pragma unroll 1
     for (int i = t; i < p.K; i += gt) {
       float wf[R];
@@ -526,7 +497,6 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
     }
   }
 
-  wait_once();  // a thread with no chunk: before the stores
   gemv_publish_warp_sums<R, MT>(acc, partial, warp, lane);
   __syncthreads();
 
