@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The same operators timed with several builds of kiln on one GPU machine in one device call. The builds are
+# made on the development machine and carried, so no device time goes to compiling, and code versions are
+# compared on the same card: one-token grouped products measured up to ~10% apart on different lent machines
+# of the same kind (docs/benchmarks.md, twenty-second run), more than most changes being judged.
+#
+# Here:   scripts/ab-binaries.sh build NAME=REV [NAME=REV ...]
+#   builds `kiln` (Release, CUDA, the `kiln` command only) at each git revision REV (commit, branch or tag;
+#   commit work first) in one scratch worktree ($AB_WORKTREE, default /tmp/kiln-ab-worktree) with one build
+#   folder, so each build after the first recompiles only what differs; strips it and compresses it into
+#   build-ab/kiln-NAME.xz (about 11 MB). PCRE2 and utf8proc link statically from .deps
+#   (scripts/fetch-device-deps.sh), as for the device's own builds. The first NAME is the baseline.
+# There:  scripts/ab-binaries.sh run [--filter REGEX] [--repeats N] [--rounds R]
+#   (device tool: carry ["build-ab", ...]) unpacks build-ab/*.xz, checks that each build starts (on failure:
+#   the libraries it cannot find), then runs `kiln bench ops` with every build in turn, R rounds (default 2),
+#   and writes $OUT/ab_runs.json (every run's cases) and $OUT/ab_table.md (each case's graph-replayed µs per
+#   build, the median over rounds, and each build's geomean time against the baseline's, by op family).
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+mode=${1:-}
+[ $# -gt 0 ] && shift
+case "$mode" in
+  build)
+    [ $# -gt 0 ] || { echo "ab-binaries.sh build: give NAME=REV pairs"; exit 1; }
+    wt=${AB_WORKTREE:-/tmp/kiln-ab-worktree}
+    [ -d "$wt" ] || git worktree add -q --detach "$wt" HEAD || exit 1
+    mkdir -p build-ab
+    for spec in "$@"; do
+      name=${spec%%=*}
+      rev=${spec#*=}
+      [ "$name" != "$spec" ] && [ -n "$name" ] || { echo "ab-binaries.sh: $spec is not NAME=REV"; exit 1; }
+      git -C "$wt" checkout -q --detach "$rev" || exit 1
+      echo "== $name: $(git -C "$wt" log --oneline -1)"
+      t=$(date +%s)
+      # shellcheck disable=SC2046
+      cmake -G Ninja -S "$wt" -B "$wt/build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF \
+        -DKILN_BUILD_TESTS=OFF $("$ROOT/scripts/device-cmake-args.sh") > "$wt/configure.log" 2>&1 &&
+        cmake --build "$wt/build" --target kiln_cli > "$wt/build.log" 2>&1 ||
+        { grep -E "error" -A3 "$wt/configure.log" "$wt/build.log" | head -30; exit 1; }
+      strip -o "$wt/kiln-$name" "$wt/build/bin/kiln" && xz -T0 -6 -c "$wt/kiln-$name" > "build-ab/kiln-$name.xz" &&
+        rm -f "$wt/kiln-$name" || exit 1
+      echo "   build-ab/kiln-$name.xz: $(du -h "build-ab/kiln-$name.xz" | cut -f1), $(( $(date +%s) - t )) s"
+    done
+    echo "$@" | tr ' ' '\n' | sed 's/=.*//' > build-ab/order.txt
+    echo "carry: build-ab ($(du -sh build-ab | cut -f1) of the 64 MiB)"
+    ;;
+  run)
+    filter="" repeats=40 rounds=2
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --filter) filter=$2; shift 2 ;;
+        --repeats) repeats=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        *) echo "ab-binaries.sh run: unknown argument $1"; exit 1 ;;
+      esac
+    done
+    OUT=${OUT:-$PWD/out}
+    mkdir -p "$OUT" build-ab/runs
+    names=()
+    if [ -f build-ab/order.txt ]; then mapfile -t names < build-ab/order.txt
+    else for x in build-ab/kiln-*.xz; do n=${x#build-ab/kiln-}; names+=("${n%.xz}"); done; fi
+    for n in "${names[@]}"; do
+      [ -x "build-ab/kiln-$n" ] || { xz -dc "build-ab/kiln-$n.xz" > "build-ab/kiln-$n" && chmod +x "build-ab/kiln-$n"; } || exit 1
+      if ! "build-ab/kiln-$n" --help > /dev/null 2>&1; then
+        echo "== kiln-$n does not start:"; "build-ab/kiln-$n" --help 2>&1 | tail -3; ldd "build-ab/kiln-$n" | grep "not found"
+        exit 1
+      fi
+    done
+    args=(--repeats "$repeats")
+    [ -n "$filter" ] && args+=(--filter "$filter")
+    for r in $(seq 1 "$rounds"); do
+      for n in "${names[@]}"; do
+        t=$(date +%s)
+        timeout "${OPS_TIMEOUT:-400}" "build-ab/kiln-$n" bench ops --json "build-ab/runs/$n-$r.json" "${args[@]}" \
+          > "build-ab/runs/$n-$r.log" 2>&1
+        echo "== round $r, $n: rc=$?, $(( $(date +%s) - t )) s"
+      done
+    done
+    python3 - "$OUT" "$rounds" "${names[@]}" <<'EOF'
+import json, math, statistics, sys
+out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+runs, times = {}, {}
+for n in names:
+    for r in range(1, rounds + 1):
+        try:
+            with open(f"build-ab/runs/{n}-{r}.json") as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            continue
+        runs[f"{n}-{r}"] = d
+        for c in d.get("cases", []):
+            if c.get("graph_us"):
+                times.setdefault(c["name"], {}).setdefault(n, []).append(c["graph_us"])
+with open(f"{out}/ab_runs.json", "w") as f:
+    json.dump(runs, f, indent=1)
+base = names[0]
+lines = ["Graph-replayed µs per call: each build's runs (rounds in order), their median; ratio = build / "
+         f"{base} (below 1: faster).", "",
+         "| case | " + " | ".join(f"{n} (runs)" for n in names) + " | " +
+         " | ".join(f"{n} / {base}" for n in names[1:]) + " |",
+         "| --- |" + " ---: |" * (2 * len(names) - 1)]
+fam = {}
+for case, per in times.items():
+    med = {n: statistics.median(per[n]) for n in per}
+    cells = [" / ".join(f"{v:.2f}" for v in per.get(n, [])) or "-" for n in names]
+    ratios = []
+    for n in names[1:]:
+        q = med[n] / med[base] if n in med and base in med else None
+        ratios.append("-" if q is None else f"{q:.3f}")
+        if q is not None:
+            fam.setdefault((case.split("/")[0], n), []).append(q)
+    lines.append(f"| {case} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+lines += ["", "| family | build | cases | geomean time / " + base + " | range |", "| --- | --- | ---: | ---: | --- |"]
+for (family, n), qs in sorted(fam.items()):
+    g = math.exp(sum(math.log(q) for q in qs) / len(qs))
+    lines.append(f"| {family} | {n} | {len(qs)} | {g:.3f} | {min(qs):.3f}-{max(qs):.3f} |")
+with open(f"{out}/ab_table.md", "w") as f:
+    f.write("\n".join(lines) + "\n")
+print("\n".join(lines[-(len(fam) + 2):]))
+EOF
+    ;;
+  *)
+    sed -n 2,19p "$0"
+    exit 1
+    ;;
+esac
