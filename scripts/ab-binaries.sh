@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The same operators timed with several builds of kiln on one GPU machine in one device call. The builds are
 # made on the development machine and carried, so no device time goes to compiling, and code versions are
-# compared on the same card: one-token grouped products measured up to ~10% apart on different lent machines
-# of the same kind (docs/benchmarks.md, twenty-second run), more than most changes being judged.
+# compared on the same card: between calls on different lent machines the one-token grouped products have
+# measured about 11% apart, with no way to tell a code change from the machine (docs/benchmarks.md,
+# twenty-second run).
 #
 # Here:   scripts/ab-binaries.sh build NAME=REV [NAME=REV ...]
 #   builds `kiln` (Release, CUDA, the `kiln` command only) at each git revision REV (commit, branch or tag;
