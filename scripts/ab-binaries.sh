@@ -122,7 +122,7 @@ print("\n".join(lines[-(len(fam) + 2):]))
 EOF
     ;;
   *)
-    sed -n 2,20p "$0"
+    sed -n 2,18p "$0"
     exit 1
     ;;
 esac
