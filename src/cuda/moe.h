@@ -43,11 +43,11 @@ enum class GroupedMmPath {
 };
 void set_forced_grouped_mm_path(GroupedMmPath p);
 // The register bound of the matrix-vector kernel's one-row instance (one-token products and the MoE block's
-// decode): 1 (the compiler's choice: 56 registers for 16-bit inputs, 4 blocks per SM), 6 blocks per SM (40 registers, a little spilling) or 0 (the
-// default: 1; measured on the H200 as fast or faster at every one-token shape once the warps found their
-// group without a block-wide scan, docs/benchmarks.md, twentieth run). Also
-// KILN_GMM_DECODE_MINB=0|1|6. KILN_GMM_DECODE_SPLIT=1|2|4|8 forces the matrix-vector kernel's warps per
-// weight-row group (A/B runs; unset: the rule in moe.cu, decode_split).
+// decode): 1 (the compiler's choice: 56 registers for 16-bit inputs, 4 blocks per SM), 6 blocks per SM (40
+// registers, a little spilling) or 0 (the default: 1; measured on the H200 as fast or faster at every
+// one-token shape once the warps found their group without a block-wide scan, docs/benchmarks.md, twentieth
+// run). Also KILN_GMM_DECODE_MINB=0|1|6. KILN_GMM_DECODE_SPLIT=1|2|4|8 forces the matrix-vector kernel's
+// warps per weight-row group (A/B runs; unset: the rule in moe.cu, decode_split).
 void set_grouped_decode_min_blocks(int n);
 int grouped_decode_min_blocks();
 // The Hopper tile kernels' epilogue for whole tiles of C (16-bit, or f32 without SiLU-mul) with contiguous
