@@ -89,6 +89,13 @@ void set_moe_fused_combine(bool on);
 bool moe_fused_combine();
 int64_t moe_fused_combine_launches();
 
+// The MoE block of one token with FP8 experts and the matrix-vector products: its down product reads the
+// routing's row groups and issues its first weight loads before its dependent-launch wait, so that they are
+// in flight while the gate_up product ends (kernels/grouped_mm.cuh, GmmArgs::groups_before_wait). On by
+// default; also KILN_MOE_EARLY_DOWN=0|1. 16-bit experts keep the usual order (measured no faster).
+void set_moe_early_down(bool on);
+bool moe_early_down();
+
 // moe_route on CUDA (x [T, H], router_weight [E, H]): logits through cuda::linear, then one fused kernel
 // (softmax f32, top-k, renormalisation) when E <= 256, else the composed ops.
 MoeRouting moe_route(const Tensor& x, const Tensor& router_weight, int64_t top_k, bool norm_topk_prob);

@@ -56,6 +56,8 @@ using SkipIdleHalf = SettingScope<bool, cuda::grouped_skip_idle_half, cuda::set_
 using TmaStore = SettingScope<bool, cuda::grouped_tma_store, cuda::set_grouped_tma_store>;
 // The MoE combine fused into one token's down product (on by default).
 using FusedCombine = SettingScope<bool, cuda::moe_fused_combine, cuda::set_moe_fused_combine>;
+// One token's down product reading its row groups before its dependent-launch wait (on by default).
+using EarlyDown = SettingScope<bool, cuda::moe_early_down, cuda::set_moe_early_down>;
 const char* path_name(GroupedMmPath p) {
   switch (p) {
     case GroupedMmPath::Decode: return "decode";
@@ -685,7 +687,8 @@ TEST(CudaMoeForward, DecodeShapeOf128Experts) {
 
 // One token with k = 1, 2, 4, 8 slots: the combine fused into the down product (it must run: its launch count
 // grows) gives bit for bit the output of the separate combine kernel (same f32 sums in the same order, one
-// rounding) over every dtype, bf16/f16 FP8 experts included; k = 3 and 6 keep the separate kernel. Poisoned
+// rounding) over every dtype, bf16/f16 FP8 experts included; k = 3 and 6 keep the separate kernel. Both, and
+// the down product that waits before reading its row groups (EarlyDown off), give the same bits. Poisoned
 // output memory; then against the CPU.
 TEST(CudaMoeForward, OneTokenFusedCombineMatchesSeparateKernel) {
   KILN_REQUIRE_CUDA();
@@ -704,8 +707,9 @@ TEST(CudaMoeForward, OneTokenFusedCombineMatchesSeparateKernel) {
           gate_up = test::random_tensor({E, 2 * I, H}, d, -0.03, 0.03, kGpu);
           down = test::random_tensor({E, H, I}, d, -0.3, 0.3, kGpu);
         }
-        auto run = [&](bool fused) {
+        auto run = [&](bool fused, bool early = true) {
           FusedCombine scope(fused);
+          EarlyDown early_scope(early);
           poison_next(H * static_cast<int64_t>(itemsize(d)));
           return (fp8 ? moe_forward(x, router, e, k, true) : moe_forward(x, router, gate_up, down, k, true)).to(kCPU);
         };
@@ -716,6 +720,8 @@ TEST(CudaMoeForward, OneTokenFusedCombineMatchesSeparateKernel) {
         const Tensor separate = run(false);
         EXPECT_EQ(cuda::moe_fused_combine_launches(), mid) << "switched off, the fused combine still ran";
         EXPECT_TRUE(test::equal(fused, separate));
+        EXPECT_TRUE(test::equal(run(true, false), fused)) << "the down product waiting first";
+        EXPECT_TRUE(test::equal(run(false, false), separate)) << "the down product waiting first, separate combine";
         if (!fp8) {
           const MoeRouting r = moe_route(x, router, k, true);
           Tensor ref = empty({1, H}, d);

@@ -64,6 +64,17 @@ struct GmmArgs {
   // routing) whose offsets describe the same rows. Each row then takes its own block, with no scan of the
   // offsets before the weight loads. Values are clamped into [0, G).
   const int32_t* row_groups;
+  // The decode kernel with row_groups (one row per block or warp group) may read row_groups and comb_pairs and
+  // stream the weights they select before its dependent-launch wait (kernels/pdl.cuh): set only when those
+  // were written before the kernel launched just ahead of this one on the stream, and that kernel is a
+  // decode kernel that lets its dependents start only after its own wait (so the writer has completed).
+  // The MoE block's down product after its gate_up product, with FP8 experts: down's first weights are then
+  // in flight while gate_up ends. The launcher takes the kernel's kDecEarly instance for it.
+  bool groups_before_wait;
+  // The decode kernel lets its dependents start only after its own wait, not at its start (the launcher takes
+  // the kDecAfterWait instance): set for the product whose dependent has groups_before_wait (gate_up ahead
+  // of that down).
+  bool dependents_after_wait;
   // null, or the MoE combine fused into one token's down product (decode kernel, one row per block's warp
   // group: RowGroups with row_groups, no act, M = the token's k slots with kDecWarps % M == 0, launched with
   // split kDecWarps / M and one block row): warp group m of every block takes product row m over the block's
@@ -310,14 +321,32 @@ __host__ __device__ constexpr int gmm_decode_cols_per_block(int split, bool act)
 // MINB: blocks per SM the registers must allow (__launch_bounds__): 1 (the compiler's choice, 56 registers
 // for 16-bit inputs: 4 blocks per SM), or 6 (at most 40 registers, a small spill; opt-in), which fits a
 // one-token product's grid of 768 blocks (8 experts x 768 column pairs) into one round but measured slower.
-template <class T, bool F8 = false, int MT = kDecRows, int MINB = 1>
+// ORDER, where the dependent-launch wait and trigger go (kernels/pdl.cuh): kDecAtOnce, dependents may start at
+// once and the kernel waits before its first load (only the launch overlaps the previous kernel);
+// kDecAfterWait, dependents start only after the wait (GmmArgs::dependents_after_wait), so that one which
+// reads its row groups early finds their writer complete; kDecEarly (MT = 1 with row_groups and
+// GmmArgs::groups_before_wait), the row groups read and the first weight loads issued before the wait, then
+// the dependents let start. Each its own instance, so that the usual one keeps its code.
+inline constexpr int kDecAtOnce = 0, kDecAfterWait = 1, kDecEarly = 2;
+template <class T, bool F8 = false, int MT = kDecRows, int MINB = 1, int ORDER = kDecAtOnce>
 __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p, int split, bool vec) {
   constexpr int R = kDecR, U = kDecU;
   constexpr int VEC = gemv_vec_elems<T>();
   __shared__ float partial[kDecWarps * R * MT];
   __shared__ int slot_row[kDecWarps];  // fused combine: the product row of each slot
-  pdl_allow_dependents();
-  pdl_wait();  // launched as a dependent (kernels/pdl.cuh): only the launch overlaps the previous kernel
+  static_assert(ORDER != kDecEarly || MT == 1, "the early instance is the one-row one");
+  constexpr bool early = ORDER == kDecEarly;
+  bool waited = !early;
+  if constexpr (ORDER == kDecAtOnce) pdl_allow_dependents();
+  if constexpr (!early) pdl_wait();
+  if constexpr (ORDER == kDecAfterWait) pdl_allow_dependents();
+  auto wait_once = [&] {
+    if (!waited) {
+      pdl_wait();
+      pdl_allow_dependents();
+      waited = true;
+    }
+  };
 
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int grp = warp / split;
@@ -330,12 +359,12 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
   const int block_cols = fuse ? cols_per_group : groups * cols_per_group;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * block_cols;
   if (fuse && threadIdx.x < static_cast<unsigned>(p.M)) {
-    const int s = p.comb_pairs[threadIdx.x];
+    const int s = early ? __ldcg(p.comb_pairs + threadIdx.x) : p.comb_pairs[threadIdx.x];  // early: from L2
     slot_row[s < 0 ? 0 : (s >= p.M ? p.M - 1 : s)] = static_cast<int>(threadIdx.x);
   }
   int g, rows;
   if (p.row_groups) {  // the row's group given: one row per block (fused: per warp group)
-    g = p.row_groups[j];
+    g = early ? __ldcg(p.row_groups + j) : p.row_groups[j];  // early: read before the wait, from L2
     g = g < 0 ? 0 : (g >= p.G ? p.G - 1 : g);
     rows = 1;
   } else {
@@ -401,11 +430,13 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
           const int kb = p.b_bk_shift >= 0 ? (cu * 16) >> p.b_bk_shift : (cu * 16) / p.b_bk;
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b8 + woff[r]) + cu);
+            const uint4* const wp = reinterpret_cast<const uint4*>(b8 + woff[r]) + cu;
+            wv[u][r] = early ? gemv_load_stream_early(wp) : gemv_load_stream(wp);  // early: kept before the wait
             wsc[u][r] = __ldg(wscale[r] + kb);
           }
         }
       }
+      wait_once();  // the weights and their scales are never written by a kernel; the activations may be
 #pragma unroll
       for (int u = 0; u < U8; ++u) {
         const int cu = c + u * gt;
@@ -434,11 +465,16 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
     int c = t;
     for (; c + (U - 1) * gt < chunks; c += U * gt) {
       uint4 wv[U][R];
+      if (!waited) {  // early: the first step's weight loads, in program order before the wait
+        gemv_load_tail<U, R>(wv, b, woff, c, gt, chunks);
+        wait_once();
+      } else {
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b + woff[r]) + c + u * gt);
+          for (int r = 0; r < R; ++r)
+            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(b + woff[r]) + c + u * gt);
+      }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float wf[R][VEC];
@@ -461,6 +497,7 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
     if (c < chunks) {
       uint4 wv[U][R];
       gemv_load_tail<U, R>(wv, b, woff, c, gt, chunks);
+      wait_once();
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (c + u * gt >= chunks) break;
@@ -481,6 +518,7 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
       }
     }
   } else {
+    wait_once();
 #pragma unroll 1
     for (int i = t; i < p.K; i += gt) {
       float wf[R];
@@ -497,6 +535,7 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
     }
   }
 
+  wait_once();  // a thread with no chunk: before the stores
   gemv_publish_warp_sums<R, MT>(acc, partial, warp, lane);
   __syncthreads();
 
