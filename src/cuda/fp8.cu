@@ -228,9 +228,10 @@ bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
 }
 
 // The weight-ring kernel for one row of 16-bit activations (config 8, kernels::fp8_gemv_ring_kernel), when the
-// device and operands fit it: false (nothing launched) otherwise. Warps per block and slots per warp ring:
-// KILN_FP8_RING=W,S (W in 1..8, S in 2..16; default 4,4), the slots lowered while the block's shared memory
-// would pass kMaxSmem. The grid is persistent: as many blocks as fit at once, or fewer when there are fewer
+// device and operands fit it: false (nothing launched) otherwise. Slots per warp ring: 3, lowered while the
+// block's shared memory would pass kMaxSmem; warps per block: 16, or fewer where there are fewer than 16 row
+// groups per multiprocessor, so that every multiprocessor gets a block. KILN_FP8_RING=W,S forces both (W in
+// 1..16, S in 2..16). The grid is persistent: as many blocks as fit at once, or fewer when there are fewer
 // row groups.
 std::atomic<int64_t>& ring_launches() {
   static std::atomic<int64_t> n{0};
@@ -238,7 +239,7 @@ std::atomic<int64_t>& ring_launches() {
 }
 
 struct RingShape {
-  int warps = 4, slots = 4;
+  int warps = 0, slots = 3;  // warps 0: by the row groups
 };
 RingShape ring_shape() {
   static const RingShape shape = [] {
@@ -268,6 +269,8 @@ bool launch_gemv_ring(const GemvArgs& g, int device, cudaStream_t stream) {
       ((g.n - 1) / g.bn) * g.ws_sn > INT_MAX - (kblocks - 1) * g.ws_sk || groups * kernels::kFp8RingRows > INT_MAX)
     return false;
   RingShape shape = ring_shape();
+  if (shape.warps == 0)
+    shape.warps = static_cast<int>(std::clamp<int64_t>(groups / multiprocessor_count(device), 1, kernels::kFp8RingMaxWarps));
   while (shape.slots > 2 && kernels::fp8_ring_smem_bytes(shape.warps, shape.slots, g.k) > kMaxSmem) --shape.slots;
   const int64_t smem = kernels::fp8_ring_smem_bytes(shape.warps, shape.slots, g.k);
   if (smem > kMaxSmem) return false;

@@ -431,7 +431,8 @@ TEST(CudaFp8Linear, TensorCoreOneRowKernel) {
 }
 
 // The weight-ring one-row kernel (config 8): row counts that leave partial groups of 8, K that leaves a
-// partial box (1040, 2064) or fits in one (16, 272), enough groups that warps take several (4500 rows), scale
+// partial box (1040, 2064) or fits in one (16, 272), enough groups that warps take several (17500 rows: 2188 groups of 8, more than 16 warps on each
+// of 132 multiprocessors), scale
 // blocks whose rows split a group (12) or that are not a power of two wide (48), every recipe, bias, and
 // activations of extreme magnitude.
 TEST(CudaFp8Linear, WeightRingOneRowKernel) {
@@ -444,7 +445,7 @@ TEST(CudaFp8Linear, WeightRingOneRowKernel) {
   struct NK {
     int64_t n, k;
   };
-  for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{4500, 272}, NK{130, 2064}, NK{64, 14336}})
+  for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{17500, 272}, NK{130, 2064}, NK{64, 14336}})
     for (ScaleRecipe r : kRecipes)
       for (DType dt : {DType::BF16, DType::F16}) {
         Fp8Path took = Fp8Path::Auto;

@@ -647,20 +647,20 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 4)
 // w viewed as 32-bit words; rows past n and bytes past k arrive as zeros). Lane 0 keeps `slots` boxes in
 // flight: the first ones before the dependent-launch wait (no kernel writes the weights), each later one as
 // soon as the warp has read the slot it refills. So the bytes in flight per multiprocessor are set by shared
-// memory (warps x slots x 8 KB), not by registers, and a warp converting and multiplying one box does not
+// memory (warps x slots x 4 KB), not by registers, and a warp converting and multiplying one box does not
 // delay the requests for the next ones: the CUDA-core kernel above holds at most 64 bytes per thread in
 // flight and issues its next loads only after its products.
 //
 // The block's activation row is copied into shared memory once, after the wait (cp.async, every piece at
-// once). Per box, lane l takes the chunks at 16-byte positions l and l + 32 of each of the 8 rows: a warp
-// reads 512 contiguous bytes of a row at a time (no bank conflict), and each lane's 16 activations of a
-// position serve all 8 rows. When a group's last box is done, each row's sum is folded across the lanes and
+// once). Per box, lane l takes the chunk at 16-byte position l of each of the 8 rows: a warp reads 512
+// contiguous bytes of a row at a time (no bank conflict), and each lane's 16 activations serve all 8 rows. When a group's last box is done, each row's sum is folded across the lanes and
 // stored with its bias. Requires compute capability 9.0 (TMA, mbarriers), k % 16 == 0, kblk % 16 == 0 (or
 // kblk >= k), 16-byte aligned rows of w (ldw % 16 == 0) and x, and the row in shared memory next to the rings.
 inline constexpr int kFp8RingRows = 8;        // weight rows per group (one TMA box's rows)
-inline constexpr int kFp8RingKBytes = 1024;   // weight bytes per row in a box: 256 32-bit words
+inline constexpr int kFp8RingKBytes = 512;    // weight bytes per row in a box: 128 32-bit words, one 16-byte
+                                              // chunk per lane
 inline constexpr int kFp8RingSlotBytes = kFp8RingRows * kFp8RingKBytes;
-inline constexpr int kFp8RingMaxWarps = 8;
+inline constexpr int kFp8RingMaxWarps = 16;
 
 struct Fp8RingParams {
   CUtensorMap w;       // w as [n][k / 4] 32-bit words, boxes of kFp8RingKBytes / 4 words x kFp8RingRows rows
@@ -774,10 +774,14 @@ __global__ void __launch_bounds__(kFp8RingMaxWarps * 32, 1) fp8_gemv_ring_kernel
           const uint4 wv = *reinterpret_cast<const uint4*>(box + r * KB + 16 * pos);
           float wf[16];
           fp8_unpack16(wv, wf);
-          float d = 0.f;
+          // Four partial sums: chains of 4 dependent FMAs, not 16 (a warp here has few neighbours to hide
+          // its latency behind).
+          float d[4];
 #pragma unroll
-          for (int e = 0; e < 16; ++e) d = fmaf(wf[e], xf[e], d);
-          acc[r] = fmaf(d, r == 0 || one_scale ? s0 : p.ws[off[r] + kb * p.ws_sk], acc[r]);
+          for (int j = 0; j < 4; ++j) d[j] = wf[j] * xf[j];
+#pragma unroll
+          for (int e = 4; e < 16; ++e) d[e & 3] = fmaf(wf[e], xf[e], d[e & 3]);
+          acc[r] = fmaf((d[0] + d[1]) + (d[2] + d[3]), r == 0 || one_scale ? s0 : p.ws[off[r] + kb * p.ws_sk], acc[r]);
         }
       }
     }
