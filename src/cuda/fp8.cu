@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -227,85 +226,6 @@ bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   return true;
 }
 
-// The weight-ring kernel for one row of 16-bit activations (config 8, kernels::fp8_gemv_ring_kernel), when the
-// device and operands fit it: false (nothing launched) otherwise. Slots per warp ring: 3, lowered while the
-// block's shared memory would pass kMaxSmem; warps per block: 16, or fewer where there are fewer than 16 row
-// groups per multiprocessor, so that every multiprocessor gets a block. KILN_FP8_RING=W,S forces both (W in
-// 1..16, S in 2..16). The grid is persistent: as many blocks as fit at once, or fewer when there are fewer
-// row groups.
-std::atomic<int64_t>& ring_launches() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-
-struct RingShape {
-  int warps = 0, slots = 3;  // warps 0: by the row groups
-};
-RingShape ring_shape() {
-  static const RingShape shape = [] {
-    RingShape r;
-    const char* v = std::getenv("KILN_FP8_RING");
-    if (v == nullptr || *v == 0) return r;
-    int w = 0, s = 0;
-    char tail = 0;
-    if (std::sscanf(v, "%d,%d%c", &w, &s, &tail) != 2 || w < 1 || w > kernels::kFp8RingMaxWarps || s < 2 || s > 16)
-      throw Error(str("fp8: KILN_FP8_RING=", v, " is not W,S with W in 1..", kernels::kFp8RingMaxWarps,
-                      " and S in 2..16"));
-    r.warps = w;
-    r.slots = s;
-    return r;
-  }();
-  return shape;
-}
-
-template <class X, class O, class B>
-bool launch_gemv_ring(const GemvArgs& g, int device, cudaStream_t stream) {
-  constexpr int64_t kMaxSmem = 220 << 10;
-  if (!g.vec || g.xs != nullptr || g.k == 0 || !wgmma_available(device)) return false;
-  const int64_t kblocks = (static_cast<int64_t>(g.k) + g.kblk - 1) / std::max(g.kblk, 1);
-  const int64_t groups = (g.n + kernels::kFp8RingRows - 1) / kernels::kFp8RingRows;
-  // Scale offsets in 32 bits; the tensor map's rows in 32 bits.
-  if (g.ws_sk < 0 || g.ws_sk > INT_MAX / std::max<int64_t>(kblocks, 1) ||
-      ((g.n - 1) / g.bn) * g.ws_sn > INT_MAX - (kblocks - 1) * g.ws_sk || groups * kernels::kFp8RingRows > INT_MAX)
-    return false;
-  RingShape shape = ring_shape();
-  if (shape.warps == 0)
-    shape.warps = static_cast<int>(std::clamp<int64_t>(groups / multiprocessor_count(device), 1, kernels::kFp8RingMaxWarps));
-  while (shape.slots > 2 && kernels::fp8_ring_smem_bytes(shape.warps, shape.slots, g.k) > kMaxSmem) --shape.slots;
-  const int64_t smem = kernels::fp8_ring_smem_bytes(shape.warps, shape.slots, g.k);
-  if (smem > kMaxSmem) return false;
-  kernels::Fp8RingParams rp{};
-  if (!encode_tensor_map_words(&rp.w, g.w, static_cast<uint64_t>(g.k) / 4, static_cast<uint64_t>(g.n),
-                               static_cast<uint64_t>(g.ldw), kernels::kFp8RingKBytes / 4, kernels::kFp8RingRows))
-    return false;
-  rp.x = g.x;
-  rp.ws = g.ws;
-  rp.bn = g.bn;
-  rp.ws_sn = g.ws_sn;
-  rp.ws_sk = static_cast<int>(g.ws_sk);
-  rp.kblk = g.kblk;
-  rp.kshift = kshift_of(g.kblk, g.k);
-  rp.bias = g.bias;
-  rp.y = g.y;
-  rp.n = g.n;
-  rp.k = g.k;
-  rp.groups = static_cast<int>(groups);
-  rp.slots = shape.slots;
-  auto kernel = kernels::fp8_gemv_ring_kernel<X, O, B>;
-  // The attribute is set once per kernel and device: to the largest block this path launches.
-  set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxSmem, device, "fp8 gemv");
-  const int threads = 32 * shape.warps;
-  int per_sm = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, static_cast<size_t>(smem)),
-        "fp8 gemv: cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  const int64_t cap = static_cast<int64_t>(std::max(per_sm, 1)) * multiprocessor_count(device);
-  const int64_t blocks = std::min<int64_t>((groups + shape.warps - 1) / shape.warps, cap);
-  launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)),
-                   static_cast<size_t>(smem), stream, device, "fp8 gemv", rp);
-  ring_launches().fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
 // All M rows in launches of at most 16 (each reads the whole weight once).
 template <class X, class O, class B>
 void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
@@ -321,8 +241,7 @@ void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
         if constexpr (std::is_same_v<X, O> && !std::is_same_v<X, float>) {
           int c = gemv_config().load(std::memory_order_relaxed);
           if (c == 7 && launch_gemv_mma<X, O, B>(s, device, stream)) break;
-          if (c == 8 && launch_gemv_ring<X, O, B>(s, device, stream)) break;
-          if (c < 0 || c >= 7) c = auto_config(s.n, s.k, s.vec, device);
+          if (c < 0 || c == 7) c = auto_config(s.n, s.k, s.vec, device);
           switch (c) {
             case 1: launch_gemv_mt<X, O, B, 1, 1>(s, rows, device, stream); break;
             case 2: launch_gemv_mt<X, O, B, 1, 2>(s, rows, device, stream); break;
@@ -454,7 +373,6 @@ void set_fp8_gemv_config(int c) {
 }
 int fp8_gemv_config() { return gemv_config().load(std::memory_order_relaxed); }
 int64_t fp8_gemv_mma_launches() { return mma_launches().load(std::memory_order_relaxed); }
-int64_t fp8_gemv_ring_launches() { return ring_launches().load(std::memory_order_relaxed); }
 
 const char* fp8_path_name(Fp8Path p) {
   switch (p) {

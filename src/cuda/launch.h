@@ -54,13 +54,6 @@ bool wgmma_available(int device);
 bool encode_tensor_map_3d(CUtensorMap* map, const void* base, bool bf16, const uint64_t dims[3],
                           const uint64_t strides[2], uint32_t box0, uint32_t box1);
 
-// A TMA tensor map over rows of 32-bit words (any data viewed as words: FP8 weight rows): `rows` rows of
-// `words` words, `stride` bytes apart (a multiple of 16); boxes of box_words x box_rows land in shared memory
-// unswizzled, row after row; words out of range read as zero. False when the driver has no
-// cuTensorMapEncodeTiled or rejects the layout.
-bool encode_tensor_map_words(CUtensorMap* map, const void* base, uint64_t words, uint64_t rows, uint64_t stride,
-                             uint32_t box_words, uint32_t box_rows);
-
 // Blocks for a grid-stride loop over n items: enough to fill the device several times over, no more.
 inline unsigned grid_for(int64_t n, int threads, int device) {
   const int64_t want = (n + threads - 1) / threads;

@@ -12,7 +12,6 @@
 
 #include "cuda/kernels/cp_async.cuh"
 #include "cuda/kernels/gemv.cuh"
-#include "cuda/kernels/wgmma.cuh"
 #include "kiln/scalar_types.h"
 
 namespace kiln::cuda::kernels {
@@ -197,10 +196,10 @@ __global__ void __launch_bounds__(kQuantThreads)
 // 2: R = 4, U = 1, three blocks; 3: R = 2, U = 2, four blocks. 4..6 software-pipeline the steps (the next
 // step's U * R loads are issued before the current step's products, so a warp keeps loads in flight while it
 // converts and multiplies): 4: R = 2, U = 1, four blocks; 5: R = 2, U = 2, three blocks; 6: R = 4, U = 1,
-// two blocks (it spills at three). 7 is the tensor-core kernel below (fp8_gemv_mma_kernel), 8 the weight-ring
-// kernel (fp8_gemv_ring_kernel); where the operands do not fit them, auto's shape. The launcher picks one per layer shape (auto_config in cuda/fp8.cu;
+// two blocks (it spills at three). 7 is the tensor-core kernel below (fp8_gemv_mma_kernel; where the operands
+// do not fit it, auto's shape). The launcher picks one per layer shape (auto_config in cuda/fp8.cu;
 // cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
-inline constexpr int kFp8GemvConfigs = 9;
+inline constexpr int kFp8GemvConfigs = 8;
 template <int MT, int CFG = 0>
 constexpr int fp8_gemv_rows_per_warp() {
   return CFG == 1 || CFG == 3 || CFG == 4 || CFG == 5 ? 2 : MT == 1 ? 4 : 2;
@@ -636,177 +635,6 @@ __global__ void __launch_bounds__(kFp8MmaThreads, 4)
       y[row] = O(sum);
     }
   }
-}
-
-// ---- one row with the weights streamed by TMA into per-warp rings (linear's decode case) -----------------
-//
-// The same sums as fp8_gemv_kernel's 16-byte path (each 16-weight chunk's f32 dot scaled once and added to an
-// f32 accumulator), with the weight loads taken off the registers: every warp owns groups of kFp8RingRows
-// weight rows (group g: rows 8 g..8 g + 7; the warps of the grid take the groups in turn) and its own ring of
-// `slots` shared-memory slots, each one TMA box of 8 rows x kFp8RingKBytes weight bytes (a 2-d tensor map over
-// w viewed as 32-bit words; rows past n and bytes past k arrive as zeros). Lane 0 keeps `slots` boxes in
-// flight: the first ones before the dependent-launch wait (no kernel writes the weights), each later one as
-// soon as the warp has read the slot it refills. So the bytes in flight per multiprocessor are set by shared
-// memory (warps x slots x 4 KB), not by registers, and a warp converting and multiplying one box does not
-// delay the requests for the next ones: the CUDA-core kernel above holds at most 64 bytes per thread in
-// flight and issues its next loads only after its products.
-//
-// The block's activation row is copied into shared memory once, after the wait (cp.async, every piece at
-// once). Per box, lane l takes the chunk at 16-byte position l of each of the 8 rows: a warp reads 512
-// contiguous bytes of a row at a time (no bank conflict), and each lane's 16 activations serve all 8 rows. When a group's last box is done, each row's sum is folded across the lanes and
-// stored with its bias. Requires compute capability 9.0 (TMA, mbarriers), k % 16 == 0, kblk % 16 == 0 (or
-// kblk >= k), 16-byte aligned rows of w (ldw % 16 == 0) and x, and the row in shared memory next to the rings.
-inline constexpr int kFp8RingRows = 8;        // weight rows per group (one TMA box's rows)
-inline constexpr int kFp8RingKBytes = 512;    // weight bytes per row in a box: 128 32-bit words, one 16-byte
-                                              // chunk per lane
-inline constexpr int kFp8RingSlotBytes = kFp8RingRows * kFp8RingKBytes;
-inline constexpr int kFp8RingMaxWarps = 16;
-
-struct Fp8RingParams {
-  CUtensorMap w;       // w as [n][k / 4] 32-bit words, boxes of kFp8RingKBytes / 4 words x kFp8RingRows rows
-  const void* x;       // the activation row (16-bit), 16-byte aligned
-  const float* ws;     // weight scales: ws[(j / bn) * ws_sn + kb * ws_sk]
-  int64_t bn, ws_sn;
-  int ws_sk, kblk, kshift;
-  const void* bias;    // null or n values
-  void* y;             // n outputs
-  int64_t n;
-  int k, groups, slots;  // groups = ceil(n / 8); slots per warp ring
-};
-
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-
-// Shared memory of a block of `warps` warps: the rings, the activation row (k 16-bit values, rounded up to
-// 16 bytes), then one 8-byte mbarrier per slot.
-__host__ __device__ constexpr int64_t fp8_ring_smem_bytes(int warps, int slots, int k) {
-  return static_cast<int64_t>(warps) * slots * kFp8RingSlotBytes + (2 * static_cast<int64_t>(k) + 15) / 16 * 16 +
-         static_cast<int64_t>(warps) * slots * 8;
-}
-
-template <class X, class O, class B>
-__global__ void __launch_bounds__(kFp8RingMaxWarps * 32, 1) fp8_gemv_ring_kernel(const __grid_constant__ Fp8RingParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int BR = kFp8RingRows, KB = kFp8RingKBytes, kSlot = kFp8RingSlotBytes;
-  constexpr int kPos = KB / 512;  // 16-byte positions per lane and row in a box
-  extern __shared__ __align__(1024) unsigned char sm[];
-  const int warps = static_cast<int>(blockDim.x) >> 5;
-  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
-  const int D = p.slots, k = p.k;
-  const int64_t xoff = static_cast<int64_t>(warps) * D * kSlot;
-  unsigned char* const ring = sm + static_cast<int64_t>(warp) * D * kSlot;
-  const X* const xs = reinterpret_cast<const X*>(sm + xoff);
-  const uint32_t ring_s = smem_addr(ring);
-  const uint32_t bars = smem_addr(sm + xoff + (2 * static_cast<int64_t>(k) + 15) / 16 * 16) + 8u * warp * D;
-
-  const int ks = (k + KB - 1) / KB;  // boxes per group
-  const int gstride = static_cast<int>(gridDim.x) * warps;
-  const int g0 = static_cast<int>(blockIdx.x) * warps + warp;
-  const int ng = g0 < p.groups ? (p.groups - 1 - g0) / gstride + 1 : 0;
-  const int items = ng * ks;  // this warp's boxes, group by group
-
-  auto issue = [&](int i) {  // lane 0: box i into slot i % D
-    const int slot = i % D;
-    const int g = g0 + (i / ks) * gstride, kc = i % ks;
-    wgmma::mbar_expect_tx(bars + 8u * slot, kSlot);
-    tma_load_2d(ring_s + slot * kSlot, &p.w, kc * (KB / 4), g * BR, bars + 8u * slot);
-  };
-  if (lane == 0) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.w)) : "memory");
-    for (int s = 0; s < D; ++s) wgmma::mbar_init(bars + 8u * s, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    for (int i = 0; i < D && i < items; ++i) issue(i);
-  }
-  pdl_allow_dependents();
-  pdl_wait();  // x comes from an earlier kernel
-  {
-    const int pieces = k >> 3;  // 16 bytes each
-    const unsigned char* const xg = static_cast<const unsigned char*>(p.x);
-    for (int i = tid; i < pieces; i += static_cast<int>(blockDim.x)) cp_async16(sm + xoff + 16 * i, xg + 16 * i, true);
-    cp_async_commit();
-    cp_async_wait<0>();
-  }
-  __syncthreads();
-
-  const int chunks = k >> 4;
-  const bool one_scale = p.bn % BR == 0;  // a group's rows share their scale row
-  float acc[BR];
-#pragma unroll
-  for (int r = 0; r < BR; ++r) acc[r] = 0.f;
-  int off[BR];  // the group's scale rows, as offsets from ws
-  auto set_group = [&](int g) {
-#pragma unroll
-    for (int r = 0; r < BR; ++r) {
-      const int64_t row = static_cast<int64_t>(g) * BR + r < p.n ? static_cast<int64_t>(g) * BR + r : p.n - 1;
-      off[r] = static_cast<int>((row / p.bn) * p.ws_sn);
-    }
-  };
-  if (items > 0) set_group(g0);
-  for (int i = 0; i < items; ++i) {
-    const int slot = i % D;
-    const int kc = i % ks;
-    wgmma::mbar_wait(bars + 8u * slot, static_cast<uint32_t>((i / D) & 1));
-    const unsigned char* const box = ring + slot * kSlot;
-#pragma unroll
-    for (int q = 0; q < kPos; ++q) {
-      const int pos = q * 32 + lane;
-      const int c = kc * (KB / 16) + pos;  // the chunk's index along the row
-      if (c < chunks) {
-        float xf[16];
-        {
-          const uint4* const xp = reinterpret_cast<const uint4*>(xs + 16 * c);
-          float t[8];
-          gemv_unpack<X>(xp[0], t);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) xf[e] = t[e];
-          gemv_unpack<X>(xp[1], t);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) xf[8 + e] = t[e];
-        }
-        const int kb = p.kshift >= 0 ? (c << 4) >> p.kshift : (c << 4) / p.kblk;
-        const float s0 = p.ws[off[0] + kb * p.ws_sk];
-#pragma unroll
-        for (int r = 0; r < BR; ++r) {
-          const uint4 wv = *reinterpret_cast<const uint4*>(box + r * KB + 16 * pos);
-          float wf[16];
-          fp8_unpack16(wv, wf);
-          // Four partial sums: chains of 4 dependent FMAs, not 16 (a warp here has few neighbours to hide
-          // its latency behind).
-          float d[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) d[j] = wf[j] * xf[j];
-#pragma unroll
-          for (int e = 4; e < 16; ++e) d[e & 3] = fmaf(wf[e], xf[e], d[e & 3]);
-          acc[r] = fmaf((d[0] + d[1]) + (d[2] + d[3]), r == 0 || one_scale ? s0 : p.ws[off[r] + kb * p.ws_sk], acc[r]);
-        }
-      }
-    }
-    __syncwarp();  // every lane has read the slot
-    if (lane == 0 && i + D < items) issue(i + D);
-    if (kc == ks - 1) {  // the group's last box: fold, store, and move to the next group
-      const int64_t row0 = static_cast<int64_t>(g0 + (i / ks) * gstride) * BR;
-      float mine = 0.f;
-#pragma unroll
-      for (int r = 0; r < BR; ++r) {
-        float v = acc[r];
-#pragma unroll
-        for (int dd = 16; dd > 0; dd >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, dd);
-        if (lane == r) mine = v;
-        acc[r] = 0.f;
-      }
-      if (lane < BR && row0 + lane < p.n) {
-        const int64_t row = row0 + lane;
-        if (p.bias != nullptr) mine += fp8_elem_f32(static_cast<const B*>(p.bias)[row]);
-        static_cast<O*>(p.y)[row] = O(mine);
-      }
-      if (i + 1 < items) set_group(g0 + ((i + 1) / ks) * gstride);
-    }
-  }
-#endif
 }
 
 }  // namespace kiln::cuda::kernels
