@@ -107,6 +107,14 @@ int64_t wide_min_rows() {
   return n;
 }
 
+// Auto takes pairs of 128 x 256 tiles sharing each B tile (TmaWidePair) where the wide tiles apply and groups
+// hold [192, 384) rows on average: two to three 128-row tiles a group, so the pairs are mostly full.
+// TUNE (H200, docs/benchmarks.md): at 256 rows a group (T4096 over 128 experts) pairs were never slower than
+// single wide tiles in three calls on as many machines (gate_up 0 to 5% faster, down 0 to 15%: twenty-first
+// run call 2, twenty-third run calls 7 and 8); at 512 rows (64 experts) 0.3-1.8% slower, at 128 rows (256
+// experts, one m-tile a group: the second block of a pair only relays B) 23-42% slower.
+constexpr int64_t kPairMinRows = 192, kPairEndRows = 384;
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The matrix-vector kernel while groups are small on average (M rows over G groups): then a 64-row tile
@@ -120,8 +128,8 @@ bool use_decode(int64_t m, int64_t g) {
 }
 
 // The Hopper tile kernel for the path. Auto: the TMA kernel, with 64 x 128 tiles where groups hold at most
-// tma64_max_rows() rows on average (48 by default), 128 x 256 tiles from wide_min_rows() (96), else
-// 128 x 128 (p: the product; null, 128 x 128).
+// tma64_max_rows() rows on average (48 by default), 128 x 256 tiles from wide_min_rows() (96), in pairs
+// sharing B for [kPairMinRows, kPairEndRows), else 128 x 128 (p: the product; null, 128 x 128).
 // TUNE (H200, `kiln bench ops --filter 'grouped_mm|^moe/bf16'`, docs/benchmarks.md): against the cp.async
 // kernel the TMA kernel took grouped_mm T512/T4096 from 0.60-0.93x PyTorch to 0.54-1.11x (geomean up, 10 of
 // 12 shapes faster) and the MoE block at T512 from 1.05-1.24x to 1.13-1.44x.
@@ -130,7 +138,8 @@ Gmm90Kernel sm90_kernel(GroupedMmPath f, const GmmArgs* p = nullptr) {
     const int64_t rows = p->mode == GmmMode::RowGroups ? p->M / std::max(p->G, 1) : p->M;
     if (rows <= tma64_max_rows()) return Gmm90Kernel::Tma64;
     const int64_t wide = wide_min_rows();
-    return wide > 0 && rows >= wide ? Gmm90Kernel::TmaWide : Gmm90Kernel::Tma;
+    if (wide <= 0 || rows < wide) return Gmm90Kernel::Tma;
+    return rows >= kPairMinRows && rows < kPairEndRows ? Gmm90Kernel::TmaWidePair : Gmm90Kernel::TmaWide;
   }
   switch (f) {
     case GroupedMmPath::Tiled: return Gmm90Kernel::CpAsync;

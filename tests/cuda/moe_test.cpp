@@ -257,7 +257,8 @@ TEST(CudaGroupedMm, TmaStoreEpilogueMatchesCpu) {
 }
 
 // Auto's tile size on Hopper follows the rows per group: 64 x 128 tiles at 32 rows a group, 128 x 128 at
-// 80, 128 x 256 at 128 and 256 (KILN_GMM_TMA64_ROWS / KILN_GMM_WIDE_ROWS unset); each result against the CPU.
+// 80, 128 x 256 at 128 and 512, and in pairs sharing B at 256 (KILN_GMM_TMA64_ROWS / KILN_GMM_WIDE_ROWS
+// unset); each result against the CPU.
 TEST(CudaGroupedMm, AutoTileSizeFollowsRowsPerGroup) {
   KILN_REQUIRE_CUDA();
   if (!cuda::wgmma_available(0)) GTEST_SKIP() << "no Hopper tensor-core kernels on this GPU (wgmma_available is false)";
@@ -266,18 +267,19 @@ TEST(CudaGroupedMm, AutoTileSizeFollowsRowsPerGroup) {
   const int64_t G = 4, K = 192, N = 264;
   const std::pair<int64_t, GroupedMmPath> cases[] = {
       {32, GroupedMmPath::TiledTma64}, {80, GroupedMmPath::TiledTma}, {128, GroupedMmPath::TiledTmaWide},
-      {256, GroupedMmPath::TiledTmaWide}};
+      {256, GroupedMmPath::TiledTmaWidePair}, {512, GroupedMmPath::TiledTmaWide}};
   for (const auto& [rows, expect] : cases) {
     SCOPED_TRACE(str(rows, " rows a group: expected ", path_name(expect)));
     std::vector<int32_t> ends;
     for (int64_t g = 1; g <= G; ++g) ends.push_back(static_cast<int32_t>(g * rows - (g == 2 ? 5 : 0)));  // one short group
     const Tensor a = rnd({G * rows, K}, DType::BF16, false);
     const Tensor b = rnd({G, N, K}, DType::BF16, false).transpose(1, 2);
-    int64_t before[3];
-    const GroupedMmPath all[3] = {GroupedMmPath::TiledTma64, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide};
-    for (int i = 0; i < 3; ++i) before[i] = cuda::grouped_tma_launches(all[i]);
+    int64_t before[4];
+    const GroupedMmPath all[4] = {GroupedMmPath::TiledTma64, GroupedMmPath::TiledTma, GroupedMmPath::TiledTmaWide,
+                                  GroupedMmPath::TiledTmaWidePair};
+    for (int i = 0; i < 4; ++i) before[i] = cuda::grouped_tma_launches(all[i]);
     EXPECT_TRUE(check_gmm_views(a, b, from_vector<int32_t>(ends), std::nullopt, false, K));
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 4; ++i)
       EXPECT_EQ(cuda::grouped_tma_launches(all[i]) - before[i], all[i] == expect ? 1 : 0) << path_name(all[i]);
   }
 }
