@@ -272,10 +272,13 @@ void launch_gmm_decode(const GmmArgs& p, bool vec, int vec_elems, int device, cu
   };
   if (!decode_one_row(p)) {
     go(kernels::gmm_decode_kernel<T, F8>);
-  } else if constexpr (F8) {  // the early down product and the gate_up ahead of it: FP8 experts only (moe_forward)
-    if (p.groups_before_wait && p.row_groups != nullptr) go(kernels::gmm_decode_kernel<T, F8, 1, 1, kernels::kDecEarly>);
-    else if (p.dependents_after_wait) go(kernels::gmm_decode_kernel<T, F8, 1, 1, kernels::kDecAfterWait>);
-    else go(kernels::gmm_decode_kernel<T, F8, 1>);
+  } else if constexpr (F8) {  // the early down product and the gate_up ahead of it: FP8 experts only
+    if (p.groups_before_wait && p.row_groups != nullptr)
+      go(kernels::gmm_decode_kernel<T, F8, 1, 1, kernels::kDecEarly>);
+    else if (p.dependents_after_wait)
+      go(kernels::gmm_decode_kernel<T, F8, 1, 1, kernels::kDecAfterWait>);
+    else
+      go(kernels::gmm_decode_kernel<T, F8, 1>);
   } else if (!decode_take_min6())
     go(kernels::gmm_decode_kernel<T, F8, 1>);
   else go(kernels::gmm_decode_kernel<T, F8, 1, 6>);
@@ -588,9 +591,10 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
   // With FP8 experts, one token's down product reads its rows' experts before its wait
   // (GmmArgs::groups_before_wait): the kernel just ahead of it is gate_up's decode kernel (I > 0), which then
   // lets it start only after its own wait, when the routing that wrote them has completed. TUNE (H200, one
-  // machine, scripts/ab-binaries.sh; docs/benchmarks.md, twenty-third run): 1.1-4.5% faster MoE blocks with
+  // machine, scripts/ab-binaries.sh; docs/benchmarks.md, twenty-third run): 1.0-4.0% faster MoE blocks with
   // FP8 experts, 0.2% faster to 1.3% slower with bf16 ones, which keep the usual order.
-  const bool early_down = decode && f8 != nullptr && row_groups != nullptr && I > 0 && early_down_ref().load(std::memory_order_relaxed);
+  const bool early_down =
+      decode && f8 != nullptr && row_groups != nullptr && I > 0 && early_down_ref().load(std::memory_order_relaxed);
   // h [P, I] (x's dtype, expert order) = silu(x_tok @ gate_e^T) * (x_tok @ up_e^T).
   const Tensor h = empty({P, I}, x.dtype(), dev);
   if (I > 0) {
