@@ -10,7 +10,6 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
-#include "cuda/gemv_tma.h"
 #include "cuda/kernels/fp8.cuh"
 #include "cuda/launch.h"
 #include "kiln/ops.h"
@@ -227,25 +226,6 @@ bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   return true;
 }
 
-// The TMA-stream kernel for one row of 16-bit activations (config 8, kernels/gemv_tma.cuh), when the operands
-// fit it: false (nothing launched) otherwise.
-std::atomic<int64_t>& tma_launches() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-
-template <class X, class B>
-bool launch_gemv_tma_fp8(const GemvArgs& g, int device, cudaStream_t stream) {
-  if (!g.vec || g.xs != nullptr || g.ws_sk < 0 || g.ws_sk > INT_MAX / std::max<int64_t>(g.k / 16, 1)) return false;
-  const kernels::GemvTmaScales sc{g.ws, g.bn, g.ws_sn, static_cast<int>(g.ws_sk), std::max(g.kblk, 1),
-                                  kshift_of(g.kblk, g.k)};
-  if (!launch_gemv_tma(static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, static_cast<const X*>(g.x), sc,
-                       static_cast<const B*>(g.bias), static_cast<X*>(g.y), device, stream, "fp8 gemv"))
-    return false;
-  tma_launches().fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
 // All M rows in launches of at most 16 (each reads the whole weight once).
 template <class X, class O, class B>
 void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
@@ -261,8 +241,7 @@ void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
         if constexpr (std::is_same_v<X, O> && !std::is_same_v<X, float>) {
           int c = gemv_config().load(std::memory_order_relaxed);
           if (c == 7 && launch_gemv_mma<X, O, B>(s, device, stream)) break;
-          if (c == 8 && launch_gemv_tma_fp8<X, B>(s, device, stream)) break;
-          if (c < 0 || c >= 7) c = auto_config(s.n, s.k, s.vec, device);
+          if (c < 0 || c == 7) c = auto_config(s.n, s.k, s.vec, device);
           switch (c) {
             case 1: launch_gemv_mt<X, O, B, 1, 1>(s, rows, device, stream); break;
             case 2: launch_gemv_mt<X, O, B, 1, 2>(s, rows, device, stream); break;
@@ -394,7 +373,6 @@ void set_fp8_gemv_config(int c) {
 }
 int fp8_gemv_config() { return gemv_config().load(std::memory_order_relaxed); }
 int64_t fp8_gemv_mma_launches() { return mma_launches().load(std::memory_order_relaxed); }
-int64_t fp8_gemv_tma_launches() { return tma_launches().load(std::memory_order_relaxed); }
 
 const char* fp8_path_name(Fp8Path p) {
   switch (p) {

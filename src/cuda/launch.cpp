@@ -54,19 +54,6 @@ bool encode_tensor_map_3d(CUtensorMap* map, const void* base, bool bf16, const u
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-bool encode_tensor_map_words(CUtensorMap* map, const void* base, const uint64_t dims[2], uint64_t row_stride,
-                             uint32_t box0, uint32_t box1) {
-  const EncodeTiled encode = encode_tiled();
-  if (encode == nullptr) return false;
-  const cuuint64_t d[2] = {dims[0], dims[1]};
-  const cuuint64_t st[1] = {row_stride};
-  const cuuint32_t box[2] = {box0, box1};
-  const cuuint32_t estride[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, const_cast<void*>(base), d, st, box, estride,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 bool wgmma_available(int device) {
 #if defined(KILN_HAVE_SM90A)
   static std::mutex mu;

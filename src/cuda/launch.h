@@ -54,13 +54,6 @@ bool wgmma_available(int device);
 bool encode_tensor_map_3d(CUtensorMap* map, const void* base, bool bf16, const uint64_t dims[3],
                           const uint64_t strides[2], uint32_t box0, uint32_t box1);
 
-// A TMA tensor map over rows of 8-byte words (a matrix of any element type read as raw bytes): dims[0] words
-// per row (contiguous), dims[1] rows, row_stride bytes between rows (a multiple of 16; base 16-byte aligned);
-// boxes of box0 words x box1 rows land in shared memory row after row with no swizzle, rows and words out of
-// range read as zero. False when the driver has no cuTensorMapEncodeTiled or rejects the layout.
-bool encode_tensor_map_words(CUtensorMap* map, const void* base, const uint64_t dims[2], uint64_t row_stride,
-                             uint32_t box0, uint32_t box1);
-
 // Blocks for a grid-stride loop over n items: enough to fill the device several times over, no more.
 inline unsigned grid_for(int64_t n, int threads, int device) {
   const int64_t want = (n + threads - 1) / threads;

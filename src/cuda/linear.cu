@@ -10,7 +10,6 @@
 #include <cstring>
 
 #include "core/dispatch.h"
-#include "cuda/gemv_tma.h"
 #include "cuda/kernels/gemv.cuh"
 #include "cuda/launch.h"
 #include "kiln/ops.h"
@@ -82,31 +81,6 @@ int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, 
   if (split < kMaxSplit && warps > want_warps && 2 * (warps % want_warps) < want_warps && units >= 32 * 64 * split)
     split *= 2;
   return split;
-}
-
-std::atomic<bool>& tma_on() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("KILN_GEMV_TMA");
-    if (!v || !*v || std::strcmp(v, "0") == 0) return false;
-    KILN_CHECK(std::strcmp(v, "1") == 0, "linear: KILN_GEMV_TMA=", v, " is not 0 or 1");
-    return true;
-  }()};
-  return on;
-}
-
-std::atomic<int>& tma_box() {
-  static std::atomic<int> b{[] {
-    const char* v = std::getenv("KILN_GEMV_TMA_BOX");
-    if (!v || !*v || std::strcmp(v, "1024") == 0) return 1024;
-    KILN_CHECK(std::strcmp(v, "512") == 0, "linear: KILN_GEMV_TMA_BOX=", v, " is not 512 or 1024");
-    return 512;
-  }()};
-  return b;
-}
-
-std::atomic<int64_t>& tma_launches() {
-  static std::atomic<int64_t> n{0};
-  return n;
 }
 
 template <class T, int MT>
@@ -186,14 +160,6 @@ void set_gemv_split(int split) {
   forced_split().store(split, std::memory_order_relaxed);
 }
 int gemv_split() { return forced_split().load(std::memory_order_relaxed); }
-void set_gemv_tma(bool on) { tma_on().store(on, std::memory_order_relaxed); }
-bool gemv_tma() { return tma_on().load(std::memory_order_relaxed); }
-int64_t gemv_tma_launches() { return tma_launches().load(std::memory_order_relaxed); }
-void set_gemv_tma_box(int bytes) {
-  KILN_CHECK(bytes == 512 || bytes == 1024, "set_gemv_tma_box: expected 512 or 1024, got ", bytes);
-  tma_box().store(bytes, std::memory_order_relaxed);
-}
-int gemv_tma_box() { return tma_box().load(std::memory_order_relaxed); }
 LinearPath forced_linear_path() { return forced_path().load(std::memory_order_relaxed); }
 
 bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias) {
@@ -235,14 +201,6 @@ bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const 
       const T* xm = xp + m0 * ldx;
       T* ym = yp + m0 * ldy;
       const int kk = static_cast<int>(k);
-      if constexpr (!std::is_same_v<T, float>) {
-        if (rows == 1 && vec && tma_on().load(std::memory_order_relaxed) &&
-            launch_gemv_tma<T, T, T>(wp, ldw, n, kk, xm, kernels::GemvTmaScales{}, bp, ym, dev.index, stream,
-                                     "linear")) {
-          tma_launches().fetch_add(1, std::memory_order_relaxed);
-          continue;
-        }
-      }
       switch (rows_template(rows)) {  // the one point where the row count becomes a template argument
         case 1: launch_gemv<T, 1>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
         case 2: launch_gemv<T, 2>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;

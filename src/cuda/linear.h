@@ -33,17 +33,6 @@ LinearPath forced_linear_path();
 void set_gemv_split(int split);
 int gemv_split();
 
-// Linear's one-row 16-bit product through the TMA-stream kernel (kernels/gemv_tma.cuh) instead of the
-// register kernel: off by default (an opt-in under measurement); the initial value comes from KILN_GEMV_TMA
-// (1 on, 0 off). gemv_tma_launches() counts the launches that took it, for tests.
-void set_gemv_tma(bool on);
-bool gemv_tma();
-int64_t gemv_tma_launches();
-// The TMA-stream kernel's bytes of K per box row (for linear and for linear(Fp8Weight)'s config 8): 1024 (the
-// default) or 512; the initial value comes from KILN_GEMV_TMA_BOX.
-void set_gemv_tma_box(int bytes);
-int gemv_tma_box();
-
 // linear on CUDA tensors. `path` overrides both the forced path and the heuristic when it is not Auto.
 // `taken`, when given, receives the path that ran.
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,

@@ -9,7 +9,6 @@
 #include "test_util.h"
 #if KILN_HAVE_CUDA
 #include "cuda/fp8.h"
-#include "cuda/linear.h"
 #endif
 
 namespace kiln {
@@ -294,8 +293,7 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   };
   // Configs 4..6 software-pipeline the steps: the K lengths give each thread odd and even step counts and a
   // remainder after them (2064 = 129 chunks of 16).
-  // -1: auto; 7: the tensor-core kernel (K a multiple of 64 only); 8: the TMA-stream kernel.
-  for (int cfg = -1; cfg < 9; ++cfg) {
+  for (int cfg = -1; cfg < 8; ++cfg) {  // -1: auto; 7: the tensor-core kernel (K a multiple of 64 only)
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
     for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{64, 14336}, NK{130, 2064}})
@@ -306,7 +304,7 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
           EXPECT_EQ(took, Fp8Path::Gemv);
         }
   }
-  EXPECT_THROW(cuda::set_fp8_gemv_config(9), Error);
+  EXPECT_THROW(cuda::set_fp8_gemv_config(8), Error);
   EXPECT_THROW(cuda::set_fp8_gemv_config(-2), Error);
 }
 
@@ -429,70 +427,6 @@ TEST(CudaFp8Linear, TensorCoreOneRowKernel) {
     expected += 4;
   }
   EXPECT_EQ(cuda::fp8_gemv_mma_launches() - launches, expected);
-}
-
-// The TMA-stream one-row kernel (config 8, kernels/gemv_tma.cuh), both box widths (cuda::set_gemv_tma_box:
-// 1024 or 512 e4m3 weights of a row per box): every recipe, K block sizes of 128, 48 (not a power of two) and 32,
-// partial units of 8 rows, K that ends inside a box, bias, activations of extreme magnitude, and non-finite
-// activations. The launch counter proves the kernel ran.
-TEST(CudaFp8Linear, TmaStreamOneRowKernel) {
-  KILN_REQUIRE_CUDA();
-  const GemvConfigScope restore;
-  const int box_before = cuda::gemv_tma_box();
-  cuda::set_fp8_gemv_config(8);
-  const int64_t launches = cuda::fp8_gemv_tma_launches();
-  int64_t expected = 0;
-  struct NK {
-    int64_t n, k;
-  };
-  for (int box : {1024, 512}) {
-    SCOPED_TRACE(str("box ", box));
-    cuda::set_gemv_tma_box(box);
-    for (const NK s : {NK{1, 16}, NK{9, 512}, NK{37, 1040}, NK{200, 2064}, NK{130, 4096}, NK{64, 14336}})
-      for (ScaleRecipe r : kRecipes)
-        for (DType dt : {DType::BF16, DType::F16}) {
-          check_linear(1, s.n, s.k, r, dt, s.n % 2 == 1, 0, Fp8Path::Auto);
-          ++expected;
-        }
-    for (int64_t bk : {48, 32}) {
-      check_linear(1, 100, 480, ScaleRecipe::BlockWise, DType::BF16, true, 0, Fp8Path::Auto, 32, bk);
-      ++expected;
-    }
-    for (double mult : {0x1p100, 0x1p-100, 1e-30})
-      for (DType dt : {DType::BF16, DType::F16}) {
-        if (dt == DType::F16 && (mult > 1e3 || mult < 1e-7)) continue;
-        check_linear(1, 200, 512, ScaleRecipe::BlockWise, dt, false, 0, Fp8Path::Auto, 128, 128, nullptr, mult);
-        ++expected;
-      }
-    // NaN anywhere in the row: NaN everywhere; inf: what the definition gives.
-    const int64_t n = 40, k = 640;
-    const Weight w = make_weight(n, k, ScaleRecipe::BlockWise);
-    const Tensor scales2d = w.gpu.scales.reshape({w.gpu.scales.size(0), w.gpu.scales.size(1)}).contiguous();
-    std::vector<float> xv = test::random_tensor({1, k}, DType::F32, -1, 1).contiguous().to_vector<float>();
-    xv[600] = NAN;
-    Tensor x = from_vector<float>(xv, Shape{1, k}).to(DType::BF16);
-    auto run = [&](const Tensor& xx) {
-      ++expected;
-      return cuda::linear_fp8(xx.to(kGpu), w.gpu.values, scales2d, 128, 128, ScaleRecipe::BlockWise, nullptr,
-                              Fp8Path::Auto, nullptr)
-          .to(DType::F32)
-          .cpu()
-          .contiguous()
-          .to_vector<float>();
-    };
-    std::vector<float> yv = run(x);
-    for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(yv[j])) << "column " << j;
-    xv[600] = 0.5f;
-    xv[17] = INFINITY;
-    x = from_vector<float>(xv, Shape{1, k}).to(DType::BF16);
-    yv = run(x);
-    const std::vector<float> rv = linear(x, w.cpu).to(DType::F32).contiguous().to_vector<float>();
-    for (int64_t j = 0; j < n; ++j)
-      EXPECT_TRUE((std::isnan(yv[j]) && std::isnan(rv[j])) || yv[j] == rv[j])
-          << "column " << j << ": " << yv[j] << " against " << rv[j];
-  }
-  cuda::set_gemv_tma_box(box_before);
-  EXPECT_EQ(cuda::fp8_gemv_tma_launches() - launches, expected);
 }
 
 TEST(CudaFp8Linear, PublicOpAnd3dInput) {

@@ -163,58 +163,6 @@ TEST(CudaLinear, EveryGemvSplitMatchesCpu) {
   EXPECT_THROW(cuda::set_gemv_split(3), Error);
 }
 
-// The one-row TMA-stream kernel (cuda::set_gemv_tma; kernels/gemv_tma.cuh), both box widths: partial units of
-// 8 rows (N = 1, 7, 9, 37, 129), K that ends inside a box, in its first chunk or on a box edge, rows further
-// apart than K, integer data (the CPU's bits whatever the order) and random data, with and without bias;
-// outputs on poisoned memory. Layouts it cannot take (a misaligned weight, K not a multiple of 8) fall back
-// to the register kernel and still match. The launch counter proves which kernel ran.
-TEST(CudaLinear, TmaStreamOneRowMatchesCpu) {
-  KILN_REQUIRE_CUDA();
-  struct Restore {
-    bool on = cuda::gemv_tma();
-    int box = cuda::gemv_tma_box();
-    ~Restore() {
-      cuda::set_gemv_tma(on);
-      cuda::set_gemv_tma_box(box);
-    }
-  } restore;
-  cuda::set_gemv_tma(true);
-  EXPECT_THROW(cuda::set_gemv_tma_box(256), Error);
-  const int64_t before = cuda::gemv_tma_launches();
-  int64_t expected = 0;
-  for (int box : {1024, 512}) {
-    cuda::set_gemv_tma_box(box);
-    for (DType dt : {DType::BF16, DType::F16})
-      for (const NK& s : {NK{1, 8}, NK{7, 256}, NK{8, 512}, NK{9, 520}, NK{37, 4096}, NK{129, 1032}, NK{300, 1000},
-                          NK{64, 14336}, NK{1000, 2056}})
-        for (int64_t pad : {0, 8}) {
-          const bool with_bias = (s.n + pad) % 2 == 1;
-          const std::string what = label(dt, 1, s.n, s.k, with_bias, str("box ", box, " pad ", pad).c_str());
-          {
-            Tensor junk = empty({1, s.n}, dt, kGpu);
-            test::poison(junk);
-          }
-          const Pair xi = make(1, s.k, dt, 0, 0, true), wi = make(s.n, s.k, dt, 0, pad, true);
-          const std::optional<Pair> bi = with_bias ? std::optional<Pair>(make_bias(s.n, dt, 0, true)) : std::nullopt;
-          check_case(xi, wi, bi, LinearPath::Gemv, true, what + " ints");
-          const Pair x = make(1, s.k, dt), w = make(s.n, s.k, dt, 0, pad);
-          const std::optional<Pair> b = with_bias ? std::optional<Pair>(make_bias(s.n, dt)) : std::nullopt;
-          check_case(x, w, b, LinearPath::Auto, false, what);
-          expected += 2;
-        }
-    // Not for this kernel: a weight one element into its buffer, K not a multiple of 8, f32.
-    for (DType dt : kDtypes) {
-      const Pair x = make(1, 1000, dt), w = make(45, 1000, dt, 1);
-      check_case(x, w, std::nullopt, LinearPath::Gemv, false, label(dt, 1, 45, 1000, false, "w offset 1"));
-      const Pair x2 = make(1, 1001, dt), w2 = make(45, 1001, dt);
-      check_case(x2, w2, std::nullopt, LinearPath::Gemv, false, label(dt, 1, 45, 1001, false));
-    }
-    const Pair xf = make(1, 1024, DType::F32), wf = make(45, 1024, DType::F32);
-    check_case(xf, wf, std::nullopt, LinearPath::Gemv, false, label(DType::F32, 1, 45, 1024, false));
-  }
-  EXPECT_EQ(cuda::gemv_tma_launches() - before, expected);
-}
-
 // x and weight as views that start one element into their buffer (not 16-byte aligned), with rows further
 // apart than K (aligned and misaligned row strides), and the bias misaligned too.
 TEST(CudaLinear, MisalignedAndStridedSlicesMatchCpu) {

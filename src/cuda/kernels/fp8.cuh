@@ -197,9 +197,9 @@ __global__ void __launch_bounds__(kQuantThreads)
 // step's U * R loads are issued before the current step's products, so a warp keeps loads in flight while it
 // converts and multiplies): 4: R = 2, U = 1, four blocks; 5: R = 2, U = 2, three blocks; 6: R = 4, U = 1,
 // two blocks (it spills at three). 7 is the tensor-core kernel below (fp8_gemv_mma_kernel; where the operands
-// do not fit it, auto's shape); 8 the TMA-stream kernel (kernels/gemv_tma.cuh; likewise). The launcher picks
-// one per layer shape (auto_config in cuda/fp8.cu; cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
-inline constexpr int kFp8GemvConfigs = 9;
+// do not fit it, auto's shape). The launcher picks one per layer shape (auto_config in cuda/fp8.cu;
+// cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
+inline constexpr int kFp8GemvConfigs = 8;
 template <int MT, int CFG = 0>
 constexpr int fp8_gemv_rows_per_warp() {
   return CFG == 1 || CFG == 3 || CFG == 4 || CFG == 5 ? 2 : MT == 1 ? 4 : 2;
