@@ -170,10 +170,8 @@ void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream
   const int64_t blocks = (g.n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
   // A dependent launch: weights and their scales are prefetched before the wait for x (kernels/pdl.cuh).
-  // The staged shapes hold the activation row as f32 in dynamic shared memory (the caller checked the size).
-  const size_t smem = kernels::fp8_gemv_staged<CFG>() ? static_cast<size_t>(g.k) * 4 : 0;
   launch_dependent(kernels::fp8_gemv_kernel<X, O, B, MT, CFG>, dim3(static_cast<unsigned>(blocks)),
-                   dim3(kernels::kGemvThreads), smem, stream, device, "fp8 gemv", static_cast<const X*>(g.x), g.ldx,
+                   dim3(kernels::kGemvThreads), 0, stream, device, "fp8 gemv", static_cast<const X*>(g.x), g.ldx,
                    rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn, g.ws_sk, g.xs,
                    g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
                    static_cast<O*>(g.y), g.ldy, split, vec);
@@ -228,9 +226,6 @@ bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   return true;
 }
 
-// The longest activation row the staged shapes (configs 8-10) take: k f32 values in 48 KB.
-constexpr int kMaxStagedK = (48 << 10) / 4;
-
 // All M rows in launches of at most 16 (each reads the whole weight once).
 template <class X, class O, class B>
 void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
@@ -254,20 +249,6 @@ void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
             case 4: launch_gemv_mt<X, O, B, 1, 4>(s, rows, device, stream); break;
             case 5: launch_gemv_mt<X, O, B, 1, 5>(s, rows, device, stream); break;
             case 6: launch_gemv_mt<X, O, B, 1, 6>(s, rows, device, stream); break;
-            // The staged shapes where the row fits the default 48 KB of shared memory (k <= 12288), else
-            // their unstaged twins.
-            case 8:
-              if (s.vec && s.k <= kMaxStagedK) launch_gemv_mt<X, O, B, 1, 8>(s, rows, device, stream);
-              else launch_gemv_mt<X, O, B, 1, 3>(s, rows, device, stream);
-              break;
-            case 9:
-              if (s.vec && s.k <= kMaxStagedK) launch_gemv_mt<X, O, B, 1, 9>(s, rows, device, stream);
-              else launch_gemv_mt<X, O, B, 1, 2>(s, rows, device, stream);
-              break;
-            case 10:
-              if (s.vec && s.k <= kMaxStagedK) launch_gemv_mt<X, O, B, 1, 10>(s, rows, device, stream);
-              else launch_gemv_mt<X, O, B, 1, 1>(s, rows, device, stream);
-              break;
             default: launch_gemv_mt<X, O, B, 1>(s, rows, device, stream); break;
           }
         } else {

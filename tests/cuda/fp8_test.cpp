@@ -293,28 +293,18 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   };
   // Configs 4..6 software-pipeline the steps: the K lengths give each thread odd and even step counts and a
   // remainder after them (2064 = 129 chunks of 16).
-  // -1: auto; 7: the tensor-core kernel (K a multiple of 64 only); 8-10: the row staged in shared memory
-  // (K <= 12288: 14336 takes 3, 2, 1), also with activations of extreme magnitude and 48-wide scale blocks.
-  for (int cfg = -1; cfg < 11; ++cfg) {
+  for (int cfg = -1; cfg < 8; ++cfg) {  // -1: auto; 7: the tensor-core kernel (K a multiple of 64 only)
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
-    for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{64, 14336}, NK{130, 2064},
-                       NK{70, 12288}})
+    for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{64, 14336}, NK{130, 2064}})
       for (ScaleRecipe r : kRecipes)
         for (DType dt : {DType::BF16, DType::F16}) {
           Fp8Path took = Fp8Path::Auto;
           check_linear(1, s.n, s.k, r, dt, s.n % 2 == 1, 0, Fp8Path::Auto, 128, 128, &took);
           EXPECT_EQ(took, Fp8Path::Gemv);
         }
-    if (cfg < 8) continue;
-    for (double mult : {0x1p100, 0x1p-100, 1e-30})
-      for (DType dt : {DType::BF16, DType::F16}) {
-        if (dt == DType::F16 && (mult > 1e3 || mult < 1e-7)) continue;
-        check_linear(1, 200, 512, ScaleRecipe::BlockWise, dt, false, 0, Fp8Path::Auto, 128, 128, nullptr, mult);
-      }
-    check_linear(1, 100, 480, ScaleRecipe::BlockWise, DType::BF16, true, 0, Fp8Path::Auto, 32, 48);
   }
-  EXPECT_THROW(cuda::set_fp8_gemv_config(11), Error);
+  EXPECT_THROW(cuda::set_fp8_gemv_config(8), Error);
   EXPECT_THROW(cuda::set_fp8_gemv_config(-2), Error);
 }
 

@@ -197,33 +197,25 @@ __global__ void __launch_bounds__(kQuantThreads)
 // step's U * R loads are issued before the current step's products, so a warp keeps loads in flight while it
 // converts and multiplies): 4: R = 2, U = 1, four blocks; 5: R = 2, U = 2, three blocks; 6: R = 4, U = 1,
 // two blocks (it spills at three). 7 is the tensor-core kernel below (fp8_gemv_mma_kernel; where the operands
-// do not fit it, auto's shape). 8 and 9 are 3 and 2 with the activation row staged once per block in shared
-// memory as f32 (fp8_gemv_staged): a chunk's 16 activations are then four 16-byte shared loads instead of two
-// global loads and 16 conversions, shared by the R rows; 10 is 1 staged (it spills at four blocks). The launcher picks one per layer shape (auto_config in
-// cuda/fp8.cu; cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
-inline constexpr int kFp8GemvConfigs = 11;
+// do not fit it, auto's shape). The launcher picks one per layer shape (auto_config in cuda/fp8.cu;
+// cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
+inline constexpr int kFp8GemvConfigs = 8;
 template <int MT, int CFG = 0>
 constexpr int fp8_gemv_rows_per_warp() {
-  return CFG == 1 || CFG == 3 || CFG == 4 || CFG == 5 || CFG == 8 || CFG == 10 ? 2 : MT == 1 ? 4 : 2;
+  return CFG == 1 || CFG == 3 || CFG == 4 || CFG == 5 ? 2 : MT == 1 ? 4 : 2;
 }
 template <int MT, class X, int CFG = 0>
 constexpr int fp8_gemv_unroll() {
-  return CFG == 1 || CFG == 10 ? 4 : CFG == 2 || CFG == 4 || CFG == 6 || CFG == 9 ? 1 : CFG == 3 || CFG == 5 || CFG == 8 ? 2
+  return CFG == 1 ? 4 : CFG == 2 || CFG == 4 || CFG == 6 ? 1 : CFG == 3 || CFG == 5 ? 2
          : MT >= 8 || (MT >= 4 && sizeof(X) == 4) ? 1 : 2;
 }
 template <int CFG>
 constexpr int fp8_gemv_min_blocks() {
-  return CFG == 0 || CFG == 6 ? 2 : CFG == 3 || CFG == 4 || CFG == 8 ? 4 : 3;
+  return CFG == 0 || CFG == 6 ? 2 : CFG == 3 || CFG == 4 ? 4 : 3;
 }
 template <int CFG>
 constexpr bool fp8_gemv_pipelined() {
-  return CFG >= 4 && CFG <= 6;
-}
-// The activation row staged in shared memory as f32 (k * 4 bytes of dynamic shared memory; one row of 16-bit
-// activations, the 16-byte path).
-template <int CFG>
-constexpr bool fp8_gemv_staged() {
-  return CFG >= 8;
+  return CFG >= 4;
 }
 
 // Sixteen e4m3 values (one 16-byte load) to f32, in memory order.
@@ -283,10 +275,7 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
                     const B* __restrict__ bias, O* __restrict__ y, int64_t ldy, int split, bool vec) {
   constexpr int R = fp8_gemv_rows_per_warp<MT, CFG>();
   constexpr int U = fp8_gemv_unroll<MT, X, CFG>();
-  constexpr bool kStaged = fp8_gemv_staged<CFG>();
-  static_assert(!kStaged || (MT == 1 && sizeof(X) == 2), "the staged row is one row of 16-bit activations");
   __shared__ float partial[kGemvWarps * R * MT];
-  extern __shared__ __align__(16) float4 fp8_xrow[];  // kStaged: the k activations as f32
 
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int groups = kGemvWarps / split;
@@ -338,15 +327,7 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
       if constexpr (MT == 1) {
         // One activation row: its chunk first, then each weight row unpacked just before its 16 products.
         float xf[16];
-        if constexpr (kStaged) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float4 v = fp8_xrow[(c << 2) + i];
-            xf[4 * i] = v.x, xf[4 * i + 1] = v.y, xf[4 * i + 2] = v.z, xf[4 * i + 3] = v.w;
-          }
-        } else {
-          fp8_load_x16<X>(x0 + (c << 4), xf);
-        }
+        fp8_load_x16<X>(x0 + (c << 4), xf);
         const float xsc = kXs && xs0 != nullptr ? xs0[kb * xsk] : 1.f;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -409,28 +390,6 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
         });
       }
     } else {
-      if constexpr (kStaged) {
-        // The first step's weights go out before the wait, then the block stages the row (after the wait: x
-        // may come from the previous kernel) and meets one barrier; every thread of the block reaches it.
-        uint4 first[U][R];
-        const bool has_first = c + (U - 1) * group_threads < chunks;
-        if (has_first) gemv_load_tail<U, R>(first, w, woff, c, group_threads, chunks);
-        pdl_wait();
-        waited = true;
-        const uint4* xv = reinterpret_cast<const uint4*>(x0);
-        for (int i = static_cast<int>(threadIdx.x); i < (k >> 3); i += kGemvThreads) {
-          float f[8];
-          gemv_unpack<X>(__ldg(xv + i), f);
-          fp8_xrow[2 * i] = make_float4(f[0], f[1], f[2], f[3]);
-          fp8_xrow[2 * i + 1] = make_float4(f[4], f[5], f[6], f[7]);
-        }
-        __syncthreads();
-        if (has_first) {
-#pragma unroll
-          for (int u = 0; u < U; ++u) chunk(first[u], c + u * group_threads);
-          c += step;
-        }
-      }
       for (; c + (U - 1) * group_threads < chunks; c += step) {
         uint4 wv[U][R];
         gemv_load_step<U, R>(wv, w, woff, c, group_threads, waited);
