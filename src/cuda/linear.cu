@@ -83,6 +83,18 @@ int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, 
   return split;
 }
 
+// The one-row 16-bit instance's register bound (kernels::gemv_kernel's MINB): 0 (the default: the compiler's
+// choice, four blocks per SM) or 5 (five blocks per SM); KILN_GEMV_MINB=0|5 sets the initial value.
+std::atomic<int>& min_blocks() {
+  static std::atomic<int> n{[] {
+    const char* v = std::getenv("KILN_GEMV_MINB");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return 0;
+    KILN_CHECK(std::strcmp(v, "5") == 0, "linear: KILN_GEMV_MINB=", v, " is not 0 or 5");
+    return 5;
+  }()};
+  return n;
+}
+
 template <class T, int MT>
 void launch_gemv(const T* x, int64_t ldx, int rows, const T* w, int64_t ldw, int64_t n, int k, const T* bias,
                  T* y, int64_t ldy, bool vec, int device, cudaStream_t stream) {
@@ -92,8 +104,11 @@ void launch_gemv(const T* x, int64_t ldx, int rows, const T* w, int64_t ldw, int
   const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "linear: N = ", n, " needs too many blocks");
   // A dependent launch: the kernel prefetches weights before it waits for the kernel that wrote x.
-  launch_dependent(kernels::gemv_kernel<T, MT>, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads), 0,
-                   stream, device, "linear", x, ldx, rows, w, ldw, n, k, bias, y, ldy, split, vec);
+  auto kernel = kernels::gemv_kernel<T, MT>;
+  if constexpr (MT == 1 && !std::is_same_v<T, float>)
+    if (min_blocks().load(std::memory_order_relaxed) == 5) kernel = kernels::gemv_kernel<T, 1, false, 5>;
+  launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads), 0, stream, device,
+                   "linear", x, ldx, rows, w, ldw, n, k, bias, y, ldy, split, vec);
 }
 
 }  // namespace
@@ -160,6 +175,11 @@ void set_gemv_split(int split) {
   forced_split().store(split, std::memory_order_relaxed);
 }
 int gemv_split() { return forced_split().load(std::memory_order_relaxed); }
+void set_gemv_min_blocks(int n) {
+  KILN_CHECK(n == 0 || n == 5, "set_gemv_min_blocks: expected 0 or 5, got ", n);
+  min_blocks().store(n, std::memory_order_relaxed);
+}
+int gemv_min_blocks() { return min_blocks().load(std::memory_order_relaxed); }
 LinearPath forced_linear_path() { return forced_path().load(std::memory_order_relaxed); }
 
 bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const Tensor* bias) {

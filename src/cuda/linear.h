@@ -33,6 +33,11 @@ LinearPath forced_linear_path();
 void set_gemv_split(int split);
 int gemv_split();
 
+// The one-row 16-bit matrix-vector instance: 0 (the default) the compiler's register count (four blocks of 256
+// threads per SM), or 5: at most 48 registers, five blocks per SM. The initial value comes from KILN_GEMV_MINB.
+void set_gemv_min_blocks(int n);
+int gemv_min_blocks();
+
 // linear on CUDA tensors. `path` overrides both the forced path and the heuristic when it is not Auto.
 // `taken`, when given, receives the path that ran.
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,

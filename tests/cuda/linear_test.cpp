@@ -163,6 +163,26 @@ TEST(CudaLinear, EveryGemvSplitMatchesCpu) {
   EXPECT_THROW(cuda::set_gemv_split(3), Error);
 }
 
+// The one-row instance at five blocks per SM (cuda::set_gemv_min_blocks(5)): the CPU's bits on integer data
+// and its tolerance on random data, short and long rows, partial blocks, bias, misaligned weights (the scalar
+// path of the same instance).
+TEST(CudaLinear, OneRowFiveBlocksPerSmMatchesCpu) {
+  KILN_REQUIRE_CUDA();
+  const int before = cuda::gemv_min_blocks();
+  cuda::set_gemv_min_blocks(5);
+  for (DType dt : {DType::BF16, DType::F16})
+    for (const NK& s : {NK{4864, 896}, NK{37, 4097}, NK{129, 1028}, NK{5, 7}, NK{300, 64}, NK{3, 14344}, NK{640, 5120}})
+      for (int64_t w_off : {0, 1}) {
+        const std::string what = label(dt, 1, s.n, s.k, true, str("five blocks, w offset ", w_off).c_str());
+        const Pair xi = make(1, s.k, dt, 0, 0, true), wi = make(s.n, s.k, dt, w_off, 0, true);
+        check_case(xi, wi, make_bias(s.n, dt, 0, true), LinearPath::Gemv, true, what + " ints");
+        const Pair x = make(1, s.k, dt), w = make(s.n, s.k, dt, w_off);
+        check_case(x, w, make_bias(s.n, dt), LinearPath::Gemv, false, what);
+      }
+  cuda::set_gemv_min_blocks(before);
+  EXPECT_THROW(cuda::set_gemv_min_blocks(4), Error);
+}
+
 // x and weight as views that start one element into their buffer (not 16-byte aligned), with rows further
 // apart than K (aligned and misaligned row strides), and the bias misaligned too.
 TEST(CudaLinear, MisalignedAndStridedSlicesMatchCpu) {

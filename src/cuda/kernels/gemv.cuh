@@ -193,8 +193,11 @@ constexpr int gemv_outputs_per_group() {
 // ACT (one activation row): w has 2n rows, gate rows then up rows, and y[0, j] = silu(x . w[j]) * (x . w[n + j])
 // from the f32 sums, rounded once (silu_and_mul of the product without rounding the product); no bias. A
 // group reads the gate and the up row of its output (R = 2).
-template <class T, int MT, bool ACT = false>
-__global__ void __launch_bounds__(kGemvThreads, 2)
+// MINB: the blocks per SM the registers must allow (__launch_bounds__): 2 (the compiler's choice: 53 registers
+// in the 16-bit one-row instances, four blocks per SM) or 5 (at most 48 registers, 8 bytes spilled; one-row
+// instances, cuda::set_gemv_min_blocks).
+template <class T, int MT, bool ACT = false, int MINB = 2>
+__global__ void __launch_bounds__(kGemvThreads, MINB)
     gemv_kernel(const T* __restrict__ x, int64_t ldx, int rows, const T* __restrict__ w, int64_t ldw,
                 int64_t n, int k, const T* __restrict__ bias, T* __restrict__ y, int64_t ldy, int split,
                 bool vec) {
