@@ -8,6 +8,8 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "core/dispatch.h"
 #include "cuda/kernels/gemv.cuh"
@@ -83,16 +85,51 @@ int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, 
   return split;
 }
 
-// The one-row 16-bit instance's register bound (kernels::gemv_kernel's MINB): 0 (the default: the compiler's
-// choice, four blocks per SM) or 5 (five blocks per SM); KILN_GEMV_MINB=0|5 sets the initial value.
+// The one-row 16-bit instances' register bound (kernels::gemv_kernel's MINB): 0 (the default: the rule in
+// take_five_blocks), 4 (always the compiler's instance) or 5 (always the five-blocks one); KILN_GEMV_MINB=0|4|5
+// sets the initial value.
 std::atomic<int>& min_blocks() {
   static std::atomic<int> n{[] {
     const char* v = std::getenv("KILN_GEMV_MINB");
     if (!v || !*v || std::strcmp(v, "0") == 0) return 0;
-    KILN_CHECK(std::strcmp(v, "5") == 0, "linear: KILN_GEMV_MINB=", v, " is not 0 or 5");
-    return 5;
+    KILN_CHECK(std::strcmp(v, "4") == 0 || std::strcmp(v, "5") == 0, "linear: KILN_GEMV_MINB=", v,
+               " is not 0, 4 or 5");
+    return v[0] - '0';
   }()};
   return n;
+}
+
+// Resident blocks per SM of a kernel of kGemvThreads threads (cached per kernel; one device kind per process).
+int resident_blocks(const void* kernel) {
+  static std::mutex mu;
+  static std::map<const void*, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(kernel); it != known.end()) return it->second;
+  int b = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kernels::kGemvThreads, 0), "linear");
+  known[kernel] = std::max(b, 1);
+  return known[kernel];
+}
+
+// Whether a one-row grid of `blocks` takes the five-blocks-per-SM instance (`five`) instead of the compiler's
+// (`usual`): where the share of resident-block slots its rounds use, blocks / (rounds x slots), is at least 0.1
+// higher. That is where the usual instance leaves a last round mostly empty that the other's extra slot per
+// SM absorbs; elsewhere the five-blocks instance, which spills 8 bytes, is slower.
+// Measured on the H200 (docs/benchmarks.md, twenty-fourth run, call 6, every one-row bf16 shape forced to five
+// blocks): K896 x N4864 3.83 against 5.15 µs (608 blocks: 0.58 of two rounds of 528 slots, 0.92 of one of
+// 660), K5120 x N5120 14.61 against 15.88, K25600 x N5120 64.52 against 68.31; K4096 x N14336 31.43 against
+// 30.26 (0.85 -> 0.91) and K8192 x N28672 115.55 against 107.27 (0.97 -> 0.91): the rule keeps the usual
+// instance there.
+bool take_five_blocks(int64_t blocks, const void* usual, const void* five, int device) {
+  const int forced = min_blocks().load(std::memory_order_relaxed);
+  if (forced != 0) return forced == 5;
+  const int64_t sms = multiprocessor_count(device);
+  auto fill = [&](const void* kernel) {
+    const int64_t slots = sms * resident_blocks(kernel);
+    const int64_t rounds = (blocks + slots - 1) / slots;
+    return static_cast<double>(blocks) / static_cast<double>(rounds * slots);
+  };
+  return fill(five) >= fill(usual) + 0.1;
 }
 
 template <class T, int MT>
@@ -106,7 +143,9 @@ void launch_gemv(const T* x, int64_t ldx, int rows, const T* w, int64_t ldw, int
   // A dependent launch: the kernel prefetches weights before it waits for the kernel that wrote x.
   auto kernel = kernels::gemv_kernel<T, MT>;
   if constexpr (MT == 1 && !std::is_same_v<T, float>)
-    if (min_blocks().load(std::memory_order_relaxed) == 5) kernel = kernels::gemv_kernel<T, 1, false, 5>;
+    if (take_five_blocks(blocks, reinterpret_cast<const void*>(kernel),
+                         reinterpret_cast<const void*>(kernels::gemv_kernel<T, 1, false, 5>), device))
+      kernel = kernels::gemv_kernel<T, 1, false, 5>;
   launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads), 0, stream, device,
                    "linear", x, ldx, rows, w, ldw, n, k, bias, y, ldy, split, vec);
 }
@@ -134,7 +173,12 @@ bool linear_silu_mul_gemv(const Tensor& y, const Tensor& x2, const Tensor& weigh
     const int64_t per_block = kernels::kGemvWarps / split;
     const int64_t blocks = (n + per_block - 1) / per_block;
     KILN_CHECK(blocks <= INT_MAX, "linear_silu_and_mul: N = ", n, " needs too many blocks");
-    launch_dependent(kernels::gemv_kernel<T, 1, true>, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads),
+    auto kernel = kernels::gemv_kernel<T, 1, true>;
+    if constexpr (!std::is_same_v<T, float>)
+      if (take_five_blocks(blocks, reinterpret_cast<const void*>(kernel),
+                           reinterpret_cast<const void*>(kernels::gemv_kernel<T, 1, true, 5>), dev.index))
+        kernel = kernels::gemv_kernel<T, 1, true, 5>;
+    launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads),
                      0, stream, dev.index, "linear_silu_and_mul", static_cast<const T*>(x2.data_ptr()), k, 1,
                      static_cast<const T*>(weight.data_ptr()), ldw, n, static_cast<int>(k), static_cast<const T*>(nullptr),
                      static_cast<T*>(y.data_ptr()), n, split, vec);
@@ -176,7 +220,7 @@ void set_gemv_split(int split) {
 }
 int gemv_split() { return forced_split().load(std::memory_order_relaxed); }
 void set_gemv_min_blocks(int n) {
-  KILN_CHECK(n == 0 || n == 5, "set_gemv_min_blocks: expected 0 or 5, got ", n);
+  KILN_CHECK(n == 0 || n == 4 || n == 5, "set_gemv_min_blocks: expected 0, 4 or 5, got ", n);
   min_blocks().store(n, std::memory_order_relaxed);
 }
 int gemv_min_blocks() { return min_blocks().load(std::memory_order_relaxed); }

@@ -33,8 +33,10 @@ LinearPath forced_linear_path();
 void set_gemv_split(int split);
 int gemv_split();
 
-// The one-row 16-bit matrix-vector instance: 0 (the default) the compiler's register count (four blocks of 256
-// threads per SM), or 5: at most 48 registers, five blocks per SM. The initial value comes from KILN_GEMV_MINB.
+// The one-row 16-bit matrix-vector instances (linear and linear_silu_mul_gemv): 0 (the default) per grid, the
+// five-blocks one where its rounds use the resident-block slots clearly better (take_five_blocks in linear.cu);
+// 4: always the compiler's register count (four blocks of 256 threads per SM); 5: always at most 48 registers,
+// five blocks per SM. The initial value comes from KILN_GEMV_MINB.
 void set_gemv_min_blocks(int n);
 int gemv_min_blocks();
 

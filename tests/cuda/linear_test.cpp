@@ -168,7 +168,10 @@ TEST(CudaLinear, EveryGemvSplitMatchesCpu) {
 // path of the same instance).
 TEST(CudaLinear, OneRowFiveBlocksPerSmMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  const int before = cuda::gemv_min_blocks();
+  struct Restore {
+    int before = cuda::gemv_min_blocks();
+    ~Restore() { cuda::set_gemv_min_blocks(before); }
+  } restore;
   cuda::set_gemv_min_blocks(5);
   for (DType dt : {DType::BF16, DType::F16})
     for (const NK& s : {NK{4864, 896}, NK{37, 4097}, NK{129, 1028}, NK{5, 7}, NK{300, 64}, NK{3, 14344}, NK{640, 5120}})
@@ -179,8 +182,7 @@ TEST(CudaLinear, OneRowFiveBlocksPerSmMatchesCpu) {
         const Pair x = make(1, s.k, dt), w = make(s.n, s.k, dt, w_off);
         check_case(x, w, make_bias(s.n, dt), LinearPath::Gemv, false, what);
       }
-  cuda::set_gemv_min_blocks(before);
-  EXPECT_THROW(cuda::set_gemv_min_blocks(4), Error);
+  EXPECT_THROW(cuda::set_gemv_min_blocks(3), Error);
 }
 
 // x and weight as views that start one element into their buffer (not 16-byte aligned), with rows further
@@ -323,28 +325,37 @@ TEST(CudaLinear, HeuristicAndForcedPath) {
 }
 
 // linear_silu_and_mul: one row takes the fused matrix-vector kernel (activation from the f32 sums), checked
-// against the composition in f64 on the CPU (rounded once to the dtype); more rows take the composition.
+// against the composition in f64 on the CPU (rounded once to the dtype); more rows take the composition. Each
+// one-row instance (cuda::set_gemv_min_blocks: the rule, four and five blocks per SM); 4864 x 896 is a grid the
+// rule gives five blocks per SM.
 TEST(CudaLinearSiluAndMul, OneRowMatchesF32CompositionAndMoreRowsTheComposition) {
   KILN_REQUIRE_CUDA();
-  for (DType dt : kDtypes)
-    for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1, 64}, {768, 2048}, {3000, 4096}, {17, 100}}) {
-      SCOPED_TRACE(label(dt, 1, n, k, false, "silu_and_mul"));
-      const Tensor x = test::random_tensor({1, k}, dt, -1, 1), w = test::random_tensor({2 * n, k}, dt, -0.1, 0.1);
-      {
-        Tensor junk = empty({1, n}, dt, kGpu);
-        test::poison(junk);
+  struct Restore {
+    int before = cuda::gemv_min_blocks();
+    ~Restore() { cuda::set_gemv_min_blocks(before); }
+  } restore;
+  for (int minb : {0, 4, 5})
+    for (DType dt : kDtypes)
+      for (const auto& [n, k] :
+           std::vector<std::pair<int64_t, int64_t>>{{1, 64}, {768, 2048}, {3000, 4096}, {17, 100}, {4864, 896}}) {
+        cuda::set_gemv_min_blocks(minb);
+        SCOPED_TRACE(label(dt, 1, n, k, false, str("silu_and_mul, min blocks ", minb).c_str()));
+        const Tensor x = test::random_tensor({1, k}, dt, -1, 1), w = test::random_tensor({2 * n, k}, dt, -0.1, 0.1);
+        {
+          Tensor junk = empty({1, n}, dt, kGpu);
+          test::poison(junk);
+        }
+        const Tensor got = linear_silu_and_mul(x.to(kGpu), w.to(kGpu)).cpu();
+        ASSERT_EQ(got.sizes(), (Shape{1, n}));
+        // The reference in f64 (the CPU's one-row f32 product, a BLAS gemv, has f32 rounding of its own).
+        const Tensor ref = silu_and_mul(linear(x.to(DType::F64), w.to(DType::F64))).to(dt);
+        const test::Tolerance tol = dt == DType::F32 ? test::Tolerance{1e-5, 1e-5} : test::default_tolerance(dt);
+        EXPECT_TRUE(test::all_close(got, ref, tol));
+        // A 1-d x gives the same values; three rows take the composition, exactly.
+        EXPECT_TRUE(test::equal(linear_silu_and_mul(x.view({k}).to(kGpu), w.to(kGpu)).cpu(), got.view({n})));
+        const Tensor x3 = test::random_tensor({3, k}, dt, -1, 1, kGpu);
+        EXPECT_TRUE(test::equal(linear_silu_and_mul(x3, w.to(kGpu)).cpu(), silu_and_mul(linear(x3, w.to(kGpu))).cpu()));
       }
-      const Tensor got = linear_silu_and_mul(x.to(kGpu), w.to(kGpu)).cpu();
-      ASSERT_EQ(got.sizes(), (Shape{1, n}));
-      // The reference in f64 (the CPU's one-row f32 product, a BLAS gemv, has f32 rounding of its own).
-      const Tensor ref = silu_and_mul(linear(x.to(DType::F64), w.to(DType::F64))).to(dt);
-      const test::Tolerance tol = dt == DType::F32 ? test::Tolerance{1e-5, 1e-5} : test::default_tolerance(dt);
-      EXPECT_TRUE(test::all_close(got, ref, tol));
-      // A 1-d x gives the same values; three rows take the composition, exactly.
-      EXPECT_TRUE(test::equal(linear_silu_and_mul(x.view({k}).to(kGpu), w.to(kGpu)).cpu(), got.view({n})));
-      const Tensor x3 = test::random_tensor({3, k}, dt, -1, 1, kGpu);
-      EXPECT_TRUE(test::equal(linear_silu_and_mul(x3, w.to(kGpu)).cpu(), silu_and_mul(linear(x3, w.to(kGpu))).cpu()));
-    }
   EXPECT_TRUE(test::throws_error([] { (void)linear_silu_and_mul(test::random_tensor({1, 8}, DType::F32, -1, 1, kGpu),
                                                                   test::random_tensor({5, 8}, DType::F32, -1, 1, kGpu)); },
                                  {"linear_silu_and_mul", "[2N, K]"}));
