@@ -112,24 +112,18 @@ int resident_blocks(const void* kernel) {
 }
 
 // Whether a one-row grid of `blocks` takes the five-blocks-per-SM instance (`five`) instead of the compiler's
-// (`usual`): where the share of resident-block slots its rounds use, blocks / (rounds x slots), is at least 0.1
-// higher. That is where the usual instance leaves a last round mostly empty that the other's extra slot per
-// SM absorbs; elsewhere the five-blocks instance, which spills 8 bytes, is slower.
-// Measured on the H200 (docs/benchmarks.md, twenty-fourth run, call 6, every one-row bf16 shape forced to five
-// blocks): K896 x N4864 3.83 against 5.15 µs (608 blocks: 0.58 of two rounds of 528 slots, 0.92 of one of
-// 660), K5120 x N5120 14.61 against 15.88, K25600 x N5120 64.52 against 68.31; K4096 x N14336 31.43 against
-// 30.26 (0.85 -> 0.91) and K8192 x N28672 115.55 against 107.27 (0.97 -> 0.91): the rule keeps the usual
-// instance there.
+// (`usual`): where the grid fits one round of the five-blocks instance's resident slots but not of the usual
+// one's. Then no block waits for a second round; elsewhere the five-blocks instance, which spills 8 bytes and
+// shares each SM among more blocks, was as fast or slower.
+// Measured on the H200 (docs/benchmarks.md, twenty-fourth run, calls 6-7, every one-row bf16 shape under both
+// instances in one call): K896 x N4864 (608 blocks: two rounds of 528 slots or one of 660) 3.82 against 5.14 µs,
+// K5120 x N5120 (640) 14.66 against 15.65; with more rounds no gain or a loss: K25600 x N5120 (1280 blocks)
+// 64.86 against 64.20, K5120 x N25600 (3200) 66.20 against 62.50, K8192 x N28672 (3584) 115.18 against 107.49.
 bool take_five_blocks(int64_t blocks, const void* usual, const void* five, int device) {
   const int forced = min_blocks().load(std::memory_order_relaxed);
   if (forced != 0) return forced == 5;
   const int64_t sms = multiprocessor_count(device);
-  auto fill = [&](const void* kernel) {
-    const int64_t slots = sms * resident_blocks(kernel);
-    const int64_t rounds = (blocks + slots - 1) / slots;
-    return static_cast<double>(blocks) / static_cast<double>(rounds * slots);
-  };
-  return fill(five) >= fill(usual) + 0.1;
+  return blocks > sms * resident_blocks(usual) && blocks <= sms * resident_blocks(five);
 }
 
 template <class T, int MT>
