@@ -35,9 +35,8 @@ int gemv_split();
 
 // The one-row 16-bit matrix-vector instances (linear and linear_silu_mul_gemv): 0 (the default) per grid, the
 // five-blocks one where the grid fits one round of its resident blocks but not of the usual instance's
-// (take_five_blocks in linear.cu);
-// 4: always the compiler's register count (four blocks of 256 threads per SM); 5: always at most 48 registers,
-// five blocks per SM. The initial value comes from KILN_GEMV_MINB.
+// (take_five_blocks in linear.cu); 4: always the compiler's register count (four blocks of 256 threads per SM);
+// 5: always at most 48 registers, five blocks per SM. The initial value comes from KILN_GEMV_MINB.
 void set_gemv_min_blocks(int n);
 int gemv_min_blocks();
 
