@@ -11,11 +11,15 @@
 #   folder, so each build after the first recompiles only what differs; strips it and compresses it into
 #   build-ab/kiln-NAME.xz (about 11 MB). PCRE2 and utf8proc link statically from .deps
 #   (scripts/fetch-device-deps.sh), as for the device's own builds. The first NAME is the baseline.
-# There:  scripts/ab-binaries.sh run [--filter REGEX] [--repeats N] [--rounds R]
+# There:  scripts/ab-binaries.sh run [--filter REGEX] [--repeats N] [--rounds R] [--env "NAME:VAR=V ..."]...
 #   (device tool: carry ["build-ab", ...]) unpacks build-ab/*.xz, checks that each build starts (on failure:
 #   the libraries it cannot find), then runs `kiln bench ops` with every build in turn, R rounds (default 2),
 #   and writes $OUT/ab_runs.json (every run's cases) and $OUT/ab_table.md (each case's graph-replayed µs per
 #   build, the median over rounds, and each build's geomean time against the baseline's, by op family).
+#   --env adds a variant NAME: the baseline build run with those environment settings (e.g. --env
+#   "five:KILN_GEMV_MINB=5"), in turn with the builds in every round, so that a setting and the default are
+#   timed interleaved on one card rather than one after the other. With no build-ab folder, `kiln` of
+#   build-gpu (scripts/device-bench.sh's build) is the baseline.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -48,11 +52,16 @@ case "$mode" in
     ;;
   run)
     filter="" repeats=40 rounds=2
+    env_names=() env_sets=()
     while [ $# -gt 0 ]; do
       case "$1" in
         --filter) filter=$2; shift 2 ;;
         --repeats) repeats=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
+        --env)
+          en=${2%%:*}
+          [ "$en" != "$2" ] && [ -n "$en" ] || { echo "ab-binaries.sh run: --env $2 is not NAME:VAR=V ..."; exit 1; }
+          env_names+=("$en"); env_sets+=("${2#*:}"); shift 2 ;;
         *) echo "ab-binaries.sh run: unknown argument $1"; exit 1 ;;
       esac
     done
@@ -60,7 +69,12 @@ case "$mode" in
     mkdir -p "$OUT" build-ab/runs
     names=()
     if [ -f build-ab/order.txt ]; then mapfile -t names < build-ab/order.txt
-    else for x in build-ab/kiln-*.xz; do n=${x#build-ab/kiln-}; names+=("${n%.xz}"); done; fi
+    elif compgen -G "build-ab/kiln-*.xz" > /dev/null; then
+      for x in build-ab/kiln-*.xz; do n=${x#build-ab/kiln-}; names+=("${n%.xz}"); done
+    elif [ -x build-gpu/bin/kiln ]; then
+      ln -sf ../build-gpu/bin/kiln build-ab/kiln-default && names=(default)
+    fi
+    [ ${#names[@]} -gt 0 ] || { echo "ab-binaries.sh run: no build in build-ab and no build-gpu/bin/kiln"; exit 1; }
     for n in "${names[@]}"; do
       [ -x "build-ab/kiln-$n" ] || { xz -dc "build-ab/kiln-$n.xz" > "build-ab/kiln-$n" && chmod +x "build-ab/kiln-$n"; } || exit 1
       if ! "build-ab/kiln-$n" --help > /dev/null 2>&1; then
@@ -77,7 +91,16 @@ case "$mode" in
           > "build-ab/runs/$n-$r.log" 2>&1
         echo "== round $r, $n: rc=$?, $(( $(date +%s) - t )) s"
       done
+      for i in "${!env_names[@]}"; do
+        n=${env_names[$i]}
+        t=$(date +%s)
+        # shellcheck disable=SC2086
+        env ${env_sets[$i]} timeout "${OPS_TIMEOUT:-400}" "build-ab/kiln-${names[0]}" bench ops \
+          --json "build-ab/runs/$n-$r.json" "${args[@]}" > "build-ab/runs/$n-$r.log" 2>&1
+        echo "== round $r, $n (${names[0]} with ${env_sets[$i]}): rc=$?, $(( $(date +%s) - t )) s"
+      done
     done
+    names+=("${env_names[@]}")
     python3 - "$OUT" "$rounds" "${names[@]}" <<'EOF'
 import json, math, statistics, sys
 out, rounds, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
