@@ -172,4 +172,13 @@ inline int64_t ulp_distance(uint64_t a, uint64_t b, int bits) {
     if (!::kiln::cuda_available()) GTEST_SKIP() << "no usable CUDA device in this environment"; \
   } while (0)
 
+// A process-wide setting (a get and a set function, e.g. of cuda/linear.h or cuda/moe.h) changed for a scope
+// and restored at its end, also when an assertion ends the test early.
+template <class V, V (*Get)(), void (*Set)(V)>
+struct SettingScope {
+  explicit SettingScope(V v) : before(Get()) { Set(v); }
+  ~SettingScope() { Set(before); }
+  V before;
+};
+
 }  // namespace kiln::test

@@ -69,6 +69,8 @@ LinearPath check_case(const Pair& x, const Pair& w, const std::optional<Pair>& b
 struct NK {
   int64_t n, k;
 };
+// The one-row 16-bit instance's register bound (cuda::set_gemv_min_blocks), changed for a scope.
+using MinBlocks = test::SettingScope<int, cuda::gemv_min_blocks, cuda::set_gemv_min_blocks>;
 // K: multiples of 8 (the vector path), K not a multiple of 8 or 4 (scalar path), K < 8; N: 1, 3, a few
 // blocks' worth, and one that leaves the last block partly empty.
 const NK kShapes[] = {{64, 1000}, {37, 4097}, {5, 7}, {1, 256}, {3, 4096}, {128, 2048},
@@ -168,11 +170,7 @@ TEST(CudaLinear, EveryGemvSplitMatchesCpu) {
 // path of the same instance).
 TEST(CudaLinear, OneRowFiveBlocksPerSmMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  struct Restore {
-    int before = cuda::gemv_min_blocks();
-    ~Restore() { cuda::set_gemv_min_blocks(before); }
-  } restore;
-  cuda::set_gemv_min_blocks(5);
+  const MinBlocks five(5);
   for (DType dt : {DType::BF16, DType::F16})
     for (const NK& s : {NK{4864, 896}, NK{37, 4097}, NK{129, 1028}, NK{5, 7}, NK{300, 64}, NK{3, 14344}, NK{640, 5120}})
       for (int64_t w_off : {0, 1}) {
@@ -330,10 +328,7 @@ TEST(CudaLinear, HeuristicAndForcedPath) {
 // rule gives five blocks per SM.
 TEST(CudaLinearSiluAndMul, OneRowMatchesF32CompositionAndMoreRowsTheComposition) {
   KILN_REQUIRE_CUDA();
-  struct Restore {
-    int before = cuda::gemv_min_blocks();
-    ~Restore() { cuda::set_gemv_min_blocks(before); }
-  } restore;
+  const MinBlocks restore(cuda::gemv_min_blocks());
   for (int minb : {0, 4, 5})
     for (DType dt : kDtypes)
       for (const auto& [n, k] :

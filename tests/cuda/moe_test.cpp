@@ -37,13 +37,8 @@ struct ForcePath {
   explicit ForcePath(GroupedMmPath p) { cuda::set_forced_grouped_mm_path(p); }
   ~ForcePath() { cuda::set_forced_grouped_mm_path(GroupedMmPath::Auto); }
 };
-// A grouped-product setting (get / set functions of cuda/moe.h) changed for a scope.
-template <class V, V (*Get)(), void (*Set)(V)>
-struct SettingScope {
-  explicit SettingScope(V v) : before(Get()) { Set(v); }
-  ~SettingScope() { Set(before); }
-  V before;
-};
+// Grouped-product settings (get / set functions of cuda/moe.h) changed for a scope.
+using test::SettingScope;
 // The register bound of the matrix-vector kernel's one-row instance.
 using DecodeMinBlocks = SettingScope<int, cuda::grouped_decode_min_blocks, cuda::set_grouped_decode_min_blocks>;
 // The Hopper tile kernels' straight-run epilogue (on by default).
