@@ -8,8 +8,6 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "core/dispatch.h"
 #include "cuda/kernels/gemv.cuh"
@@ -99,31 +97,32 @@ std::atomic<int>& min_blocks() {
   return n;
 }
 
-// Resident blocks per SM of a kernel of kGemvThreads threads (cached per kernel; one device kind per process).
-int resident_blocks(const void* kernel) {
-  static std::mutex mu;
-  static std::map<const void*, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find(kernel); it != known.end()) return it->second;
-  int b = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kernels::kGemvThreads, 0), "linear");
-  known[kernel] = std::max(b, 1);
-  return known[kernel];
+// Resident blocks per SM of a kernel of kGemvThreads threads, asked once per kernel (one device kind per
+// process).
+template <auto Kernel>
+int resident_blocks() {
+  static const int b = [] {
+    int n = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, kernels::kGemvThreads, 0), "linear");
+    return std::max(n, 1);
+  }();
+  return b;
 }
 
-// Whether a one-row grid of `blocks` takes the five-blocks-per-SM instance (`five`) instead of the compiler's
-// (`usual`): where the grid fits one round of the five-blocks instance's resident slots but not of the usual
+// Whether a one-row grid of `blocks` takes the five-blocks-per-SM instance (`Five`) instead of the compiler's
+// (`Usual`): where the grid fits one round of the five-blocks instance's resident slots but not of the usual
 // one's. Then no block waits for a second round; elsewhere the five-blocks instance, which spills 8 bytes and
 // shares each SM among more blocks, was as fast or slower.
 // Measured on the H200 (docs/benchmarks.md, twenty-fourth run, calls 6-7, every one-row bf16 shape under both
 // instances in one call): K896 x N4864 (608 blocks: two rounds of 528 slots or one of 660) 3.82 against 5.14 µs,
 // K5120 x N5120 (640) 14.66 against 15.65; with more rounds no gain or a loss: K25600 x N5120 (1280 blocks)
 // 64.86 against 64.20, K5120 x N25600 (3200) 66.20 against 62.50, K8192 x N28672 (3584) 115.18 against 107.49.
-bool take_five_blocks(int64_t blocks, const void* usual, const void* five, int device) {
+template <auto Usual, auto Five>
+bool take_five_blocks(int64_t blocks, int device) {
   const int forced = min_blocks().load(std::memory_order_relaxed);
   if (forced != 0) return forced == 5;
   const int64_t sms = multiprocessor_count(device);
-  return blocks > sms * resident_blocks(usual) && blocks <= sms * resident_blocks(five);
+  return blocks > sms * resident_blocks<Usual>() && blocks <= sms * resident_blocks<Five>();
 }
 
 template <class T, int MT>
@@ -137,8 +136,7 @@ void launch_gemv(const T* x, int64_t ldx, int rows, const T* w, int64_t ldw, int
   // A dependent launch: the kernel prefetches weights before it waits for the kernel that wrote x.
   auto kernel = kernels::gemv_kernel<T, MT>;
   if constexpr (MT == 1 && !std::is_same_v<T, float>)
-    if (take_five_blocks(blocks, reinterpret_cast<const void*>(kernel),
-                         reinterpret_cast<const void*>(kernels::gemv_kernel<T, 1, false, 5>), device))
+    if (take_five_blocks<kernels::gemv_kernel<T, 1>, kernels::gemv_kernel<T, 1, false, 5>>(blocks, device))
       kernel = kernels::gemv_kernel<T, 1, false, 5>;
   launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads), 0, stream, device,
                    "linear", x, ldx, rows, w, ldw, n, k, bias, y, ldy, split, vec);
@@ -169,8 +167,7 @@ bool linear_silu_mul_gemv(const Tensor& y, const Tensor& x2, const Tensor& weigh
     KILN_CHECK(blocks <= INT_MAX, "linear_silu_and_mul: N = ", n, " needs too many blocks");
     auto kernel = kernels::gemv_kernel<T, 1, true>;
     if constexpr (!std::is_same_v<T, float>)
-      if (take_five_blocks(blocks, reinterpret_cast<const void*>(kernel),
-                           reinterpret_cast<const void*>(kernels::gemv_kernel<T, 1, true, 5>), dev.index))
+      if (take_five_blocks<kernels::gemv_kernel<T, 1, true>, kernels::gemv_kernel<T, 1, true, 5>>(blocks, dev.index))
         kernel = kernels::gemv_kernel<T, 1, true, 5>;
     launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads),
                      0, stream, dev.index, "linear_silu_and_mul", static_cast<const T*>(x2.data_ptr()), k, 1,
