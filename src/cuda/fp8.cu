@@ -156,6 +156,15 @@ int auto_config(int64_t n, int64_t k, bool vec, int device) {
   return round_fill<3>(n, k, vec, device) >= round_fill<2>(n, k, vec, device) - 0.02 ? 3 : 2;
 }
 
+// TEMPORARY A/B switch: KILN_FP8_ROW16=0 runs the general loop for one row of 16-bit activations.
+bool row16_lean() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_FP8_ROW16");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 template <class X, class O, class B, int MT, int CFG = 0>
 void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream) {
   KILN_CHECK(g.xs == nullptr || (std::is_same_v<X, Float8_e4m3fn>), "fp8 gemv: activation scales need e4m3 activations");
@@ -174,7 +183,7 @@ void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream
                    dim3(kernels::kGemvThreads), 0, stream, device, "fp8 gemv", static_cast<const X*>(g.x), g.ldx,
                    rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn, g.ws_sk, g.xs,
                    g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
-                   static_cast<O*>(g.y), g.ldy, split, vec);
+                   static_cast<O*>(g.y), g.ldy, split, vec, row16_lean());
 }
 
 // The tensor-core kernel for one row of 16-bit activations (config 7, kernels::fp8_gemv_mma_kernel), when the

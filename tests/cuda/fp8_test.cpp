@@ -303,6 +303,12 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
           check_linear(1, s.n, s.k, r, dt, s.n % 2 == 1, 0, Fp8Path::Auto, 128, 128, &took);
           EXPECT_EQ(took, Fp8Path::Gemv);
         }
+    // 48-wide K blocks: the scale block by a division instead of a shift.
+    for (DType dt : {DType::BF16, DType::F16}) {
+      Fp8Path took = Fp8Path::Auto;
+      check_linear(1, 100, 480, ScaleRecipe::BlockWise, dt, true, 0, Fp8Path::Auto, 32, 48, &took);
+      EXPECT_EQ(took, Fp8Path::Gemv);
+    }
   }
   EXPECT_THROW(cuda::set_fp8_gemv_config(8), Error);
   EXPECT_THROW(cuda::set_fp8_gemv_config(-2), Error);

@@ -261,6 +261,111 @@ __device__ __forceinline__ void fp8_two_buffers(Buf& a, Buf& b, Batch&& batch) {
   }
 }
 
+// linear's one-row product with 16-bit activations, the vectorised path of fp8_gemv_kernel (its CFG's R, U and
+// pipelining; see there). Per 16-weight chunk c of each of the R weight rows: p = sum_e w[e] * x[e] in memory
+// order (f32 FMAs), acc += p * the chunk's weight scale: the general path's products in the same order, so the
+// same bits. The work per chunk is kept to the conversions, the FMAs, the loads and one address each: weight
+// and activation addresses from row pointers and the chunk index, the scale block by a shift (SHIFT) or a
+// division, no per-chunk activation-scale code and no test of the dependent-launch wait inside the loop
+// (the first step is issued before the wait, then the loop runs without it).
+template <class X, int R, int U, bool PIPE, bool SHIFT>
+__device__ __forceinline__ void fp8_gemv_row16(float (&acc)[R][1], const X* __restrict__ x,
+                                               const Float8_e4m3fn* __restrict__ w, const int64_t (&woff)[R],
+                                               const float* (&wsr)[R], int64_t ws_sk, int kshift, int kblk,
+                                               int chunks, int t, int gt) {
+  static_assert(sizeof(X) == 2, "16-bit activations");
+  const uint4* wrow[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) wrow[r] = reinterpret_cast<const uint4*>(w + woff[r]);
+  const uint4* const xq = reinterpret_cast<const uint4*>(x);  // chunk c: xq[2c], xq[2c + 1]
+  const bool one_scale = wsr[R - 1] == wsr[0];
+  const int wsk = static_cast<int>(ws_sk);
+
+  auto chunk = [&](const uint4 (&wv)[R], int c) {
+    const int kb = (SHIFT ? (c << 4) >> kshift : (c << 4) / kblk) * wsk;
+    float s[R];
+    s[0] = __ldg(wsr[0] + kb);
+#pragma unroll
+    for (int r = 1; r < R; ++r) s[r] = one_scale ? s[0] : __ldg(wsr[r] + kb);
+    const uint4 xa = __ldg(xq + 2 * c), xb = __ldg(xq + 2 * c + 1);
+    const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+    float p[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) p[r] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // weight word i: weights 4i .. 4i + 3, activations in xw[2i], xw[2i + 1]
+      float xf[4];
+      gemv_unpack2<X>(xw[2 * i], xf[0], xf[1]);
+      gemv_unpack2<X>(xw[2 * i + 1], xf[2], xf[3]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint32_t word = i == 0 ? wv[r].x : i == 1 ? wv[r].y : i == 2 ? wv[r].z : wv[r].w;
+        const float2 lo = __half22float2(__half2(
+            __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word & 0xFFFFu), __NV_E4M3)));
+        const float2 hi = __half22float2(
+            __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> 16), __NV_E4M3)));
+        p[r] = fmaf(lo.x, xf[0], p[r]);
+        p[r] = fmaf(lo.y, xf[1], p[r]);
+        p[r] = fmaf(hi.x, xf[2], p[r]);
+        p[r] = fmaf(hi.y, xf[3], p[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r][0] = fmaf(p[r], s[r], acc[r][0]);
+  };
+  // The U x R weight loads of the step at chunk c; `early` ones stay in program order before pdl_wait.
+  auto load = [&](uint4 (&wv)[U][R], int c, auto early) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        wv[u][r] = decltype(early)::value ? gemv_load_stream_early(wrow[r] + c + u * gt)
+                                          : gemv_load_stream(wrow[r] + c + u * gt);
+  };
+
+  const int step = U * gt;
+  int c = t;
+  bool waited = false;
+  if (c + (U - 1) * gt < chunks) {
+    if constexpr (PIPE) {
+      // Two register buffers in turn: the loads of step i + 1 are in flight while step i is computed.
+      uint4 a[U][R], b[U][R];
+      load(a, c, std::true_type{});
+      pdl_wait();
+      fp8_two_buffers(a, b, [&](const uint4 (&cur)[U][R], uint4 (&next)[U][R]) {
+        const bool more = c + step + (U - 1) * gt < chunks;
+        if (more) load(next, c + step, std::false_type{});
+#pragma unroll
+        for (int u = 0; u < U; ++u) chunk(cur[u], c + u * gt);
+        c += step;
+        return more;
+      });
+    } else {
+      uint4 wv[U][R];
+      load(wv, c, std::true_type{});
+      pdl_wait();
+      for (;;) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) chunk(wv[u], c + u * gt);
+        c += step;
+        if (c + (U - 1) * gt >= chunks) break;
+        load(wv, c, std::false_type{});
+      }
+    }
+    waited = true;
+  }
+  // The rest (fewer than U chunks for this thread), one chunk at a time.
+  for (; c < chunks; c += gt) {
+    uint4 wv[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wv[r] = gemv_load_stream_early(wrow[r] + c);
+    if (!waited) pdl_wait();
+    waited = true;
+    chunk(wv, c);
+  }
+  if (!waited) pdl_wait();  // a thread with no chunk
+}
+
 template <class T>
 __device__ __forceinline__ float fp8_elem_f32(T v) {
   if constexpr (std::is_same_v<T, float>) return v;
@@ -272,7 +377,7 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
     fp8_gemv_kernel(const X* __restrict__ x, int64_t ldx, int rows, const Float8_e4m3fn* __restrict__ w, int64_t ldw,
                     int64_t n, int k, const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int64_t ws_sk,
                     const float* __restrict__ xs, int64_t xs_sm, int64_t xs_sk, int kblk, int kshift,
-                    const B* __restrict__ bias, O* __restrict__ y, int64_t ldy, int split, bool vec) {
+                    const B* __restrict__ bias, O* __restrict__ y, int64_t ldy, int split, bool vec, bool lean) {
   constexpr int R = fp8_gemv_rows_per_warp<MT, CFG>();
   constexpr int U = fp8_gemv_unroll<MT, X, CFG>();
   __shared__ float partial[kGemvWarps * R * MT];
@@ -304,7 +409,23 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
   // spans all of k < 2^30), a division otherwise.
   auto kblock = [&](int e) -> int { return kshift >= 0 ? e >> kshift : e / kblk; };
 
-  if (vec) {
+  // One row of 16-bit activations (linear's decode case): the products of the general path below in the same
+  // order, with the per-chunk work cut to the conversions, the FMAs, the loads and one address each.
+  constexpr bool kRow16 = MT == 1 && sizeof(X) == 2;
+  bool row16 = false;
+  if constexpr (kRow16) {
+    if (vec && lean) {
+      constexpr bool kPipe = fp8_gemv_pipelined<CFG>();
+      const int chunks = k >> 4;
+      if (kshift >= 0)
+        fp8_gemv_row16<X, R, U, kPipe, true>(acc, x, w, woff, wsr, ws_sk, kshift, kblk, chunks, t, group_threads);
+      else
+        fp8_gemv_row16<X, R, U, kPipe, false>(acc, x, w, woff, wsr, ws_sk, kshift, kblk, chunks, t, group_threads);
+      row16 = true;
+    }
+  }
+  if (row16) {
+  } else if (vec) {
     // Per 16-element chunk: one scale load for all R rows when they share a scale row (block-wise scales with
     // bn a multiple of R, tensor-wise), 32-bit offsets along K (the launcher checks that they fit), and for
     // 16-bit or f32 activations no activation-scale code at all (linear passes none).
