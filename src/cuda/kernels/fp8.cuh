@@ -238,14 +238,14 @@ __device__ __forceinline__ void fp8_unpack16(const uint4& v, float (&f)[16]) {
 template <class X>
 __device__ __forceinline__ void fp8_load_x16(const X* p, float (&f)[16]) {
   if constexpr (std::is_same_v<X, Float8_e4m3fn>) {
-    fp8_unpack16(__ldg(reinterpret_cast<const uint4*>(p)), f);
+    fp8_unpack16(ld_after_wait(reinterpret_cast<const uint4*>(p)), f);
   } else {
     constexpr int V = gemv_vec_elems<X>();  // 4 (f32) or 8 (f16/bf16) per 16 bytes
     const uint4* q = reinterpret_cast<const uint4*>(p);
 #pragma unroll
     for (int i = 0; i < 16 / V; ++i) {
       float t[V];
-      gemv_unpack<X>(__ldg(q + i), t);
+      gemv_unpack<X>(ld_after_wait(q + i), t);
 #pragma unroll
       for (int e = 0; e < V; ++e) f[i * V + e] = t[e];
     }
@@ -287,7 +287,7 @@ __device__ __forceinline__ void fp8_gemv_row16(float (&acc)[R][1], const X* __re
     s[0] = __ldg(wsr[0] + kb);
 #pragma unroll
     for (int r = 1; r < R; ++r) s[r] = one_scale ? s[0] : __ldg(wsr[r] + kb);
-    const uint4 xa = __ldg(xq + 2 * c), xb = __ldg(xq + 2 * c + 1);
+    const uint4 xa = ld_after_wait(xq + 2 * c), xb = ld_after_wait(xq + 2 * c + 1);
     const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
     float p[R];
 #pragma unroll

@@ -71,10 +71,14 @@ __device__ __forceinline__ uint4 gemv_load_stream(const uint4* p) {
   return v;
 }
 
-// The same load, kept in program order before the volatile asm that follows it (pdl_wait): a prefetch.
+// The same load, kept in program order before the volatile asm that follows it (pdl_wait): a prefetch. Not
+// .nc: ptxas moves .nc loads across griddepcontrol.wait in either direction (kernels/pdl.cuh), and would
+// move some of these prefetches after it; a coherent load stays before it.
 __device__ __forceinline__ uint4 gemv_load_stream_early(const uint4* p) {
   uint4 v;
-  asm volatile(KILN_GEMV_LD : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 }
 
@@ -250,7 +254,7 @@ __global__ void __launch_bounds__(kGemvThreads, MINB)
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           float xf[VEC];
-          gemv_unpack<T>(__ldg(xp), xf);
+          gemv_unpack<T>(ld_after_wait(xp), xf);
           xp += m + 1 < rows ? ldx_vec : 0;  // rows past `rows` reread the last one
 #pragma unroll
           for (int r = 0; r < R; ++r)
@@ -277,7 +281,7 @@ __global__ void __launch_bounds__(kGemvThreads, MINB)
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           float xf[VEC];
-          gemv_unpack<T>(__ldg(xp), xf);
+          gemv_unpack<T>(ld_after_wait(xp), xf);
           xp += m + 1 < rows ? ldx_vec : 0;
 #pragma unroll
           for (int r = 0; r < R; ++r)

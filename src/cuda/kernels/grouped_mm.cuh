@@ -198,7 +198,7 @@ __device__ __forceinline__ int gmm_row_group_warp(const int32_t* __restrict__ of
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int g = base + 32 * u + lane;
-      v[u] = g < G ? __ldg(offs + g) : -1;  // past G: never above r, clamps to 0
+      v[u] = g < G ? ld_after_wait(offs + g) : -1;  // past G: never above r, clamps to 0
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
         for (int m = 0; m < MT; ++m) {
           if (m < rows) {
             float xf[VEC];
-            gemv_unpack<T>(__ldg(reinterpret_cast<const uint4*>(a + xoff[m]) + c + u * gt), xf);
+            gemv_unpack<T>(ld_after_wait(reinterpret_cast<const uint4*>(a + xoff[m]) + c + u * gt), xf);
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -508,7 +508,7 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
         for (int m = 0; m < MT; ++m) {
           if (m < rows) {
             float xf[VEC];
-            gemv_unpack<T>(__ldg(reinterpret_cast<const uint4*>(a + xoff[m]) + c + u * gt), xf);
+            gemv_unpack<T>(ld_after_wait(reinterpret_cast<const uint4*>(a + xoff[m]) + c + u * gt), xf);
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll

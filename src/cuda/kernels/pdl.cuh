@@ -10,6 +10,8 @@
 // changes no result: the dependent's wait still covers this grid's completion.
 #pragma once
 
+#include <cuda_runtime.h>
+
 namespace kiln::cuda::kernels {
 
 __device__ __forceinline__ void pdl_allow_dependents() {
@@ -22,6 +24,23 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// Loads of data that the kernel before this one may write, issued after pdl_wait(). Never ld.global.nc
+// (__ldg, or the compiler's own choice for a const __restrict__ pointer): PTX asks that data be read-only for
+// the kernel's whole lifetime, and under a dependent launch that lifetime overlaps the writer's, so ptxas may
+// and did schedule such loads above griddepcontrol.wait (the activation loads of the one-row matrix-vector
+// kernels: a stale row of x, seen as a wrong FP8 decode step with dependent launches on and a right one with
+// them off). These are coherent ld.global, and volatile so that the compiler keeps them after the wait.
+__device__ __forceinline__ uint4 ld_after_wait(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ int ld_after_wait(const int* p) {
+  int v;
+  asm volatile("ld.global.b32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
 }
 
 }  // namespace kiln::cuda::kernels
