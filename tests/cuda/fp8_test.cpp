@@ -314,6 +314,32 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   EXPECT_THROW(cuda::set_fp8_gemv_config(-2), Error);
 }
 
+// The one-row kernel reads its activations only after the kernel that writes them has finished. Under
+// dependent launches (kernels/pdl.cuh) its loads of x once ran ahead of the wait in the compiled code, and a
+// decode step read the previous step's x (qwen3-tiny-fp8's golden test). Here x comes from rms_norm launched
+// just before, into a buffer that the allocator hands back each round holding the previous round's x; the
+// reference is the CPU product of the x the GPU wrote (read back afterwards). Every one-row kernel shape.
+TEST(CudaFp8Linear, OneRowReadsActivationsWrittenJustBefore) {
+  KILN_REQUIRE_CUDA();
+  const GemvConfigScope restore;
+  const Weight w = make_weight(96, 64, ScaleRecipe::BlockWise, 32, 32);
+  const Tensor wd = deq_weight(w.cpu);
+  const Tensor norm = test::random_tensor({64}, DType::BF16, 0.5, 1.5).to(kGpu);
+  for (int cfg = -1; cfg < 7; ++cfg) {
+    SCOPED_TRACE(str("config ", cfg));
+    cuda::set_fp8_gemv_config(cfg);
+    for (int round = 0; round < 8; ++round) {
+      const Tensor h = test::random_tensor({1, 64}, DType::BF16, -2, 2).to(kGpu);
+      const Tensor x = rms_norm(h, norm, 1e-6);
+      const Tensor y = linear(x, w.gpu);
+      const Tensor xc = x.to(kCPU);
+      EXPECT_TRUE(test::linear_close(y, linear(xc, w.cpu), test::linear_abs_scale(xc, wd, std::nullopt),
+                                     DType::BF16, 64))
+          << "round " << round;
+    }
+  }
+}
+
 // Activations far from 1 on the matrix-vector kernel: products and sums stay in f32, so nothing is lost
 // until the output's own rounding.
 TEST(CudaFp8Linear, MatrixVectorActivationsOfExtremeMagnitude) {
