@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
     fp8_gemv_kernel(const X* __restrict__ x, int64_t ldx, int rows, const Float8_e4m3fn* __restrict__ w, int64_t ldw,
                     int64_t n, int k, const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int64_t ws_sk,
                     const float* __restrict__ xs, int64_t xs_sm, int64_t xs_sk, int kblk, int kshift,
-                    const B* __restrict__ bias, O* __restrict__ y, int64_t ldy, int split, bool vec, bool lean) {
+                    const B* __restrict__ bias, O* __restrict__ y, int64_t ldy, int split, bool vec) {
   constexpr int R = fp8_gemv_rows_per_warp<MT, CFG>();
   constexpr int U = fp8_gemv_unroll<MT, X, CFG>();
   __shared__ float partial[kGemvWarps * R * MT];
@@ -409,124 +409,95 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
   // spans all of k < 2^30), a division otherwise.
   auto kblock = [&](int e) -> int { return kshift >= 0 ? e >> kshift : e / kblk; };
 
-  // One row of 16-bit activations (linear's decode case): the products of the general path below in the same
-  // order, with the per-chunk work cut to the conversions, the FMAs, the loads and one address each.
+  // One row of 16-bit activations (linear's decode case): fp8_gemv_row16, the general path's products in the
+  // same order with less work per chunk.
   constexpr bool kRow16 = MT == 1 && sizeof(X) == 2;
-  bool row16 = false;
-  if constexpr (kRow16) {
-    if (vec && lean) {
+  static_assert(CFG == 0 || kRow16, "the kernel shapes are for one row of 16-bit activations");
+  if (vec) {
+    if constexpr (kRow16) {
       constexpr bool kPipe = fp8_gemv_pipelined<CFG>();
       const int chunks = k >> 4;
       if (kshift >= 0)
         fp8_gemv_row16<X, R, U, kPipe, true>(acc, x, w, woff, wsr, ws_sk, kshift, kblk, chunks, t, group_threads);
       else
         fp8_gemv_row16<X, R, U, kPipe, false>(acc, x, w, woff, wsr, ws_sk, kshift, kblk, chunks, t, group_threads);
-      row16 = true;
-    }
-  }
-  if (row16) {
-  } else if (vec) {
-    // Per 16-element chunk: one scale load for all R rows when they share a scale row (block-wise scales with
-    // bn a multiple of R, tensor-wise), 32-bit offsets along K (the launcher checks that they fit), and for
-    // 16-bit or f32 activations no activation-scale code at all (linear passes none).
-    constexpr bool kXs = std::is_same_v<X, Float8_e4m3fn>;
-    const bool one_scale = wsr[R - 1] == wsr[0];
-    const int wsk = static_cast<int>(ws_sk), xsk = static_cast<int>(xs_sk);
-    // Row starts of the activations and their scales (hoisted for one row; computed per chunk for more rows,
-    // where MT pointers would cost 2 * MT registers).
-    auto xrow_ptr = [&](int m) { return x + xrow(m) * ldx; };
-    auto xs_ptr = [&](int m) { return kXs && xs != nullptr ? xs + xrow(m) * xs_sm : nullptr; };
-    const X* const x0 = xrow_ptr(0);
-    const float* const xs0 = xs_ptr(0);
-    // One 16-element chunk c of the R rows (weights already loaded into wv).
-    auto chunk = [&](const uint4 (&wv)[R], int c) {
-      const int kb = kblock(c << 4);
-      float wsc[R];
-      wsc[0] = wsr[0][kb * wsk];
+    } else {
+      // Per 16-element chunk: one scale load for all R rows when they share a scale row (block-wise scales with
+      // bn a multiple of R, tensor-wise), 32-bit offsets along K (the launcher checks that they fit), and for
+      // 16-bit or f32 activations no activation-scale code at all (linear passes none).
+      constexpr bool kXs = std::is_same_v<X, Float8_e4m3fn>;
+      const bool one_scale = wsr[R - 1] == wsr[0];
+      const int wsk = static_cast<int>(ws_sk), xsk = static_cast<int>(xs_sk);
+      // Row starts of the activations and their scales (hoisted for one row; computed per chunk for more rows,
+      // where MT pointers would cost 2 * MT registers).
+      auto xrow_ptr = [&](int m) { return x + xrow(m) * ldx; };
+      auto xs_ptr = [&](int m) { return kXs && xs != nullptr ? xs + xrow(m) * xs_sm : nullptr; };
+      const X* const x0 = xrow_ptr(0);
+      const float* const xs0 = xs_ptr(0);
+      // One 16-element chunk c of the R rows (weights already loaded into wv).
+      auto chunk = [&](const uint4 (&wv)[R], int c) {
+        const int kb = kblock(c << 4);
+        float wsc[R];
+        wsc[0] = wsr[0][kb * wsk];
 #pragma unroll
-      for (int r = 1; r < R; ++r) wsc[r] = one_scale ? wsc[0] : wsr[r][kb * wsk];
-      if constexpr (MT == 1) {
-        // One activation row: its chunk first, then each weight row unpacked just before its 16 products.
-        float xf[16];
-        fp8_load_x16<X>(x0 + (c << 4), xf);
-        const float xsc = kXs && xs0 != nullptr ? xs0[kb * xsk] : 1.f;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          float wf[16];
-          fp8_unpack16(wv[r], wf);
-          float p = 0.f;
-#pragma unroll
-          for (int e = 0; e < 16; ++e) p = fmaf(wf[e], xf[e], p);
-          acc[r][0] = fmaf(p, kXs ? wsc[r] * xsc : wsc[r], acc[r][0]);
-        }
-      } else {
-        // Every weight row unpacked once, each activation chunk read once for the R rows.
-        float wf[R][16];
-#pragma unroll
-        for (int r = 0; r < R; ++r) fp8_unpack16(wv[r], wf[r]);
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
+        for (int r = 1; r < R; ++r) wsc[r] = one_scale ? wsc[0] : wsr[r][kb * wsk];
+        if constexpr (MT == 1) {
+          // One activation row: its chunk first, then each weight row unpacked just before its 16 products.
           float xf[16];
-          fp8_load_x16<X>(xrow_ptr(m) + (c << 4), xf);
-          const float* const xsm = xs_ptr(m);
-          const float xsc = kXs && xsm != nullptr ? xsm[kb * xsk] : 1.f;
+          fp8_load_x16<X>(x0 + (c << 4), xf);
+          const float xsc = kXs && xs0 != nullptr ? xs0[kb * xsk] : 1.f;
 #pragma unroll
           for (int r = 0; r < R; ++r) {
+            float wf[16];
+            fp8_unpack16(wv[r], wf);
             float p = 0.f;
 #pragma unroll
-            for (int e = 0; e < 16; ++e) p = fmaf(wf[r][e], xf[e], p);
-            acc[r][m] = fmaf(p, kXs ? wsc[r] * xsc : wsc[r], acc[r][m]);
+            for (int e = 0; e < 16; ++e) p = fmaf(wf[e], xf[e], p);
+            acc[r][0] = fmaf(p, kXs ? wsc[r] * xsc : wsc[r], acc[r][0]);
+          }
+        } else {
+          // Every weight row unpacked once, each activation chunk read once for the R rows.
+          float wf[R][16];
+#pragma unroll
+          for (int r = 0; r < R; ++r) fp8_unpack16(wv[r], wf[r]);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            float xf[16];
+            fp8_load_x16<X>(xrow_ptr(m) + (c << 4), xf);
+            const float* const xsm = xs_ptr(m);
+            const float xsc = kXs && xsm != nullptr ? xsm[kb * xsk] : 1.f;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              float p = 0.f;
+#pragma unroll
+              for (int e = 0; e < 16; ++e) p = fmaf(wf[r][e], xf[e], p);
+              acc[r][m] = fmaf(p, kXs ? wsc[r] * xsc : wsc[r], acc[r][m]);
+            }
           }
         }
-      }
-    };
-    const int chunks = k >> 4;
-    const int step = U * group_threads;
-    int c = t;
-    // Full steps: U chunks per thread, all U * R weight loads issued before any is used. The first step's
-    // loads go out before the dependent-launch wait (kernels/pdl.cuh): x and its scales come after it.
-    bool waited = false;
-    if constexpr (fp8_gemv_pipelined<CFG>()) {
-      // Two register buffers in turn: the loads of step i + 1 are in flight while step i is computed.
-      auto load = [&](uint4 (&wv)[U][R], int c0) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-            wv[u][r] = gemv_load_stream(reinterpret_cast<const uint4*>(w + woff[r]) + c0 + u * group_threads);
       };
-      auto compute = [&](const uint4 (&wv)[U][R], int c0) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) chunk(wv[u], c0 + u * group_threads);
-      };
-      if (c + (U - 1) * group_threads < chunks) {
-        uint4 a[U][R], b[U][R];
-        gemv_load_step<U, R>(a, w, woff, c, group_threads, waited);
-        fp8_two_buffers(a, b, [&](const uint4 (&cur)[U][R], uint4 (&next)[U][R]) {
-          const bool more = c + step + (U - 1) * group_threads < chunks;
-          if (more) load(next, c + step);
-          compute(cur, c);
-          c += step;
-          return more;
-        });
-      }
-    } else {
+      const int chunks = k >> 4;
+      const int step = U * group_threads;
+      int c = t;
+      // Full steps: U chunks per thread, all U * R weight loads issued before any is used. The first step's
+      // loads go out before the dependent-launch wait (kernels/pdl.cuh): x and its scales come after it.
+      bool waited = false;
       for (; c + (U - 1) * group_threads < chunks; c += step) {
         uint4 wv[U][R];
         gemv_load_step<U, R>(wv, w, woff, c, group_threads, waited);
 #pragma unroll
         for (int u = 0; u < U; ++u) chunk(wv[u], c + u * group_threads);
       }
-    }
-    for (; c < chunks; c += group_threads) {
-      uint4 wv[R];
+      for (; c < chunks; c += group_threads) {
+        uint4 wv[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) wv[r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c);
-      if (!waited) pdl_wait();
-      waited = true;
-      chunk(wv, c);
+        for (int r = 0; r < R; ++r) wv[r] = gemv_load_stream_early(reinterpret_cast<const uint4*>(w + woff[r]) + c);
+        if (!waited) pdl_wait();
+        waited = true;
+        chunk(wv, c);
+      }
+      if (!waited) pdl_wait();  // a thread with no chunk
     }
-    if (!waited) pdl_wait();  // a thread with no chunk
   } else {
     pdl_wait();
 #pragma unroll 1
