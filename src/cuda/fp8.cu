@@ -142,22 +142,21 @@ double round_fill(int64_t n, int64_t k, bool vec, int device) {
 }
 
 // Auto's shape for one row of 16-bit activations. Short rows (K <= 1024): 2 rows x 4 loads (config 1), so
-// each thread still keeps 4 loads in flight over its few chunks. Longer rows: 2 rows x 1 load, pipelined, at
-// four blocks per SM (config 4), unless the layer is 32 MB or more in bf16 terms and the grid of config 3 (2
-// rows, four blocks per SM) fills its last round of resident blocks clearly worse than config 2's (4 rows x 1
-// load, three blocks per SM): then config 2.
+// each thread still keeps 4 loads in flight over its few chunks. Layers under 32 MB in bf16 terms: 2 rows x 1
+// load, pipelined, at four blocks per SM (config 4). Larger: 2 rows x 2 loads at four blocks per SM (config
+// 3), unless its grid fills the last round of resident blocks clearly worse than config 2's (4 rows x 1 load).
 // TUNE (H200, `kiln bench ops --filter '^linear_fp8/e4m3/M1/'`, docs/benchmarks.md): the eleventh run fitted
-// configs 1-3 on the 27 benchmark shapes; the sixteenth run took config 4 under 32 MB (5-18% faster than
-// config 2 there, slower than config 3 above). The twenty-fifth run's leaner one-row loop (fp8_gemv_row16)
-// made config 4 the fastest of 2, 3 and 4 above 32 MB too wherever config 3 had been auto's choice but one
-// (K4096 x N14336 16.85 against 17.47 µs, K14336 x N4096 15.29 against 15.88, K8192 x N8192 17.67 against
-// 18.32, K4096 x N4096 5.39 against 5.79; K2048 x N151936 85.27 against 83.58), while config 2 stayed ahead
-// where the fill rule takes it (K5120 x N5120 8.55 against 9.47, K25600 x N5120 35.09 against 38.55).
+// configs 1-3 on the 27 benchmark shapes (geomean 11.74 -> 10.02 µs against the former single shape); the
+// sixteenth run measured the pipelined shapes: config 4 was 5-18% faster than config 2 at all ten shapes with
+// K > 1024 under 32 MB and slower than config 3 above it. With the leaner one-row loop (twenty-fifth run,
+// configs 2, 3 and 4 interleaved over four rounds on one H200) config 4 stayed 1-6% slower than config 3
+// above 32 MB but at K4096 x N4096 (5.54 against 5.78 µs), and config 2 ahead where this rule takes it
+// (K5120 x N5120 8.54 against 9.89, K25600 x N5120 34.9 against 40.2).
 int auto_config(int64_t n, int64_t k, bool vec, int device) {
   if (!vec) return 0;
   if (k <= 1024) return 1;
   if (2 * n * k < (int64_t{32} << 20)) return 4;
-  return round_fill<3>(n, k, vec, device) >= round_fill<2>(n, k, vec, device) - 0.02 ? 4 : 2;
+  return round_fill<3>(n, k, vec, device) >= round_fill<2>(n, k, vec, device) - 0.02 ? 3 : 2;
 }
 
 template <class X, class O, class B, int MT, int CFG = 0>
