@@ -277,17 +277,14 @@ TEST(CudaFp8Linear, EveryPathMatchesCpu) {
       }
 }
 
-// Restores the process-wide one-row kernel shape when a test that forces one ends.
-struct GemvConfigScope {
-  int before = cuda::fp8_gemv_config();
-  ~GemvConfigScope() { cuda::set_fp8_gemv_config(before); }
-};
+// The process-wide one-row kernel shape, set for a test and restored when it ends (-1: auto).
+using GemvConfigScope = test::SettingScope<int, cuda::fp8_gemv_config, cuda::set_fp8_gemv_config>;
 
 // Every shape of the one-row kernel (cuda::set_fp8_gemv_config): row counts that leave partial warp groups,
 // K that leaves partial unrolled steps, each recipe, 16-bit activations with and without bias.
 TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   KILN_REQUIRE_CUDA();
-  const GemvConfigScope restore;
+  const GemvConfigScope restore(-1);
   struct NK {
     int64_t n, k;
   };
@@ -321,7 +318,7 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
 // reference is the CPU product of the x the GPU wrote (read back afterwards). Every one-row kernel shape.
 TEST(CudaFp8Linear, OneRowReadsActivationsWrittenJustBefore) {
   KILN_REQUIRE_CUDA();
-  const GemvConfigScope restore;
+  const GemvConfigScope restore(-1);
   const Weight w = make_weight(96, 64, ScaleRecipe::BlockWise, 32, 32);
   const Tensor wd = deq_weight(w.cpu);
   const Tensor norm = test::random_tensor({64}, DType::BF16, 0.5, 1.5).to(kGpu);
@@ -394,8 +391,7 @@ TEST(CudaFp8Linear, MatrixVectorNonFiniteActivations) {
 // partial tiles, and non-finite activations.
 TEST(CudaFp8Linear, TensorCoreOneRowKernel) {
   KILN_REQUIRE_CUDA();
-  const GemvConfigScope restore;
-  cuda::set_fp8_gemv_config(7);
+  const GemvConfigScope restore(7);
   const int64_t launches = cuda::fp8_gemv_mma_launches();
   int64_t expected = 0;
   for (double mult : {0x1p100, 0x1p-100, 3e2, 1e-30, 1.0})
