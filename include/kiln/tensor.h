@@ -1,6 +1,7 @@
 // kiln::Tensor: a strided view of shared storage on one device.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -27,10 +28,20 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  // A promise that no kernel writes this memory any more (a model's weights once loaded; the engine marks
+  // its own). CUDA kernels may then read it before the kernel ahead of them on the stream has finished: the
+  // one-row matrix-vector products launch as dependents of that kernel and start streaming such weights
+  // while it ends (docs/architecture.md, "Dependent launches"). Unmarked memory is read only after the kernel
+  // ahead has finished, so a product may follow the op that wrote its weight. Writing marked memory while
+  // later work that reads it may run is a race. Off by default; views share their storage's mark.
+  void set_constant(bool constant) { constant_.store(constant, std::memory_order_relaxed); }
+  bool constant() const { return constant_.load(std::memory_order_relaxed); }
+
  private:
   std::shared_ptr<void> data_;
   size_t nbytes_;
   Device device_;
+  std::atomic<bool> constant_{false};
 };
 
 // Allocates storage on a device: aligned host memory, or the CUDA caching allocator.

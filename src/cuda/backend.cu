@@ -170,6 +170,12 @@ bool dependent_launch_enabled(int device) {
 
 void set_dependent_launch(bool enabled) { pdl_switch().store(enabled, std::memory_order_relaxed); }
 
+namespace {
+std::atomic<int64_t> g_dependent_launches{0};
+}  // namespace
+int64_t dependent_launches() { return g_dependent_launches.load(std::memory_order_relaxed); }
+void count_dependent_launch() { g_dependent_launches.fetch_add(1, std::memory_order_relaxed); }
+
 void check_same_device(const char* op, Device device, const Tensor& t) {
   KILN_CHECK(t.device() == device, op, ": expected every tensor on ", device.str(), ", got ", t.meta());
 }

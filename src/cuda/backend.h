@@ -32,4 +32,14 @@ bool kernels_runnable(int device);
 // Throws kiln::Error naming `what` when a CUDA call failed.
 void check(int err, const char* what);
 
+// Programmatic dependent launch (kernels/pdl.cuh): on for devices of compute capability 9.0 and up unless
+// turned off, by set_dependent_launch(false) or KILN_PDL=0 in the environment (for A/B measurements).
+bool dependent_launch_enabled(int device);
+void set_dependent_launch(bool enabled);
+
+// Launches made as programmatic dependents so far (launch_dependent_if in launch.h), for tests that check which
+// kind of launch an op made.
+int64_t dependent_launches();
+void count_dependent_launch();
+
 }  // namespace kiln::cuda

@@ -54,6 +54,9 @@ struct GemvArgs {
   void* y;
   int64_t ldy;
   bool vec;
+  // The weights, their scales and the bias are constant (constant_input): the kernels prefetch them before
+  // their dependent-launch wait, so they are launched as dependents only then.
+  bool dependent;
 };
 
 int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <= 8 ? 8 : 16; }
@@ -172,12 +175,13 @@ void launch_gemv_mt(const GemvArgs& g, int rows, int device, cudaStream_t stream
   const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (g.n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "fp8 gemv: N = ", g.n, " needs too many blocks");
-  // A dependent launch: weights and their scales are prefetched before the wait for x (kernels/pdl.cuh).
-  launch_dependent(kernels::fp8_gemv_kernel<X, O, B, MT, CFG>, dim3(static_cast<unsigned>(blocks)),
-                   dim3(kernels::kGemvThreads), 0, stream, device, "fp8 gemv", static_cast<const X*>(g.x), g.ldx,
-                   rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn, g.ws_sk, g.xs,
-                   g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
-                   static_cast<O*>(g.y), g.ldy, split, vec);
+  // A dependent launch when g.dependent: weights and their scales are prefetched before the wait for x
+  // (kernels/pdl.cuh).
+  launch_dependent_if(g.dependent, kernels::fp8_gemv_kernel<X, O, B, MT, CFG>, dim3(static_cast<unsigned>(blocks)),
+                      dim3(kernels::kGemvThreads), 0, stream, device, "fp8 gemv", static_cast<const X*>(g.x), g.ldx,
+                      rows, static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn, g.ws_sk,
+                      g.xs, g.xs_sm, g.xs_sk, g.kblk, kshift_of(g.kblk, g.k), static_cast<const B*>(g.bias),
+                      static_cast<O*>(g.y), g.ldy, split, vec);
 }
 
 // The tensor-core kernel for one row of 16-bit activations (config 7, kernels::fp8_gemv_mma_kernel), when the
@@ -220,11 +224,11 @@ bool launch_gemv_mma(const GemvArgs& g, int device, cudaStream_t stream) {
   auto kernel = kernels::fp8_gemv_mma_kernel<X, O, B>;
   // The attribute is set once per kernel and device: to the largest row this path takes, not this launch's.
   set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), kMaxSmem, device, "fp8 gemv");
-  launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kFp8MmaThreads),
-                   static_cast<size_t>(smem), stream, device, "fp8 gemv", static_cast<const X*>(g.x),
-                   static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn,
-                   static_cast<int>(g.ws_sk), g.kblk, kshift_of(g.kblk, g.k), pshift, static_cast<const B*>(g.bias),
-                   static_cast<O*>(g.y), split);
+  launch_dependent_if(g.dependent, kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kFp8MmaThreads),
+                      static_cast<size_t>(smem), stream, device, "fp8 gemv", static_cast<const X*>(g.x),
+                      static_cast<const Float8_e4m3fn*>(g.w), g.ldw, g.n, g.k, g.ws, g.bn, g.ws_sn,
+                      static_cast<int>(g.ws_sk), g.kblk, kshift_of(g.kblk, g.k), pshift, static_cast<const B*>(g.bias),
+                      static_cast<O*>(g.y), split);
   mma_launches().fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -302,7 +306,8 @@ void linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& w, const Tenso
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
   GemvArgs g{xr.data_ptr(), ldx, w.data_ptr(), ldw, n, static_cast<int>(k), scales.data<const float>(), bn,
-             scales.size(1), 1, nullptr, 0, 0, kblk, bias ? bias_c.data_ptr() : nullptr, y.data_ptr(), n, vec};
+             scales.size(1), 1, nullptr, 0, 0, kblk, bias ? bias_c.data_ptr() : nullptr, y.data_ptr(), n, vec,
+             constant_input(w) && constant_input(scales) && constant_input(bias ? &bias_c : nullptr)};
   visit_dtypes<kActTypes>(t, "linear(fp8)", [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_gemv<T, T, T>(g, m, dev.index, stream);
@@ -521,6 +526,7 @@ std::optional<Tensor> scaled_mm(const Tensor& a, const Tensor& b, const Tensor& 
     g.bias = bias ? bias_f.data_ptr() : nullptr;
     g.y = out.data_ptr();
     g.ldy = N;
+    g.dependent = constant_input(b) && constant_input(sb) && constant_input(bias ? &bias_f : nullptr);
     DeviceGuard guard(dev);
     const cudaStream_t stream = stream_of(dev);
     visit_dtypes<kActTypes>(out_dtype, "scaled_mm", [&](auto tag) {

@@ -64,29 +64,39 @@ inline unsigned grid_for(int64_t n, int threads, int device) {
 // Every tensor argument of an op must live on the op's device: checked before any launch.
 void check_same_device(const char* op, Device device, const Tensor& t);
 
-// Programmatic dependent launch (kernels/pdl.cuh): on for devices of compute capability 9.0 and up unless
-// turned off, by set_dependent_launch(false) or KILN_PDL=0 in the environment (for A/B measurements).
-bool dependent_launch_enabled(int device);
-void set_dependent_launch(bool enabled);
+// Whether a kernel may read `t` before its pdl_wait(): its storage is marked constant (Storage::set_constant),
+// so no kernel that may still be running writes it. An undefined tensor (no bias) counts as constant.
+inline bool constant_input(const Tensor& t) { return !t.defined() || t.storage()->constant(); }
+inline bool constant_input(const Tensor* t) { return t == nullptr || constant_input(*t); }
 
-// Launches `kernel` with the programmatic-serialization attribute where enabled (a plain launch otherwise).
-// The kernel must call pdl_wait() before touching memory an earlier kernel writes or reads.
+// Launches `kernel` with the programmatic-serialization attribute when `dependent` and enabled (a plain launch
+// otherwise). The kernel must call pdl_wait() before touching memory an earlier kernel writes or reads; a
+// kernel that reads an input before its wait (the weight prefetches of the one-row products) is launched as a
+// dependent only when that input is constant_input.
 template <class... Params, class... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      int device, const char* op, Args&&... args) {
+void launch_dependent_if(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, int device, const char* op, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1] = {};
-  if (dependent_launch_enabled(device)) {
+  if (dependent && dependent_launch_enabled(device)) {
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+    count_dependent_launch();
   }
   check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), op);
+}
+
+// launch_dependent_if(true, ...): for kernels that read nothing before their pdl_wait().
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      int device, const char* op, Args&&... args) {
+  launch_dependent_if(true, kernel, grid, block, smem, stream, device, op, std::forward<Args>(args)...);
 }
 
 }  // namespace kiln::cuda

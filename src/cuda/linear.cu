@@ -127,19 +127,20 @@ bool take_five_blocks(int64_t blocks, int device) {
 
 template <class T, int MT>
 void launch_gemv(const T* x, int64_t ldx, int rows, const T* w, int64_t ldw, int64_t n, int k, const T* bias,
-                 T* y, int64_t ldy, bool vec, int device, cudaStream_t stream) {
+                 T* y, int64_t ldy, bool vec, bool dependent, int device, cudaStream_t stream) {
   constexpr int R = kernels::gemv_rows_per_warp<MT>();
   const int split = split_for(n, k, R, kernels::gemv_vec_elems<T>(), vec, device);
   const int64_t rows_per_block = static_cast<int64_t>(kernels::kGemvWarps / split) * R;
   const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
   KILN_CHECK(blocks <= INT_MAX, "linear: N = ", n, " needs too many blocks");
-  // A dependent launch: the kernel prefetches weights before it waits for the kernel that wrote x.
+  // A dependent launch when the weight and bias are constant (constant_input): the kernel prefetches weights
+  // before it waits for the kernel that wrote x.
   auto kernel = kernels::gemv_kernel<T, MT>;
   if constexpr (MT == 1 && !std::is_same_v<T, float>)
     if (take_five_blocks<kernels::gemv_kernel<T, 1>, kernels::gemv_kernel<T, 1, false, 5>>(blocks, device))
       kernel = kernels::gemv_kernel<T, 1, false, 5>;
-  launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads), 0, stream, device,
-                   "linear", x, ldx, rows, w, ldw, n, k, bias, y, ldy, split, vec);
+  launch_dependent_if(dependent, kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads), 0, stream,
+                      device, "linear", x, ldx, rows, w, ldw, n, k, bias, y, ldy, split, vec);
 }
 
 }  // namespace
@@ -169,10 +170,11 @@ bool linear_silu_mul_gemv(const Tensor& y, const Tensor& x2, const Tensor& weigh
     if constexpr (!std::is_same_v<T, float>)
       if (take_five_blocks<kernels::gemv_kernel<T, 1, true>, kernels::gemv_kernel<T, 1, true, 5>>(blocks, dev.index))
         kernel = kernels::gemv_kernel<T, 1, true, 5>;
-    launch_dependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kernels::kGemvThreads),
-                     0, stream, dev.index, "linear_silu_and_mul", static_cast<const T*>(x2.data_ptr()), k, 1,
-                     static_cast<const T*>(weight.data_ptr()), ldw, n, static_cast<int>(k), static_cast<const T*>(nullptr),
-                     static_cast<T*>(y.data_ptr()), n, split, vec);
+    launch_dependent_if(constant_input(weight), kernel, dim3(static_cast<unsigned>(blocks)),
+                        dim3(kernels::kGemvThreads), 0, stream, dev.index, "linear_silu_and_mul",
+                        static_cast<const T*>(x2.data_ptr()), k, 1, static_cast<const T*>(weight.data_ptr()), ldw, n,
+                        static_cast<int>(k), static_cast<const T*>(nullptr), static_cast<T*>(y.data_ptr()), n, split,
+                        vec);
   });
   return true;
 }
@@ -244,6 +246,7 @@ bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const 
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
   const int64_t ldy = n;
+  const bool dep = constant_input(weight) && constant_input(bias ? &bias_c : nullptr);  // launch_gemv
   visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(t, "linear", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(xr.data_ptr());
@@ -257,11 +260,11 @@ bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const 
       T* ym = yp + m0 * ldy;
       const int kk = static_cast<int>(k);
       switch (rows_template(rows)) {  // the one point where the row count becomes a template argument
-        case 1: launch_gemv<T, 1>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
-        case 2: launch_gemv<T, 2>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
-        case 4: launch_gemv<T, 4>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
-        case 8: launch_gemv<T, 8>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
-        default: launch_gemv<T, 16>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dev.index, stream); break;
+        case 1: launch_gemv<T, 1>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dep, dev.index, stream); break;
+        case 2: launch_gemv<T, 2>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dep, dev.index, stream); break;
+        case 4: launch_gemv<T, 4>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dep, dev.index, stream); break;
+        case 8: launch_gemv<T, 8>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dep, dev.index, stream); break;
+        default: launch_gemv<T, 16>(xm, ldx, rows, wp, ldw, n, kk, bp, ym, ldy, vec, dep, dev.index, stream); break;
       }
     }
   });

@@ -592,7 +592,9 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
   // (GmmArgs::groups_before_wait): the kernel just ahead of it is gate_up's decode kernel (I > 0), which then
   // lets it start only after its own wait, when the routing that wrote them has completed. TUNE (H200, one
   // machine, scripts/ab-binaries.sh; docs/benchmarks.md, twenty-third run): 1.0-4.0% faster MoE blocks with
-  // FP8 experts, 0.2% faster to 1.3% slower with bf16 ones, which keep the usual order.
+  // FP8 experts, 0.2% faster to 1.3% slower with bf16 ones, which keep the usual order. Its first weight loads
+  // go out before the wait too; the experts need not be constant (constant_input) for that: every kernel that
+  // ran before gate_up's wait returned has completed, and no kernel of this call writes them.
   const bool early_down =
       decode && f8 != nullptr && row_groups != nullptr && I > 0 && early_down_ref().load(std::memory_order_relaxed);
   // h [P, I] (x's dtype, expert order) = silu(x_tok @ gate_e^T) * (x_tok @ up_e^T).

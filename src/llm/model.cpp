@@ -31,6 +31,26 @@ namespace {
 
 Tensor i32_scalar_buffer(int64_t v, Device d) { return full({1}, v, DType::I32, d); }
 
+// Every tensor of the weights (undefined ones included; tied tensors twice).
+template <class F>
+void for_each_weight(const ModelWeights& w, F&& f) {
+  auto linear = [&](const Linear& l) {
+    f(l.weight);
+    if (l.fp8) f(l.fp8->values), f(l.fp8->scales);
+    if (l.bias) f(*l.bias);
+  };
+  f(w.embed), f(w.final_norm), linear(w.lm_head);
+  for (const LayerWeights& L : w.layers) {
+    f(L.input_norm), f(L.post_norm), linear(L.attn.qkv), linear(L.attn.o), f(L.attn.q_norm), f(L.attn.k_norm);
+    if (L.mlp) linear(L.mlp->gate_up), linear(L.mlp->down);
+    if (L.moe) {
+      f(L.moe->router), f(L.moe->gate_up), f(L.moe->down);
+      if (L.moe->gate_up_scales) f(*L.moe->gate_up_scales);
+      if (L.moe->down_scales) f(*L.moe->down_scales);
+    }
+  }
+}
+
 }  // namespace
 
 Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& options)
@@ -68,7 +88,13 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
     Event loaded;
     loaded.record(current_stream(dev));
     loaded.wait(s_->stream);
+    // Constant from here on (Storage::set_constant): the one-row products may stream them while the kernel
+    // before them ends. Marked once every kernel that wrote them has finished.
+    loaded.synchronize();
   }
+  for_each_weight(weights_, [](const Tensor& t) {
+    if (t.defined()) t.storage()->set_constant(true);
+  });
   reset();
 }
 

@@ -35,6 +35,20 @@ TEST(Tensor, AsStridedOutOfStorageIsAnError) {
   EXPECT_TRUE(throws_error([&] { a.as_strided({3}, {2}); }, {"outside a storage of 4"}));
 }
 
+// The constant mark (a promise that no kernel writes the memory any more) lives on the storage: views share
+// it, copies do not.
+TEST(Tensor, ConstantMarkBelongsToTheStorage) {
+  Tensor a = from_vector<float>({0, 1, 2, 3, 4, 5}, Shape{2, 3});
+  EXPECT_FALSE(a.storage()->constant());
+  const Tensor v = a.t().narrow(0, 1, 2);
+  a.storage()->set_constant(true);
+  EXPECT_TRUE(v.storage()->constant());
+  EXPECT_FALSE(a.clone().storage()->constant());
+  EXPECT_FALSE(a.to(DType::F64).storage()->constant());
+  v.storage()->set_constant(false);
+  EXPECT_FALSE(a.storage()->constant());
+}
+
 TEST(Tensor, CopyBetweenDTypes) {
   Tensor a = from_vector<double>({1.5, -2.25, 3.0});
   EXPECT_TRUE(equal(a.to(DType::I32), from_vector<int32_t>({1, -2, 3})));

@@ -8,6 +8,7 @@
 #include "ops/linear_check.h"
 #include "test_util.h"
 #if KILN_HAVE_CUDA
+#include "cuda/backend.h"
 #include "cuda/fp8.h"
 #endif
 
@@ -315,23 +316,60 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
 // dependent launches (kernels/pdl.cuh) its loads of x once ran ahead of the wait in the compiled code, and a
 // decode step read the previous step's x (qwen3-tiny-fp8's golden test). Here x comes from rms_norm launched
 // just before, into a buffer that the allocator hands back each round holding the previous round's x; the
-// reference is the CPU product of the x the GPU wrote (read back afterwards). Every one-row kernel shape.
+// reference is the CPU product of the x the GPU wrote (read back afterwards). The weight is constant, as a
+// model's (Storage::set_constant), so the product is launched as a dependent. Every one-row kernel shape.
 TEST(CudaFp8Linear, OneRowReadsActivationsWrittenJustBefore) {
   KILN_REQUIRE_CUDA();
   const GemvConfigScope restore(-1);
   const Weight w = make_weight(96, 64, ScaleRecipe::BlockWise, 32, 32);
+  test::mark_constant(w.gpu.values);
+  test::mark_constant(w.gpu.scales);
+  const bool pdl = cuda::dependent_launch_enabled(0);
   const Tensor wd = deq_weight(w.cpu);
   const Tensor norm = test::random_tensor({64}, DType::BF16, 0.5, 1.5).to(kGpu);
-  for (int cfg = -1; cfg < 7; ++cfg) {
+  for (int cfg = -1; cfg < 8; ++cfg) {
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
     for (int round = 0; round < 8; ++round) {
       const Tensor h = test::random_tensor({1, 64}, DType::BF16, -2, 2).to(kGpu);
       const Tensor x = rms_norm(h, norm, 1e-6);
+      const int64_t before = cuda::dependent_launches();
       const Tensor y = linear(x, w.gpu);
+      EXPECT_EQ(cuda::dependent_launches() - before, pdl ? 1 : 0);
       const Tensor xc = x.to(kCPU);
       EXPECT_TRUE(test::linear_close(y, linear(xc, w.cpu), test::linear_abs_scale(xc, wd, std::nullopt),
                                      DType::BF16, 64))
+          << "round " << round;
+    }
+  }
+}
+
+// Weight scales that the kernel just before wrote (rms_norm over f32 rows of scales, a kernel that lets the
+// next one start at once), into a block the allocator hands back each round holding the previous round's
+// scales. They are not marked constant, so the product reads them only after rms_norm has finished: it is not
+// launched as a dependent. Every one-row kernel shape; the reference is the CPU product of the scales read back.
+TEST(CudaFp8Linear, OneRowReadsScalesWrittenJustBefore) {
+  KILN_REQUIRE_CUDA();
+  const GemvConfigScope restore(-1);
+  const int64_t n = 2048, k = 1024, bn = 128, bk = 128;
+  const Weight w = make_weight(n, k, ScaleRecipe::BlockWise, bn, bk);
+  const Tensor gain = test::random_tensor({k / bk}, DType::F32, 0.5, 1.5, kGpu);
+  const Tensor x = test::random_tensor({1, k}, DType::BF16, -2, 2, kGpu);
+  const Tensor xc = x.cpu();
+  for (int cfg = -1; cfg < 8; ++cfg) {
+    SCOPED_TRACE(str("config ", cfg));
+    cuda::set_fp8_gemv_config(cfg);
+    for (int round = 0; round < 4; ++round) {
+      const Tensor raw = test::random_tensor({n / bn, k / bk}, DType::F32, 1.0 / 448, 4.0 / 448, kGpu);
+      Fp8Weight g = w.gpu;
+      g.scales = rms_norm(raw, gain, 1e-6);
+      const int64_t before = cuda::dependent_launches();
+      const Tensor y = linear(x, g);
+      EXPECT_EQ(cuda::dependent_launches(), before) << "a product of unmarked scales launched as a dependent";
+      Fp8Weight c = w.cpu;
+      c.scales = g.scales.cpu();
+      const Tensor wd = deq_weight(c);
+      EXPECT_TRUE(test::linear_close(y, linear(xc, c), test::linear_abs_scale(xc, wd, std::nullopt), DType::BF16, k))
           << "round " << round;
     }
   }

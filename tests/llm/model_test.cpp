@@ -63,6 +63,26 @@ TEST_P(Engine, PrefillEqualsTokenByTokenDecode) {
   EXPECT_TRUE(test::all_close(rest, all.narrow(0, 3, 9), test::Tolerance{1e-5, 1e-5}));
 }
 
+// The model marks every weight constant (Storage::set_constant: CUDA products may then read them early) and
+// nothing else: a tensor made before it stays unmarked.
+TEST_P(Engine, MarksItsWeightsConstant) {
+  const ModelConfig c = tiny_config(GetParam());
+  ModelWeights w = random_weights(c, kCPU, DType::F32, 7);
+  const Tensor embed = w.embed, qkv = w.layers[0].attn.qkv.weight, norm = w.layers[2].post_norm;
+  EXPECT_FALSE(embed.storage()->constant());
+  const Tensor other = test::random_tensor({4}, DType::F32);
+  ModelOptions o;
+  o.max_context = 16;
+  const Model m(c, std::move(w), o);
+  for (const Tensor& t : {embed, qkv, norm, m.weights().final_norm, m.weights().layers[1].input_norm})
+    EXPECT_TRUE(t.storage()->constant());
+  for (const LayerWeights& L : m.weights().layers) {
+    if (L.mlp) EXPECT_TRUE(L.mlp->down.weight.storage()->constant());
+    if (L.moe) EXPECT_TRUE(L.moe->gate_up.storage()->constant() && L.moe->down.storage()->constant());
+  }
+  EXPECT_FALSE(other.storage()->constant());
+}
+
 TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {
   Model m = tiny_model(GetParam());
   GenerateOptions o;

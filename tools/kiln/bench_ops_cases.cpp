@@ -15,6 +15,7 @@
 #include "bench_ops.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
+#include "kiln/runtime.h"
 
 namespace kiln::cli {
 
@@ -47,6 +48,14 @@ Tensor rnd(const Shape& shape, DType d, Device dev, double std = 1.0) {
   return t;
 }
 
+// A model's weight: marked constant (Storage::set_constant) once written, as the engine marks its own, so the
+// one-row products stream it as they do in a decode step (starting while the kernel before them ends).
+Tensor weight(Tensor t) {
+  if (t.is_cuda()) synchronize(t.device());
+  t.storage()->set_constant(true);
+  return t;
+}
+
 constexpr DType kBF16 = DType::BF16;
 constexpr double kEps = 1e-6;
 
@@ -59,9 +68,9 @@ OpCase linear_case(int64_t m, int64_t k, int64_t n, bool bias) {
   c.bytes = c.copy_bytes + nb(m * n, kBF16);
   c.max_copies = 2048;
   c.make = [=](Device dev) -> BenchCall {
-    Tensor x = rnd({m, k}, kBF16, dev), w = rnd({n, k}, kBF16, dev, 0.02);
+    Tensor x = rnd({m, k}, kBF16, dev), w = weight(rnd({n, k}, kBF16, dev, 0.02));
     std::optional<Tensor> b;
-    if (bias) b = rnd({n}, kBF16, dev, 0.02);
+    if (bias) b = weight(rnd({n}, kBF16, dev, 0.02));
     return [x, w, b] { (void)linear(x, w, b); };
   };
   return c;
@@ -170,8 +179,8 @@ OpCase linear_fp8_case(int64_t m, int64_t k, int64_t n) {
   c.max_copies = 2048;
   c.make = [=](Device dev) -> BenchCall {
     Tensor x = rnd({m, k}, kBF16, dev);
-    Fp8Weight w{rnd({n, k}, kBF16, dev, 50.0).to(DType::F8E4M3), rnd_scales({(n + 127) / 128, (k + 127) / 128}, dev),
-                ScaleRecipe::BlockWise, 128, 128};
+    Fp8Weight w{weight(rnd({n, k}, kBF16, dev, 50.0).to(DType::F8E4M3)),
+                weight(rnd_scales({(n + 127) / 128, (k + 127) / 128}, dev)), ScaleRecipe::BlockWise, 128, 128};
     return [x, w] { (void)linear(x, w); };
   };
   return c;
@@ -187,8 +196,9 @@ OpCase scaled_mm_case(ScaleRecipe r, int64_t m, int64_t k, int64_t n) {
   c.bytes = c.copy_bytes + nb(m * n, kBF16);
   c.max_copies = 2048;
   c.make = [=](Device dev) -> BenchCall {
-    Tensor a = rnd({m, k}, kBF16, dev, 50.0).to(DType::F8E4M3), w = rnd({n, k}, kBF16, dev, 50.0).to(DType::F8E4M3);
-    Tensor sa = rnd_scales(row ? Shape{m, 1} : Shape{1}, dev), sb = rnd_scales(row ? Shape{1, n} : Shape{1}, dev);
+    Tensor a = rnd({m, k}, kBF16, dev, 50.0).to(DType::F8E4M3);
+    Tensor w = weight(rnd({n, k}, kBF16, dev, 50.0).to(DType::F8E4M3));
+    Tensor sa = rnd_scales(row ? Shape{m, 1} : Shape{1}, dev), sb = weight(rnd_scales(row ? Shape{1, n} : Shape{1}, dev));
     return [a, w, sa, sb, r] { (void)scaled_mm(a, w.t(), sa, sb, r, std::nullopt, kBF16); };
   };
   return c;

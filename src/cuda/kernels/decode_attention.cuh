@@ -284,10 +284,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeBlocksPerSm) decode_attention
 // partial results merge through shared memory. A split that saw no key has max -inf and sum 0 and adds
 // nothing. Launched as a dependent of the decode kernel (kernels/pdl.cuh).
 template <class Tag, int D>
-__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(uint16_t* __restrict__ out,
-                                                                         const float* __restrict__ part_o,
-                                                                         const float2* __restrict__ part_ml,
-                                                                         int splits) {
+__global__ void __launch_bounds__(kCombineThreads)
+    decode_combine_kernel(uint16_t* __restrict__ out, const float* part_o, const float2* part_ml, int splits) {
   constexpr int kWarps = kCombineThreads / 32;
   __shared__ float4 w_o[kWarps][D / 4];
   __shared__ float2 w_ml[kWarps];
@@ -351,10 +349,9 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(uint16_
 constexpr int kRowCombineWarps = 4;
 constexpr int kRowCombineBatch = 8;
 template <class Tag, int D>
-__global__ void __launch_bounds__(kRowCombineWarps * 32) decode_combine_rows_kernel(uint16_t* __restrict__ out,
-                                                                                  const float* __restrict__ part_o,
-                                                                                  const float2* __restrict__ part_ml,
-                                                                                  int splits, int rows) {
+__global__ void __launch_bounds__(kRowCombineWarps * 32)
+    decode_combine_rows_kernel(uint16_t* __restrict__ out, const float* part_o, const float2* part_ml, int splits,
+                               int rows) {
   pdl_allow_dependents();
   kernels::pdl_wait();
   const int lane = static_cast<int>(threadIdx.x) % 32;

@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
       const uint4* kp = reinterpret_cast<const uint4*>(kbase + (ok ? static_cast<int64_t>(key) * L.k_row : 0) + 8 * t);
 #pragma unroll
       for (int j = 0; j < KL; ++j) {
-        const uint4 v = kernels::gemv_load_stream(kp + 4 * j);
+        const uint4 v = kernels::ld_stream_coherent(kp + 4 * j);
         kr[i][j] = ok ? v : make_uint4(0, 0, 0, 0);
       }
     }
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
       const uint4* vp = reinterpret_cast<const uint4*>(vbase + (ok ? static_cast<int64_t>(key) * L.v_row : 0) + 8 * g);
 #pragma unroll
       for (int j = 0; j < VL; ++j) {  // channels 64 j + 8 g .. + 7: the 8 lanes of a key read 128 whole bytes
-        const uint4 v = kernels::gemv_load_stream(vp + 8 * j);
+        const uint4 v = kernels::ld_stream_coherent(vp + 8 * j);
         vr[i][j] = ok ? v : make_uint4(0, 0, 0, 0);
       }
     }

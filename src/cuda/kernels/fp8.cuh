@@ -374,9 +374,9 @@ __device__ __forceinline__ float fp8_elem_f32(T v) {
 
 template <class X, class O, class B, int MT, int CFG = 0>
 __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
-    fp8_gemv_kernel(const X* __restrict__ x, int64_t ldx, int rows, const Float8_e4m3fn* __restrict__ w, int64_t ldw,
-                    int64_t n, int k, const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int64_t ws_sk,
-                    const float* __restrict__ xs, int64_t xs_sm, int64_t xs_sk, int kblk, int kshift,
+    fp8_gemv_kernel(const X* x, int64_t ldx, int rows, const Float8_e4m3fn* __restrict__ w, int64_t ldw, int64_t n,
+                    int k, const float* __restrict__ ws, int64_t bn, int64_t ws_sn, int64_t ws_sk, const float* xs,
+                    int64_t xs_sm, int64_t xs_sk, int kblk, int kshift,
                     const B* __restrict__ bias, O* __restrict__ y, int64_t ldy, int split, bool vec) {
   constexpr int R = fp8_gemv_rows_per_warp<MT, CFG>();
   constexpr int U = fp8_gemv_unroll<MT, X, CFG>();

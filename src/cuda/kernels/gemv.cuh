@@ -74,13 +74,7 @@ __device__ __forceinline__ uint4 gemv_load_stream(const uint4* p) {
 // The same load, kept in program order before the volatile asm that follows it (pdl_wait): a prefetch. Not
 // .nc: ptxas moves .nc loads across griddepcontrol.wait in either direction (kernels/pdl.cuh), and would
 // move some of these prefetches after it; a coherent load stays before it.
-__device__ __forceinline__ uint4 gemv_load_stream_early(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+__device__ __forceinline__ uint4 gemv_load_stream_early(const uint4* p) { return ld_stream_coherent(p); }
 
 // The U x R 16-byte weight loads of one unrolled step: chunk c + u * stride of each weight row (w + woff[r],
 // W the weight's element type). A thread's first step (waited false) issues them in program order before the
@@ -202,7 +196,7 @@ constexpr int gemv_outputs_per_group() {
 // instances, cuda::set_gemv_min_blocks).
 template <class T, int MT, bool ACT = false, int MINB = 2>
 __global__ void __launch_bounds__(kGemvThreads, MINB)
-    gemv_kernel(const T* __restrict__ x, int64_t ldx, int rows, const T* __restrict__ w, int64_t ldw,
+    gemv_kernel(const T* x, int64_t ldx, int rows, const T* __restrict__ w, int64_t ldw,
                 int64_t n, int k, const T* __restrict__ bias, T* __restrict__ y, int64_t ldy, int split,
                 bool vec) {
   static_assert(!ACT || MT == 1, "the fused activation is for one activation row");

@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
 // the expert of each row, so the expert kernels need not scan the offsets (GmmArgs::row_groups).
 template <class T>
 __global__ void __launch_bounds__(32)
-    moe_route_one_kernel(const T* __restrict__ logits, int E, int k, bool norm, T* __restrict__ weights,
+    moe_route_one_kernel(const T* logits, int E, int k, bool norm, T* __restrict__ weights,
                          int32_t* __restrict__ experts, int32_t* __restrict__ offs, int32_t* __restrict__ rows_tok,
                          int32_t* __restrict__ rows_pair, int32_t* __restrict__ rows_expert) {
   const int lane = static_cast<int>(threadIdx.x);
@@ -223,7 +223,7 @@ __global__ void moe_gather_rows_kernel(const uint4* __restrict__ x, const int32_
 // out[t, c] = sum over slots j < k, in order, of weight[t, j] * y[t * k + j, c] in f32, rounded once.
 // y [T k, H] f32 contiguous, weights [T, k], out [T, H] contiguous.
 template <class T>
-__global__ void moe_combine_kernel(const float* __restrict__ y, const T* __restrict__ weights, int64_t tokens,
+__global__ void moe_combine_kernel(const float* y, const T* weights, int64_t tokens,
                                    int64_t H, int k, T* __restrict__ out) {
   pdl_allow_dependents();
   pdl_wait();  // launched as a dependent (kernels/pdl.cuh)

@@ -80,8 +80,7 @@ __device__ __forceinline__ double norm_row_sum(double v, double* partial /* [32]
 // The sum of squares accumulates f32 squares in f64, as the CPU kernel does, and rounds once to f32.
 template <class X, class P, bool ADD, int VEC>
 __global__ void __launch_bounds__(kNormMaxThreads)
-    rms_norm_rows(X* __restrict__ out, X* residual, const X* x, const P* __restrict__ weight, int64_t rows, int d,
-                  double eps) {
+    rms_norm_rows(X* __restrict__ out, X* residual, const X* x, const P* weight, int64_t rows, int d, double eps) {
   using C = std::conditional_t<std::is_same_v<X, double>, double, float>;
   using M = opmath_t<X>;
   using XP = NormPack<X, VEC>;
@@ -173,7 +172,7 @@ __global__ void __launch_bounds__(kNormMaxThreads)
 // Rows of in [rows, 2 * inner] to out [rows, inner]: blockIdx.y strides over rows, x-threads over the row's
 // VEC-element vectors (inner % VEC == 0 and both pointers aligned, checked on the host). No division.
 template <class T, int VEC>
-__global__ void silu_and_mul_rows(T* __restrict__ out, const T* __restrict__ in, int64_t rows, int64_t inner) {
+__global__ void silu_and_mul_rows(T* __restrict__ out, const T* in, int64_t rows, int64_t inner) {
   using C = opmath_t<T>;
   pdl_allow_dependents();
   pdl_wait();  // launched as a dependent (kernels/pdl.cuh)
@@ -320,10 +319,9 @@ struct QkRopeDims {
 // Launched as a dependent of the qkv projection before it.
 template <class T, class P>
 __global__ void __launch_bounds__(32 * kQkWarpsPerBlock)
-    qk_norm_rope_append_kernel(T* q, const T* k, const T* v, const P* __restrict__ q_norm,
-                               const P* __restrict__ k_norm, const void* __restrict__ positions,
-                               const float* __restrict__ inv_freq, T* k_cache, T* v_cache,
-                               const int32_t* __restrict__ at, QkRopeDims a, DeviceErrorRecord* err) {
+    qk_norm_rope_append_kernel(T* q, const T* k, const T* v, const P* q_norm, const P* k_norm, const void* positions,
+                               const float* inv_freq, T* k_cache, T* v_cache, const int32_t* at, QkRopeDims a,
+                               DeviceErrorRecord* err) {
   using C = float;  // rms_norm's compute type for f16 / bf16 / f32
   kernels::pdl_allow_dependents();  // the attention that reads q and the caches waits for this grid anyway
   kernels::pdl_wait();              // launched as a dependent (kernels/pdl.cuh): nothing is touched before this

@@ -259,7 +259,7 @@ template <class Tin, class Tout>
 __global__ void __launch_bounds__(kSoftmaxSplitThreads)
     softmax_split_write_kernel(const Tin* __restrict__ x, Tout* __restrict__ y, int64_t n, int64_t ld,
                                int64_t chunk, int chunks, bool vec_x, bool vec_y,
-                               const softmax_math::MaxSum<opmath_t<Tin>>* __restrict__ partial, bool log) {
+                               const softmax_math::MaxSum<opmath_t<Tin>>* partial, bool log) {
   namespace sd = softmax_detail;
   namespace sm = softmax_math;
   using A = opmath_t<Tin>;
