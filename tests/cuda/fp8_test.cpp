@@ -344,10 +344,12 @@ TEST(CudaFp8Linear, OneRowReadsActivationsWrittenJustBefore) {
   }
 }
 
-// Weight scales that the kernel just before wrote (rms_norm over f32 rows of scales, a kernel that lets the
-// next one start at once), into a block the allocator hands back each round holding the previous round's
-// scales. They are not marked constant, so the product reads them only after rms_norm has finished: it is not
-// launched as a dependent. Every one-row kernel shape; the reference is the CPU product of the scales read back.
+// Weight scales that the kernel just before wrote: the last rows of a large rms_norm output over f32 rows
+// (128 MB, written over many rounds of blocks; rms_norm lets the next kernel start once its last blocks have
+// started, which is when those rows are being written), in blocks the allocator hands back each round holding
+// the previous round's values. They are not marked constant, so the product is not launched as a dependent
+// and reads them only after rms_norm has finished. Every one-row kernel shape; the reference is the CPU
+// product with the scales read back.
 TEST(CudaFp8Linear, OneRowReadsScalesWrittenJustBefore) {
   KILN_REQUIRE_CUDA();
   const GemvConfigScope restore(-1);
@@ -356,13 +358,15 @@ TEST(CudaFp8Linear, OneRowReadsScalesWrittenJustBefore) {
   const Tensor gain = test::random_tensor({k / bk}, DType::F32, 0.5, 1.5, kGpu);
   const Tensor x = test::random_tensor({1, k}, DType::BF16, -2, 2, kGpu);
   const Tensor xc = x.cpu();
+  const int64_t total = (int64_t{32} << 20) / (k / bk);  // rows of the rms_norm output
   for (int cfg = -1; cfg < 8; ++cfg) {
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
-    for (int round = 0; round < 4; ++round) {
-      const Tensor raw = test::random_tensor({n / bn, k / bk}, DType::F32, 1.0 / 448, 4.0 / 448, kGpu);
+    for (int round = 0; round < 3; ++round) {
+      Tensor raw = empty({total, k / bk}, DType::F32, kGpu);
+      uniform_(raw, 1.0 / 448, 4.0 / 448);
       Fp8Weight g = w.gpu;
-      g.scales = rms_norm(raw, gain, 1e-6);
+      g.scales = rms_norm(raw, gain, 1e-6).narrow(0, total - n / bn, n / bn);
       const int64_t before = cuda::dependent_launches();
       const Tensor y = linear(x, g);
       EXPECT_EQ(cuda::dependent_launches(), before) << "a product of unmarked scales launched as a dependent";

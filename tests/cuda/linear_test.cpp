@@ -357,29 +357,33 @@ TEST(CudaLinearSiluAndMul, OneRowMatchesF32CompositionAndMoreRowsTheComposition)
                                  {"linear_silu_and_mul", "[2N, K]"}));
 }
 
-// A weight that the kernel just before wrote. rms_norm writes it (a kernel that lets the next one start at
-// once), into a block the allocator hands back each round holding the previous round's weight; the reference
-// is the CPU product of the weight read back afterwards. The weight is not marked constant
-// (Storage::set_constant), so the product is not launched as a dependent: it reads the weight only after
-// rms_norm has finished. The one-row kernel and linear_silu_and_mul, every dtype.
+// A weight that the kernel just before wrote: the last rows of a large rms_norm output (about 128 MB, written
+// over several rounds of blocks; rms_norm lets the next kernel start once its last blocks have started,
+// which is when those rows are being written), in blocks the allocator hands back each round holding the
+// previous round's values. The weight is not marked constant (Storage::set_constant), so the product is not
+// launched as a dependent and reads it only after rms_norm has finished. The reference is the CPU product of
+// the weight read back afterwards. The one-row kernel and linear_silu_and_mul, every dtype.
 TEST(CudaLinear, OneRowReadsWeightWrittenJustBefore) {
   KILN_REQUIRE_CUDA();
   for (DType dt : kDtypes)
-    for (const NK s : {NK{4096, 1024}, NK{1024, 4096}, NK{3000, 2048}}) {
+    for (const NK s : {NK{4096, 1024}, NK{1024, 4096}, NK{1500, 2048}}) {
       SCOPED_TRACE(label(dt, 1, s.n, s.k, false, "weight written by rms_norm just before"));
+      const int64_t total = (int64_t{64} << 20) / s.k;  // rows of the rms_norm output
       const Tensor gain = test::random_tensor({s.k}, dt, 0.5, 1.5, kGpu);
+      const Tensor small = test::random_tensor({s.k}, dt, 0.03, 0.1, kGpu);  // gate/up of silu_and_mul's size
       const Tensor x = test::random_tensor({1, s.k}, dt, -1, 1, kGpu);
       const Tensor xc = x.cpu();
-      for (int round = 0; round < 4; ++round) {
-        const Tensor raw = test::random_tensor({2 * s.n, s.k}, dt, -1, 1, kGpu);
-        const Tensor w = rms_norm(raw.narrow(0, 0, s.n), gain, 1e-6);
+      for (int round = 0; round < 3; ++round) {
+        Tensor raw = empty({total, s.k}, dt, kGpu);
+        uniform_(raw, -1, 1);
+        const Tensor w = rms_norm(raw, gain, 1e-6).narrow(0, total - s.n, s.n);
         const int64_t before = cuda::dependent_launches();
         const Tensor y = linear(x, w);
         EXPECT_EQ(cuda::dependent_launches(), before) << "a product of an unmarked weight launched as a dependent";
         const Tensor wc = w.cpu();
         EXPECT_TRUE(test::linear_close(y, linear(xc, wc), test::linear_abs_scale(xc, wc, std::nullopt), dt, s.k))
             << "round " << round;
-        const Tensor w2 = rms_norm(raw, gain, 1e-6);
+        const Tensor w2 = rms_norm(raw, small, 1e-6).narrow(0, total - 2 * s.n, 2 * s.n);
         const Tensor h = linear_silu_and_mul(x, w2);
         const Tensor ref = silu_and_mul(linear(xc.to(DType::F64), w2.cpu().to(DType::F64))).to(dt);
         const test::Tolerance tol = dt == DType::F32 ? test::Tolerance{1e-5, 1e-5} : test::default_tolerance(dt);
@@ -422,19 +426,22 @@ TEST(CudaLinear, ConstantWeightLaunchesAsDependentAndMatchesCpu) {
 }
 
 // Not run by default: it breaks the promise of Storage::set_constant (the weight is marked while rms_norm may
-// still be writing it), to show what the mark guards against. The product then streams its first weights
-// before rms_norm has finished and may read the previous round's weight rows. Run by hand with
+// still be writing it), to show what the mark guards against: the product then streams its first weights
+// before rms_norm has finished, and may read the previous round's values of the rows being written last
+// (the weight is those rows, as in OneRowReadsWeightWrittenJustBefore). Run by hand with
 // --gtest_also_run_disabled_tests --gtest_filter='*BrokenConstantPromise*': it fails where that race shows.
 TEST(CudaLinear, DISABLED_BrokenConstantPromiseReadsStaleWeights) {
   KILN_REQUIRE_CUDA();
-  const int64_t n = 4096, k = 1024;
+  const int64_t n = 4096, k = 1024, total = 65536;
   const Tensor gain = test::random_tensor({k}, DType::BF16, 0.5, 1.5, kGpu);
   const Tensor x = test::random_tensor({1, k}, DType::BF16, -1, 1, kGpu);
   const Tensor xc = x.cpu();
   int stale = 0;
-  const int rounds = 64;
+  const int rounds = 32;
   for (int round = 0; round < rounds; ++round) {
-    const Tensor w = rms_norm(test::random_tensor({n, k}, DType::BF16, -1, 1, kGpu), gain, 1e-6);
+    Tensor raw = empty({total, k}, DType::BF16, kGpu);
+    uniform_(raw, -1, 1);
+    const Tensor w = rms_norm(raw, gain, 1e-6).narrow(0, total - n, n);
     w.storage()->set_constant(true);  // the promise broken: rms_norm may still be running
     const Tensor y = linear(x, w);
     const Tensor wc = w.cpu();
