@@ -75,6 +75,12 @@ case "$mode" in
       ln -sf ../build-gpu/bin/kiln build-ab/kiln-default && names=(default)
     fi
     [ ${#names[@]} -gt 0 ] || { echo "ab-binaries.sh run: no build in build-ab and no build-gpu/bin/kiln"; exit 1; }
+    # A variant named like a build would write that build's run files (its column would hold the variant's runs).
+    for en in "${env_names[@]}"; do
+      for n in "${names[@]}"; do
+        [ "$en" != "$n" ] || { echo "ab-binaries.sh run: --env name $en is also a build's name"; exit 1; }
+      done
+    done
     for n in "${names[@]}"; do
       [ -x "build-ab/kiln-$n" ] || { xz -dc "build-ab/kiln-$n.xz" > "build-ab/kiln-$n" && chmod +x "build-ab/kiln-$n"; } || exit 1
       if ! "build-ab/kiln-$n" --help > /dev/null 2>&1; then

@@ -41,6 +41,14 @@ namespace kiln::cuda::attn {
 
 constexpr int kRegsMaxRows = 8;  // query rows per KV group this kernel takes (the MMA's N)
 
+// A 16-byte piece of K or V: coherent and volatile (kernels/pdl.cuh) when its address was chosen before the
+// dependent-launch wait, else the read-only path.
+template <bool kCoherent>
+__device__ __forceinline__ uint4 regs_kv_load(const uint4* p) {
+  if constexpr (kCoherent) return kernels::ld_stream_coherent(p);
+  else return kernels::gemv_load_stream(p);
+}
+
 template <class Tag, int D>
 __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(DecodeParams p) {
   constexpr int KS = D / 16;  // MMA steps of S, and m-tiles of O
@@ -98,7 +106,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   int e[2] = {0, 0};
   // Chunk c's keys into registers: K of keys g, g + 8; V of keys 2t, 2t + 1, 2t + 8, 2t + 9. A key at or past
   // ke reads key 0 of the head instead (in bounds even if the load is executed speculatively) and is zeroed.
-  auto load = [&](int c, uint4 (&kr)[2][KL], uint4 (&vr)[4][VL]) {
+  // The speculative chunk's addresses come from the guess made before the wait, so its loads are coherent and
+  // volatile (kernels/pdl.cuh: an ld.global.nc could be moved above the wait, and the kernel before this one
+  // may be appending to the caches); every other chunk's come from the length read after the wait.
+  auto load = [&](int c, uint4 (&kr)[2][KL], uint4 (&vr)[4][VL], bool coherent) {
     const int k0 = kb + 16 * c;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -107,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
       const uint4* kp = reinterpret_cast<const uint4*>(kbase + (ok ? static_cast<int64_t>(key) * L.k_row : 0) + 8 * t);
 #pragma unroll
       for (int j = 0; j < KL; ++j) {
-        const uint4 v = kernels::ld_stream_coherent(kp + 4 * j);
+        const uint4 v = coherent ? regs_kv_load<true>(kp + 4 * j) : regs_kv_load<false>(kp + 4 * j);
         kr[i][j] = ok ? v : make_uint4(0, 0, 0, 0);
       }
     }
@@ -118,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
       const uint4* vp = reinterpret_cast<const uint4*>(vbase + (ok ? static_cast<int64_t>(key) * L.v_row : 0) + 8 * g);
 #pragma unroll
       for (int j = 0; j < VL; ++j) {  // channels 64 j + 8 g .. + 7: the 8 lanes of a key read 128 whole bytes
-        const uint4 v = kernels::ld_stream_coherent(vp + 8 * j);
+        const uint4 v = coherent ? regs_kv_load<true>(vp + 8 * j) : regs_kv_load<false>(vp + 8 * j);
         vr[i][j] = ok ? v : make_uint4(0, 0, 0, 0);
       }
     }
@@ -200,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   // Two register buffers in turn (no copies): the next chunk's loads in flight while a chunk multiplies.
   uint4 kx[2][KL], vx[4][VL], ky[2][KL], vy[4][VL];
   const bool spec = p.early == 2 && kb + 16 * warp < ke;
-  if (spec) load(warp, kx, vx);
+  if (spec) load(warp, kx, vx, true);
   const SplitRange range = decode_split_range(p, n, split, split == 0 && hk == 0 && tid == 0);
   n = range.n;
   // The speculative chunk stands where the length gives the split the same start and the chunk the same
@@ -217,13 +228,13 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
     e[c] = lim < ke ? static_cast<int>(lim) : ke;
   }
   int c = warp;
-  if (c < nch && !keep) load(c, kx, vx);
+  if (c < nch && !keep) load(c, kx, vx, false);
   for (; c < nch; c += 8) {
-    if (c + 4 < nch) load(c + 4, ky, vy);
+    if (c + 4 < nch) load(c + 4, ky, vy, false);
     else zero(ky, vy);
     step(c, kx, vx);
     if (c + 4 >= nch) break;
-    if (c + 8 < nch) load(c + 8, kx, vx);
+    if (c + 8 < nch) load(c + 8, kx, vx, false);
     else zero(kx, vx);
     step(c + 4, ky, vy);
   }
