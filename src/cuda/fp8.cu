@@ -117,7 +117,7 @@ int kshift_of(int kblk, int k) {
   return s;
 }
 
-// The one-row kernel's shape (kernels/fp8.cuh, CFG): -1 (auto, the default) or a forced 0..3.
+// The one-row kernel's shape (kernels/fp8.cuh, CFG): -1 (auto, the default) or a forced 0..8.
 std::atomic<int>& gemv_config() {
   static std::atomic<int> c{[] {
     const char* v = std::getenv("KILN_FP8_GEMV_CONFIG");
@@ -154,12 +154,17 @@ double round_fill(int64_t n, int64_t k, bool vec, int device) {
 // K > 1024 under 32 MB and slower than config 3 above it. With the leaner one-row loop (twenty-fifth run,
 // configs 2, 3 and 4 interleaved over four rounds on one H200) config 4 stayed 1-6% slower than config 3
 // above 32 MB but at K4096 x N4096 (5.54 against 5.78 µs), and config 2 ahead where this rule takes it
-// (K5120 x N5120 8.54 against 9.89, K25600 x N5120 34.9 against 40.2).
+// (K5120 x N5120 8.54 against 9.89, K25600 x N5120 34.9 against 40.2). From 64 MB of FP8 weights config 3's
+// shape takes the general loop (config 8): in the twenty-sixth run (the two loops interleaved over three rounds,
+// auto's configs) it was 1.3-6.4% faster at the five largest such layers (K5120 x N25600 36.10 against 38.40
+// µs, K4096 x N128256 124.6 against 129.6) and 2.7% at K8192 x N8192, within 0.5% at K3584 x N18944 and
+// K18944 x N3584, and 0.6-1.5% slower below 64 MB (K4096 x N14336, K14336 x N4096), where config 3 stays.
 int auto_config(int64_t n, int64_t k, bool vec, int device) {
   if (!vec) return 0;
   if (k <= 1024) return 1;
   if (2 * n * k < (int64_t{32} << 20)) return 4;
-  return round_fill<3>(n, k, vec, device) >= round_fill<2>(n, k, vec, device) - 0.02 ? 3 : 2;
+  if (round_fill<3>(n, k, vec, device) < round_fill<2>(n, k, vec, device) - 0.02) return 2;
+  return n * k >= (int64_t{64} << 20) ? kernels::kFp8GemvGeneralLoop : 3;
 }
 
 template <class X, class O, class B, int MT, int CFG = 0>
@@ -256,6 +261,7 @@ void launch_gemv(GemvArgs g, int64_t m, int device, cudaStream_t stream) {
             case 4: launch_gemv_mt<X, O, B, 1, 4>(s, rows, device, stream); break;
             case 5: launch_gemv_mt<X, O, B, 1, 5>(s, rows, device, stream); break;
             case 6: launch_gemv_mt<X, O, B, 1, 6>(s, rows, device, stream); break;
+            case 8: launch_gemv_mt<X, O, B, 1, 8>(s, rows, device, stream); break;
             default: launch_gemv_mt<X, O, B, 1>(s, rows, device, stream); break;
           }
         } else {

@@ -32,8 +32,8 @@ const char* fp8_path_name(Fp8Path p);
 // (auto, the default: chosen per layer shape, see auto_config in fp8.cu) or forced, for tests and A/B runs:
 // 0: 4 weight rows per warp group x 2 loads each, two blocks per multiprocessor; 1: 2 x 4, three blocks;
 // 2: 4 x 1, three blocks; 3: 2 x 2, four blocks; 4..6: pipelined 2 x 1 (four blocks), 2 x 2 (three), 4 x 1
-// (two); 7: the tensor-core kernel where the operands fit it (kernels/fp8.cuh). Process-wide; initial value
-// from KILN_FP8_GEMV_CONFIG (auto or 0..7).
+// (two); 7: the tensor-core kernel where the operands fit it (kernels/fp8.cuh); 8: config 3's shape through
+// the general loop. Process-wide; initial value from KILN_FP8_GEMV_CONFIG (auto or 0..8).
 void set_fp8_gemv_config(int c);
 int fp8_gemv_config();
 // Launches of the tensor-core one-row kernel so far in this process (tests check that it ran).

@@ -291,7 +291,8 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
   };
   // Configs 4..6 software-pipeline the steps: the K lengths give each thread odd and even step counts and a
   // remainder after them (2064 = 129 chunks of 16).
-  for (int cfg = -1; cfg < 8; ++cfg) {  // -1: auto; 7: the tensor-core kernel (K a multiple of 64 only)
+  // -1: auto; 7: the tensor-core kernel (K a multiple of 64 only); 8: config 3's shape, the general loop.
+  for (int cfg = -1; cfg < 9; ++cfg) {
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
     for (const NK s : {NK{200, 384}, NK{1, 16}, NK{37, 4096}, NK{515, 1040}, NK{64, 14336}, NK{130, 2064}})
@@ -308,7 +309,7 @@ TEST(CudaFp8Linear, EveryOneRowKernelShapeMatchesCpu) {
       EXPECT_EQ(took, Fp8Path::Gemv);
     }
   }
-  EXPECT_THROW(cuda::set_fp8_gemv_config(8), Error);
+  EXPECT_THROW(cuda::set_fp8_gemv_config(9), Error);
   EXPECT_THROW(cuda::set_fp8_gemv_config(-2), Error);
 }
 
@@ -327,7 +328,7 @@ TEST(CudaFp8Linear, OneRowReadsActivationsWrittenJustBefore) {
   const bool pdl = cuda::dependent_launch_enabled(0);
   const Tensor wd = deq_weight(w.cpu);
   const Tensor norm = test::random_tensor({64}, DType::BF16, 0.5, 1.5).to(kGpu);
-  for (int cfg = -1; cfg < 8; ++cfg) {
+  for (int cfg = -1; cfg < 9; ++cfg) {
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
     for (int round = 0; round < 8; ++round) {
@@ -359,7 +360,7 @@ TEST(CudaFp8Linear, OneRowReadsScalesWrittenJustBefore) {
   const Tensor x = test::random_tensor({1, k}, DType::BF16, -2, 2, kGpu);
   const Tensor xc = x.cpu();
   const int64_t total = (int64_t{32} << 20) / (k / bk);  // rows of the rms_norm output
-  for (int cfg = -1; cfg < 8; ++cfg) {
+  for (int cfg = -1; cfg < 9; ++cfg) {
     SCOPED_TRACE(str("config ", cfg));
     cuda::set_fp8_gemv_config(cfg);
     for (int round = 0; round < 3; ++round) {
@@ -377,6 +378,25 @@ TEST(CudaFp8Linear, OneRowReadsScalesWrittenJustBefore) {
           << "round " << round;
     }
   }
+}
+
+// Config 3's shape through the lean one-row loop and through the general loop (config 8, auto's choice from
+// 64 MB of weights) computes the same products in the same order: the same bits, every recipe and dtype.
+TEST(CudaFp8Linear, GeneralLoopMatchesLeanLoopBitForBit) {
+  KILN_REQUIRE_CUDA();
+  const GemvConfigScope restore(-1);
+  for (ScaleRecipe r : kRecipes)
+    for (DType dt : {DType::BF16, DType::F16})
+      for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{515, 1040}, {64, 14336}, {130, 2064}}) {
+        SCOPED_TRACE(str(rname(r), " ", dtype_name(dt), " N=", n, " K=", k));
+        const Weight w = make_weight(n, k, r);
+        const Tensor x = test::random_tensor({1, k}, dt, -2, 2, kGpu);
+        cuda::set_fp8_gemv_config(3);
+        const Tensor lean = linear(x, w.gpu);
+        cuda::set_fp8_gemv_config(8);
+        const Tensor general = linear(x, w.gpu);
+        EXPECT_TRUE(same_bits(lean, general));
+      }
 }
 
 // Activations far from 1 on the matrix-vector kernel: products and sums stay in f32, so nothing is lost

@@ -197,25 +197,28 @@ __global__ void __launch_bounds__(kQuantThreads)
 // step's U * R loads are issued before the current step's products, so a warp keeps loads in flight while it
 // converts and multiplies): 4: R = 2, U = 1, four blocks; 5: R = 2, U = 2, three blocks; 6: R = 4, U = 1,
 // two blocks (it spills at three). 7 is the tensor-core kernel below (fp8_gemv_mma_kernel; where the operands
-// do not fit it, auto's shape). The launcher picks one per layer shape (auto_config in cuda/fp8.cu;
+// do not fit it, auto's shape). 8 is config 3's shape through the general loop (each weight row unpacked just
+// before its 16 products) instead of fp8_gemv_row16: the same products in the same order, faster at the
+// largest layers. The launcher picks one per layer shape (auto_config in cuda/fp8.cu;
 // cuda::set_fp8_gemv_config / KILN_FP8_GEMV_CONFIG force one).
-inline constexpr int kFp8GemvConfigs = 8;
+inline constexpr int kFp8GemvConfigs = 9;
+inline constexpr int kFp8GemvGeneralLoop = 8;
 template <int MT, int CFG = 0>
 constexpr int fp8_gemv_rows_per_warp() {
-  return CFG == 1 || CFG == 3 || CFG == 4 || CFG == 5 ? 2 : MT == 1 ? 4 : 2;
+  return CFG == 1 || CFG == 3 || CFG == 4 || CFG == 5 || CFG == 8 ? 2 : MT == 1 ? 4 : 2;
 }
 template <int MT, class X, int CFG = 0>
 constexpr int fp8_gemv_unroll() {
-  return CFG == 1 ? 4 : CFG == 2 || CFG == 4 || CFG == 6 ? 1 : CFG == 3 || CFG == 5 ? 2
+  return CFG == 1 ? 4 : CFG == 2 || CFG == 4 || CFG == 6 ? 1 : CFG == 3 || CFG == 5 || CFG == 8 ? 2
          : MT >= 8 || (MT >= 4 && sizeof(X) == 4) ? 1 : 2;
 }
 template <int CFG>
 constexpr int fp8_gemv_min_blocks() {
-  return CFG == 0 || CFG == 6 ? 2 : CFG == 3 || CFG == 4 ? 4 : 3;
+  return CFG == 0 || CFG == 6 ? 2 : CFG == 3 || CFG == 4 || CFG == 8 ? 4 : 3;
 }
 template <int CFG>
 constexpr bool fp8_gemv_pipelined() {
-  return CFG >= 4;
+  return CFG >= 4 && CFG <= 6;
 }
 
 // Sixteen e4m3 values (one 16-byte load) to f32, in memory order.
@@ -411,8 +414,8 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
 
   // One row of 16-bit activations (linear's decode case): fp8_gemv_row16, the general path's products in the
   // same order with less work per chunk.
-  constexpr bool kRow16 = MT == 1 && sizeof(X) == 2;
-  static_assert(CFG == 0 || kRow16, "the kernel shapes are for one row of 16-bit activations");
+  constexpr bool kRow16 = MT == 1 && sizeof(X) == 2 && CFG != kFp8GemvGeneralLoop;
+  static_assert(CFG == 0 || (MT == 1 && sizeof(X) == 2), "the kernel shapes are for one row of 16-bit activations");
   if (vec) {
     if constexpr (kRow16) {
       constexpr bool kPipe = fp8_gemv_pipelined<CFG>();
