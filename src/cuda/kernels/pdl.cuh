@@ -43,8 +43,8 @@ __device__ __forceinline__ int ld_after_wait(const int* p) {
   return v;
 }
 // A 16-byte piece of a stream read once (not kept in L1), coherent and volatile: data an earlier kernel may
-// write, loaded after the wait (the K/V rows of decode attention), or a weight prefetch that must stay before
-// the wait (gemv_load_stream_early).
+// write, loaded after the wait at addresses known before it (decode attention's speculative K/V chunk), or a
+// weight prefetch that must stay before the wait (gemv_load_stream_early).
 __device__ __forceinline__ uint4 ld_stream_coherent(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
