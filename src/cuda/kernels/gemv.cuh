@@ -18,9 +18,9 @@
 // Otherwise the scalar path reads one element at a time (misaligned slices, k not a multiple of 8/4).
 //
 // Dependent launch (kernels/pdl.cuh). The launcher may start the kernel while the previous one still runs:
-// each thread issues its first weight loads (weights are never written by a kernel), then waits for the
-// previous grid before it reads x or stores anything, so the weight stream's first round trip overlaps the
-// previous kernel's tail and the launch.
+// each thread issues its first weight loads (it is launched so only for constant weights: launch_dependent_if
+// in launch.h), then waits for the previous grid before it reads x or stores anything, so the weight stream's
+// first round trip overlaps the previous kernel's tail and the launch.
 //
 // Bounds. Rows beyond n and activation rows beyond `rows` are clamped to the last valid row for loading
 // (so no load leaves the tensors) and not stored. Every chunk index is < k / vec_elems (vec) or < k.
@@ -78,7 +78,8 @@ __device__ __forceinline__ uint4 gemv_load_stream_early(const uint4* p) { return
 
 // The U x R 16-byte weight loads of one unrolled step: chunk c + u * stride of each weight row (w + woff[r],
 // W the weight's element type). A thread's first step (waited false) issues them in program order before the
-// dependent-launch wait (kernels/pdl.cuh), then waits: weights are never written by a kernel, x may be.
+// dependent-launch wait (kernels/pdl.cuh), then waits: the launcher makes the kernel a dependent only for
+// constant weights (launch.h); x may be written by the kernel just before.
 template <int U, int R, class W>
 __device__ __forceinline__ void gemv_load_step(uint4 (&wv)[U][R], const W* w, const int64_t (&woff)[R], int c,
                                                int stride, bool& waited) {

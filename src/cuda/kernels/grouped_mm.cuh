@@ -436,7 +436,9 @@ __global__ void __launch_bounds__(kDecThreads, MINB) gmm_decode_kernel(GmmArgs p
           }
         }
       }
-      wait_once();  // the weights and their scales are never written by a kernel; the activations may be
+      // Early (the MoE block's down product): every kernel before the block has completed (gate_up let this
+      // one start only after its own wait) and none of the block writes the experts; the activations come after.
+      wait_once();
 #pragma unroll
       for (int u = 0; u < U8; ++u) {
         const int cu = c + u * gt;

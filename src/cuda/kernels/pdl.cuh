@@ -2,8 +2,9 @@
 // attribute (launch_dependent in launch.h) may start while the kernel before it on the stream still runs; it
 // must call pdl_wait() before it reads anything an earlier kernel writes or writes anything an earlier kernel
 // reads: the wait returns once the previous grid has completed and its memory is visible (and, that grid
-// having waited the same way, every grid before it). Work that touches only data no kernel writes (the
-// weights of a matrix-vector product) may come first: that is the point.
+// having waited the same way, every grid before it). Work that touches only data no kernel that may still run
+// writes (the weights of a matrix-vector product, when marked constant: launch_dependent_if and constant_input
+// in launch.h) may come first: that is the point.
 //
 // pdl_allow_dependents() lets the next kernel, if it was launched that way, start before this one ends (its
 // blocks then take free slots and wait); without it the next kernel starts as this one's blocks exit. It
