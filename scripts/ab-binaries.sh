@@ -35,6 +35,8 @@ case "$mode" in
       name=${spec%%=*}
       rev=${spec#*=}
       [ "$name" != "$spec" ] && [ -n "$name" ] || { echo "ab-binaries.sh: $spec is not NAME=REV"; exit 1; }
+      # Resolved here, not in the worktree: there HEAD (or a relative rev) would name the worktree's checkout.
+      rev=$(git rev-parse --verify -q "$rev^{commit}") || { echo "ab-binaries.sh: $spec: no such commit"; exit 1; }
       git -C "$wt" checkout -q --detach "$rev" || exit 1
       echo "== $name: $(git -C "$wt" log --oneline -1)"
       t=$(date +%s)
