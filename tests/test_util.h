@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "kiln/ops.h"
-#include "kiln/runtime.h"
 
 namespace kiln::test {
 
@@ -181,12 +180,5 @@ struct SettingScope {
   ~SettingScope() { Set(before); }
   V before;
 };
-
-// Marks a weight constant (Storage::set_constant), as the engine marks its weights once loaded: after every
-// kernel that wrote it has finished.
-inline void mark_constant(const Tensor& t) {
-  if (t.is_cuda()) synchronize(t.device());
-  t.storage()->set_constant(true);
-}
 
 }  // namespace kiln::test

@@ -99,6 +99,11 @@ class AsyncReadback {
 // Blocks until all work on every stream of the device has completed.
 void synchronize(Device device = Device(DeviceType::CUDA, 0));
 
+// Marks t's storage constant (Storage::set_constant) once every kernel that wrote it has finished (a CUDA
+// tensor's device is synchronized first): for a model's weights once loaded, which the one-row products may then
+// stream while the kernel before them ends.
+void mark_constant(const Tensor& t);
+
 // A CUDA graph captured from a callable on a (non-default) stream and replayed on demand. Tensors
 // allocated during capture come from a private memory pool kept alive with the graph, so replays write to
 // the same addresses. Re-capturing when shapes change is the caller's choice.

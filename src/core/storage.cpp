@@ -2,6 +2,7 @@
 #include <new>
 
 #include "core/copy.h"
+#include "kiln/runtime.h"
 #include "kiln/tensor.h"
 #if KILN_HAVE_CUDA
 #include "cuda/backend.h"
@@ -13,6 +14,11 @@ namespace {
 // Host tensors are 64-byte aligned: full cache lines and aligned vector loads.
 constexpr size_t kHostAlign = 64;
 }  // namespace
+
+void mark_constant(const Tensor& t) {
+  if (t.is_cuda()) synchronize(t.device());
+  t.storage()->set_constant(true);
+}
 
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
   if (device.is_cpu()) {

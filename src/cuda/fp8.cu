@@ -313,7 +313,7 @@ void linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& w, const Tenso
   const cudaStream_t stream = stream_of(dev);
   GemvArgs g{xr.data_ptr(), ldx, w.data_ptr(), ldw, n, static_cast<int>(k), scales.data<const float>(), bn,
              scales.size(1), 1, nullptr, 0, 0, kblk, bias ? bias_c.data_ptr() : nullptr, y.data_ptr(), n, vec,
-             constant_input(w) && constant_input(scales) && constant_input(bias ? &bias_c : nullptr)};
+             constant_input(w) && constant_input(scales) && constant_input(bias_c)};
   visit_dtypes<kActTypes>(t, "linear(fp8)", [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_gemv<T, T, T>(g, m, dev.index, stream);
@@ -532,7 +532,7 @@ std::optional<Tensor> scaled_mm(const Tensor& a, const Tensor& b, const Tensor& 
     g.bias = bias ? bias_f.data_ptr() : nullptr;
     g.y = out.data_ptr();
     g.ldy = N;
-    g.dependent = constant_input(b) && constant_input(sb) && constant_input(bias ? &bias_f : nullptr);
+    g.dependent = constant_input(b) && constant_input(sb) && constant_input(bias_f);
     DeviceGuard guard(dev);
     const cudaStream_t stream = stream_of(dev);
     visit_dtypes<kActTypes>(out_dtype, "scaled_mm", [&](auto tag) {

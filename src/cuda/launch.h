@@ -67,7 +67,6 @@ void check_same_device(const char* op, Device device, const Tensor& t);
 // Whether a kernel may read `t` before its pdl_wait(): its storage is marked constant (Storage::set_constant),
 // so no kernel that may still be running writes it. An undefined tensor (no bias) counts as constant.
 inline bool constant_input(const Tensor& t) { return !t.defined() || t.storage()->constant(); }
-inline bool constant_input(const Tensor* t) { return t == nullptr || constant_input(*t); }
 
 // Launches `kernel` with the programmatic-serialization attribute when `dependent` and enabled (a plain launch
 // otherwise). The kernel must call pdl_wait() before touching memory an earlier kernel writes or reads; a

@@ -246,7 +246,7 @@ bool linear_gemv(const Tensor& y, const Tensor& x2, const Tensor& weight, const 
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
   const int64_t ldy = n;
-  const bool dep = constant_input(weight) && constant_input(bias ? &bias_c : nullptr);  // launch_gemv
+  const bool dep = constant_input(weight) && constant_input(bias_c);  // launch_gemv
   visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(t, "linear", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = static_cast<const T*>(xr.data_ptr());

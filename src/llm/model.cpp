@@ -88,12 +88,11 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
     Event loaded;
     loaded.record(current_stream(dev));
     loaded.wait(s_->stream);
-    // Constant from here on (Storage::set_constant): the one-row products may stream them while the kernel
-    // before them ends. Marked once every kernel that wrote them has finished.
-    loaded.synchronize();
   }
+  // Constant from here on (mark_constant, once every kernel that wrote them has finished): the one-row products
+  // may stream them while the kernel before them ends.
   for_each_weight(weights_, [](const Tensor& t) {
-    if (t.defined()) t.storage()->set_constant(true);
+    if (t.defined()) mark_constant(t);
   });
   reset();
 }

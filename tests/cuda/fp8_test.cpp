@@ -323,8 +323,8 @@ TEST(CudaFp8Linear, OneRowReadsActivationsWrittenJustBefore) {
   KILN_REQUIRE_CUDA();
   const GemvConfigScope restore(-1);
   const Weight w = make_weight(96, 64, ScaleRecipe::BlockWise, 32, 32);
-  test::mark_constant(w.gpu.values);
-  test::mark_constant(w.gpu.scales);
+  mark_constant(w.gpu.values);
+  mark_constant(w.gpu.scales);
   const bool pdl = cuda::dependent_launch_enabled(0);
   const Tensor wd = deq_weight(w.cpu);
   const Tensor norm = test::random_tensor({64}, DType::BF16, 0.5, 1.5).to(kGpu);

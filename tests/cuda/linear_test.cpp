@@ -408,8 +408,8 @@ TEST(CudaLinear, ConstantWeightLaunchesAsDependentAndMatchesCpu) {
           const Tensor w = test::random_tensor({s.n, s.k}, dt, -0.5, 0.5, kGpu);
           const std::optional<Tensor> b =
               bias ? std::optional<Tensor>(test::random_tensor({s.n}, dt, -1, 1, kGpu)) : std::nullopt;
-          test::mark_constant(w);
-          if (b) test::mark_constant(*b);
+          mark_constant(w);
+          if (b) mark_constant(*b);
           const Tensor gain = test::random_tensor({s.k}, dt, 0.5, 1.5, kGpu);
           const Tensor wc = w.cpu();
           const std::optional<Tensor> bc = b ? std::optional<Tensor>(b->cpu()) : std::nullopt;

@@ -51,8 +51,7 @@ Tensor rnd(const Shape& shape, DType d, Device dev, double std = 1.0) {
 // A model's weight: marked constant (Storage::set_constant) once written, as the engine marks its own, so the
 // one-row products stream it as they do in a decode step (starting while the kernel before them ends).
 Tensor weight(Tensor t) {
-  if (t.is_cuda()) synchronize(t.device());
-  t.storage()->set_constant(true);
+  mark_constant(t);
   return t;
 }
 
