@@ -32,8 +32,10 @@ class Storage {
   // its own). CUDA kernels may then read it before the kernel ahead of them on the stream has finished: the
   // one-row matrix-vector products launch as dependents of that kernel and start streaming such weights
   // while it ends (docs/architecture.md, "Dependent launches"). Unmarked memory is read only after the kernel
-  // ahead has finished, so a product may follow the op that wrote its weight. Writing marked memory while
-  // later work that reads it may run is a race. Off by default; views share their storage's mark.
+  // ahead has finished, so a product may follow the op that wrote its weight. A kiln op that writes into the
+  // memory (in place, out=, copy_, fill_, the cache appends) drops the mark first; writing marked memory by
+  // other means (data_ptr, a caller's kernels) while later work that reads it may run is a race. Off by
+  // default; views share their storage's mark.
   void set_constant(bool constant) { constant_.store(constant, std::memory_order_relaxed); }
   bool constant() const { return constant_.load(std::memory_order_relaxed); }
 

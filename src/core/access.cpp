@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/copy.h"
 #include "core/dispatch.h"
 #include "cpu/loops.h"
 #include "kiln/tensor.h"
@@ -29,6 +30,7 @@ T scalar_to(const Scalar& s) {
 
 Tensor& Tensor::fill_(const Scalar& value) {
   if (numel() == 0) return *this;
+  note_write(*this);
   visit_dtype(dtype(), "fill_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = scalar_to<T>(value);

@@ -20,6 +20,10 @@ void mark_constant(const Tensor& t) {
   t.storage()->set_constant(true);
 }
 
+void note_write(const Tensor& t) {
+  if (t.defined() && t.storage()->constant()) t.storage()->set_constant(false);
+}
+
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
   if (device.is_cpu()) {
     const size_t rounded = (std::max<size_t>(nbytes, 1) + kHostAlign - 1) / kHostAlign * kHostAlign;
@@ -47,6 +51,7 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
   KILN_CHECK(dst.sizes() == src.sizes(), "copy: destination ", dst.meta(), " and source ", src.meta(),
              " differ in shape");
   if (dst.numel() == 0) return;
+  note_write(dst);
   // Overlapping views of one storage (x.copy_(x.t()), say): read the source out first. The same view on
   // both sides is safe: each element is read before it is written.
   if (dst.is_alias_of(src) && !(dst.data_ptr() == src.data_ptr() && dst.strides() == src.strides())) {

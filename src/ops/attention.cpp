@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/copy.h"
 #include "cpu/attention.h"
 #include "kiln/nn.h"
 #include "ops/attention_math.h"
@@ -287,6 +288,8 @@ void kv_cache_append_(Tensor& k_cache, Tensor& v_cache, const Tensor& k_new, con
   KILN_CHECK(!k_cache.is_alias_of(v_cache) || k_cache.data_ptr() != v_cache.data_ptr(), op,
              ": k_cache and v_cache must not be the same memory");
   if (t == 0 || b == 0 || hkv == 0) return;
+  note_write(k_cache);
+  note_write(v_cache);
 #if KILN_HAVE_CUDA
   if (k_cache.is_cuda()) {
     cuda::kv_cache_append(k_cache, k_new.to(k_cache.dtype()), v_cache, v_new.to(v_cache.dtype()),

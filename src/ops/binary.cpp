@@ -1,5 +1,6 @@
 // Binary arithmetic ops: argument checks, type promotion (result_type), output allocation, in-place and
 // out= forms, operators. Kernels: src/cpu/binary.cpp; per-element math: ops/binary_functors.h.
+#include "core/copy.h"
 #include "cpu/binary.h"
 #include "ops/elementwise.h"
 
@@ -37,6 +38,7 @@ void prepare_dst(const char* op, Tensor& dst, const Shape& shape, DType result, 
   for (int64_t d = 0; d < dst.dim(); ++d)
     KILN_CHECK(dst.strides()[d] != 0 || dst.sizes()[d] <= 1, op, ": unsupported operation: more than one element "
                "of the written-to tensor ", dst.meta(), " refers to a single memory location (an expanded view)");
+  note_write(dst);
 }
 
 // The kernel of out's device.

@@ -7,6 +7,7 @@
 // Comparisons that involve a floating operand follow PyTorch's promotion (result_type).
 #include <limits>
 
+#include "core/copy.h"
 #include "cpu/binary.h"
 #include "ops/elementwise.h"
 
@@ -198,6 +199,7 @@ Tensor& masked_fill_(Tensor& self, const Tensor& mask, const Scalar& value) {
              self.meta(), " (broadcast shape ", shape, ")");
   // The value converted on the host (a CPU 0-d tensor), as the CPU kernel converts it.
   const Tensor v = scalar_operand(value, self.dtype(), kCPU);
+  note_write(self);
 #if KILN_HAVE_CUDA
   if (self.is_cuda()) {
     cuda::masked_fill(self, mask.expand(shape), v.data_ptr());

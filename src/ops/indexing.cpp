@@ -364,6 +364,7 @@ void scatter_into(const char* op, Tensor& self, int64_t dim, const Tensor& index
 Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   check_scatter("scatter_", self, dim, index, &src);
   check_no_internal_overlap("scatter_", self);
+  note_write(self);
   scatter_into("scatter_", self, dim, index, src, nullptr, false);
   return self;
 }
@@ -371,6 +372,7 @@ Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& s
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
   check_scatter("scatter_add_", self, dim, index, &src);
   check_no_internal_overlap("scatter_add_", self);
+  note_write(self);
   scatter_into("scatter_add_", self, dim, index, src, nullptr, true);
   return self;
 }

@@ -1,6 +1,7 @@
 // rms_norm, add_rms_norm, silu_and_mul, rotary embeddings and the fused qk_norm_rope_append_: argument
 // checks, dtype handling, output allocation; the kernels are in src/cpu/norm.cpp and src/cuda/norm.cu, their
 // per-element math in src/ops/norm_math.h.
+#include "core/copy.h"
 #include "cpu/norm.h"
 #include "kiln/nn.h"
 #include "ops/norm_math.h"
@@ -124,6 +125,7 @@ Tensor add_rms_norm(const Tensor& x, Tensor& residual, const Tensor& weight, dou
   KILN_CHECK(is_float_dtype(weight.dtype()) && weight.device() == residual.device(),
              "add_rms_norm: weight must be f16, bf16, f32 or f64 on residual's device, got weight ",
              weight.meta(), ", residual ", residual.meta());
+  note_write(residual);
 #if KILN_HAVE_CUDA
   // One pass on CUDA when residual can be updated in place as it is (contiguous) and x has its dtype; any
   // other combination takes the two-step path below, which computes the same values.
@@ -200,6 +202,8 @@ void rope_(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& inv_freq
                  "expanded views (several elements in one memory location), got ", t->meta(), " with strides ",
                  t->strides());
   require_cpu("rope_", q);
+  note_write(q);
+  note_write(k);
 #if KILN_HAVE_CUDA
   if (q.is_cuda()) {
     // One launch for q and k; cos/sin are computed per token on the device (positions never leave it).
@@ -292,6 +296,9 @@ void qk_norm_rope_append_(Tensor& q, const Tensor& k, const Tensor& v, const Ten
                " new tokens does not fit the cache of Lmax = ", lmax, " (valid: 0 <= at <= ", lmax - t_len, ")");
   }
   require_cpu(op, q);
+  note_write(q);
+  note_write(k_cache);
+  note_write(v_cache);
 #if KILN_HAVE_CUDA
   if (q.is_cuda()) {
     // Hugging Face multiplies by the weight in promote_types(weight, x), as rms_norm does.

@@ -3,6 +3,7 @@
 #include <limits>
 #include <mutex>
 
+#include "core/copy.h"
 #include "core/dispatch.h"
 #include "cpu/random.h"
 #include "kiln/ops.h"
@@ -76,6 +77,7 @@ Tensor& uniform_(Tensor& t, double from, double to, Generator* gen) {
              " to=", to);
   KILN_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
   check_backend(t.device(), "uniform_");
+  note_write(t);
   const auto [seed, offset] = take_offset(gen);
 #if KILN_HAVE_CUDA
   if (t.is_cuda()) {
@@ -91,6 +93,7 @@ Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
   check_float_dtype(t.dtype(), "normal_");
   KILN_CHECK(std >= 0.0, "normal_ expects std >= 0.0, but found std ", std);
   check_backend(t.device(), "normal_");
+  note_write(t);
   const auto [seed, offset] = take_offset(gen);
 #if KILN_HAVE_CUDA
   if (t.is_cuda()) {

@@ -1,6 +1,7 @@
 // topk and sample: argument checks, output allocation, device choice. Definitions: ops/sampling_math.h.
 #include <cmath>
 
+#include "core/copy.h"
 #include "cpu/sampling.h"
 #include "kiln/nn.h"
 #include "ops/generator_offset.h"
@@ -94,6 +95,7 @@ Tensor sample(const Tensor& logits, const SamplingParams& params, uint64_t seed,
   KILN_CHECK(offset.dtype() == DType::I64 && offset.numel() == 1 && offset.device() == logits.device(),
              "sample: the offset counter ", offset.meta(), " must be one int64 on the logits' device (logits ",
              logits.meta(), ")");
+  note_write(offset);
 #if KILN_HAVE_CUDA
   if (logits.is_cuda()) return run_sample(logits, params, seed, 0, static_cast<int64_t*>(offset.data_ptr()));
 #endif

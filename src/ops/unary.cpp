@@ -2,6 +2,7 @@
 // per-element math is in src/ops/unary_functors.h, the CPU loops in src/cpu/unary.cpp.
 #include <string>
 
+#include "core/copy.h"
 #include "core/dispatch.h"
 #include "cpu/unary.h"
 #include "kiln/ops.h"
@@ -150,6 +151,7 @@ Tensor& apply_(const OpDesc& d, Tensor& x) {
              dtype_name(x.dtype()), " (self is ", x.meta(), "); use the out-of-place ", d.name, " instead");
   check_no_internal_overlap(x, name);
   if (d.rule == Rule::IntIdentity && is_integral(x.dtype(), false)) return x;
+  note_write(x);
   run_unary(d.op, x, x);
   return x;
 }
@@ -266,6 +268,7 @@ Tensor& exp_out(Tensor& out, const Tensor& x) {
     out = empty(x.sizes(), out.dtype(), out.device());
   }
   check_no_internal_overlap(out, "exp_out");
+  note_write(out);
   const Tensor in = x.to(compute_dtype(kExp, x.dtype()));
   // Write straight into out unless a cast is needed or out overlaps the input at other positions.
   const bool same_layout = in.data_ptr() == out.data_ptr() && in.strides() == out.strides();

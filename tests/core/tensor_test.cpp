@@ -1,3 +1,7 @@
+#include <functional>
+
+#include "kiln/nn.h"
+#include "kiln/runtime.h"
 #include "test_util.h"
 
 namespace kiln {
@@ -47,6 +51,100 @@ TEST(Tensor, ConstantMarkBelongsToTheStorage) {
   EXPECT_FALSE(a.to(DType::F64).storage()->constant());
   v.storage()->set_constant(false);
   EXPECT_FALSE(a.storage()->constant());
+}
+
+// Every kiln op that writes into an existing tensor drops the constant mark of its storage (the promise no
+// longer holds, so later one-row products must wait for the writer); ops that only read a tensor keep it. Each
+// write goes through a view, which shares the storage and so its mark.
+void expect_writes_drop_the_mark(Device dev) {
+  const auto marked = [&](const Shape& s, DType t = DType::F32) {
+    Tensor x = test::random_tensor(s, t, -2.0, 2.0, dev);
+    mark_constant(x);
+    return x;
+  };
+  const auto rnd = [&](const Shape& s, DType t = DType::F32) { return test::random_tensor(s, t, -2.0, 2.0, dev); };
+  const auto pos = [&](std::vector<int32_t> v) { return from_vector<int32_t>(v).to(dev); };
+  struct Write {
+    const char* op;
+    std::function<void(Tensor&)> run;  // writes into (a view of) the [4, 8] f32 tensor it is given
+  };
+  const std::vector<Write> writes = {
+      {"copy_", [&](Tensor& w) { w.narrow(0, 1, 2).copy_(rnd({2, 8})); }},
+      {"fill_", [&](Tensor& w) { w.narrow(1, 2, 3).fill_(1.5); }},
+      {"zero_", [&](Tensor& w) { w.narrow(0, 3, 1).zero_(); }},
+      {"add_", [&](Tensor& w) { Tensor v = w.narrow(0, 0, 2); add_(v, rnd({2, 8})); }},
+      {"mul_ (scalar)", [&](Tensor& w) { Tensor v = w.t(); mul_(v, 2.0); }},
+      {"div_", [&](Tensor& w) { Tensor v = w.narrow(1, 0, 4); div_(v, rnd({4, 4}, DType::F32)); }},
+      {"clamp_", [&](Tensor& w) { Tensor v = w.narrow(0, 2, 2); clamp_(v, -1.0, 1.0); }},
+      {"masked_fill_", [&](Tensor& w) { Tensor v = w.narrow(0, 0, 1); masked_fill_(v, gt(rnd({1, 8}), 0.0), 3.0); }},
+      {"neg_", [&](Tensor& w) { Tensor v = w.narrow(0, 1, 1); neg_(v); }},
+      {"add_out", [&](Tensor& w) { Tensor v = w.narrow(0, 0, 2); add_out(v, rnd({2, 8}), rnd({2, 8})); }},
+      {"exp_out", [&](Tensor& w) { Tensor v = w.narrow(0, 0, 2); exp_out(v, rnd({2, 8})); }},
+      {"uniform_", [&](Tensor& w) { Tensor v = w.narrow(0, 1, 2); uniform_(v); }},
+      {"normal_", [&](Tensor& w) { Tensor v = w.narrow(0, 1, 2); normal_(v); }},
+      {"scatter_", [&](Tensor& w) {
+         Tensor v = w.narrow(0, 0, 2);
+         scatter_(v, 1, from_vector<int64_t>({0, 3, 5, 7}, Shape{2, 2}).to(dev), rnd({2, 2}));
+       }},
+      {"scatter_add_", [&](Tensor& w) {
+         Tensor v = w.narrow(0, 2, 2);
+         scatter_add_(v, 1, from_vector<int64_t>({1, 2, 4, 6}, Shape{2, 2}).to(dev), rnd({2, 2}));
+       }},
+      {"add_rms_norm (residual)", [&](Tensor& w) { add_rms_norm(rnd({4, 8}), w, rnd({8}), 1e-6); }},
+  };
+  for (const Write& c : writes) {
+    SCOPED_TRACE(c.op);
+    Tensor w = marked({4, 8});
+    ASSERT_TRUE(w.storage()->constant());
+    c.run(w);
+    EXPECT_FALSE(w.storage()->constant());
+  }
+  {  // rope_ writes q and k, each a view of its own marked buffer
+    Tensor qb = marked({2, 3, 8}), kb = marked({2, 2, 8});
+    Tensor q = qb.narrow(1, 0, 2), k = kb.narrow(1, 1, 1);
+    rope_(q, k, pos({3, 7}), 10000.0);
+    EXPECT_FALSE(qb.storage()->constant());
+    EXPECT_FALSE(kb.storage()->constant());
+  }
+  {  // the cache appends write both caches (and qk_norm_rope_append_ its q)
+    Tensor kc = marked({1, 2, 6, 8}), vc = marked({1, 2, 6, 8});
+    kv_cache_append_(kc, vc, rnd({1, 2, 1, 8}), rnd({1, 2, 1, 8}), pos({2}));
+    EXPECT_FALSE(kc.storage()->constant());
+    EXPECT_FALSE(vc.storage()->constant());
+    Tensor q = marked({1, 4, 8}), kc2 = marked({1, 2, 6, 8}), vc2 = marked({1, 2, 6, 8});
+    const Tensor qn = marked({8}), kn = marked({8}), inv = rope_inv_freq(8, 10000.0, dev);
+    qk_norm_rope_append_(q, rnd({1, 2, 8}), rnd({1, 2, 8}), qn, kn, 1e-6, pos({4}), inv, 1.0, kc2, vc2, pos({4}));
+    EXPECT_FALSE(q.storage()->constant());
+    EXPECT_FALSE(kc2.storage()->constant());
+    EXPECT_FALSE(vc2.storage()->constant());
+    EXPECT_TRUE(qn.storage()->constant() && kn.storage()->constant());  // read only
+  }
+  {  // sample's offset counter is advanced in place
+    Tensor offset = from_vector<int64_t>({5}).to(dev);
+    mark_constant(offset);
+    SamplingParams sp;
+    sample(rnd({1, 16}), sp, 1234, offset);
+    EXPECT_FALSE(offset.storage()->constant());
+  }
+  // Ops that only read a marked tensor keep the mark.
+  Tensor w = marked({4, 8}), g = marked({8});
+  Tensor x = rnd({1, 8});
+  (void)linear(x, w);
+  (void)rms_norm(w, g, 1e-6);
+  (void)add(w, w);
+  (void)w.clone();
+  (void)w.to(DType::BF16);
+  Tensor dst = rnd({4, 8});
+  dst.copy_(w);  // w is the source
+  EXPECT_TRUE(w.storage()->constant());
+  EXPECT_TRUE(g.storage()->constant());
+}
+
+TEST(Tensor, KilnWritesDropTheConstantMarkCpu) { expect_writes_drop_the_mark(kCPU); }
+
+TEST(Tensor, KilnWritesDropTheConstantMarkCuda) {
+  KILN_REQUIRE_CUDA();
+  expect_writes_drop_the_mark(Device(DeviceType::CUDA, 0));
 }
 
 TEST(Tensor, CopyBetweenDTypes) {

@@ -425,6 +425,35 @@ TEST(CudaLinear, ConstantWeightLaunchesAsDependentAndMatchesCpu) {
         }
 }
 
+// A kiln op that writes into a marked weight drops the mark (note_write): the product after it is a plain
+// launch, which reads the weight only once the writer has finished, and gives the new weight's result.
+// mark_constant makes it a dependent again.
+TEST(CudaLinear, WriteIntoMarkedWeightDropsTheMark) {
+  KILN_REQUIRE_CUDA();
+  const bool pdl = cuda::dependent_launch_enabled(0);
+  const int64_t n = 4096, k = 1024;
+  const Tensor gain = test::random_tensor({k}, DType::BF16, 0.5, 1.5, kGpu);
+  Tensor w = test::random_tensor({n, k}, DType::BF16, -0.5, 0.5, kGpu);
+  mark_constant(w);
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(str("round ", round));
+    const Tensor x = test::random_tensor({1, k}, DType::BF16, -1, 1, kGpu);
+    w.copy_(rms_norm(test::random_tensor({n, k}, DType::BF16, -1, 1, kGpu), gain, 1e-6));
+    EXPECT_FALSE(w.storage()->constant());
+    int64_t before = cuda::dependent_launches();
+    const Tensor y = linear(x, w);
+    EXPECT_EQ(cuda::dependent_launches() - before, 0);
+    const Tensor xc = x.cpu(), wc = w.cpu();
+    const Tensor ref = linear(xc, wc);
+    EXPECT_TRUE(test::linear_close(y, ref, test::linear_abs_scale(xc, wc, std::nullopt), DType::BF16, k));
+    mark_constant(w);
+    before = cuda::dependent_launches();
+    const Tensor y2 = linear(x, w);
+    EXPECT_EQ(cuda::dependent_launches() - before, pdl ? 1 : 0);
+    EXPECT_TRUE(test::linear_close(y2, ref, test::linear_abs_scale(xc, wc, std::nullopt), DType::BF16, k));
+  }
+}
+
 // Not run by default: it breaks the promise of Storage::set_constant (the weight is marked while rms_norm may
 // still be writing it), to show what the mark guards against: the product then streams its first weights
 // before rms_norm has finished, and may read the previous round's values of the rows being written last

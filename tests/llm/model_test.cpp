@@ -73,14 +73,22 @@ TEST_P(Engine, MarksItsWeightsConstant) {
   const Tensor other = test::random_tensor({4}, DType::F32);
   ModelOptions o;
   o.max_context = 16;
-  const Model m(c, std::move(w), o);
-  for (const Tensor& t : {embed, qkv, norm, m.weights().final_norm, m.weights().layers[1].input_norm})
-    EXPECT_TRUE(t.storage()->constant());
-  for (const LayerWeights& L : m.weights().layers) {
-    if (L.mlp) EXPECT_TRUE(L.mlp->down.weight.storage()->constant());
-    if (L.moe) EXPECT_TRUE(L.moe->gate_up.storage()->constant() && L.moe->down.storage()->constant());
-  }
+  Model m(c, std::move(w), o);
+  const auto expect_marked = [&] {
+    for (const Tensor& t : {embed, qkv, norm, m.weights().final_norm, m.weights().layers[1].input_norm})
+      EXPECT_TRUE(t.storage()->constant());
+    for (const LayerWeights& L : m.weights().layers) {
+      if (L.mlp) EXPECT_TRUE(L.mlp->down.weight.storage()->constant());
+      if (L.moe) EXPECT_TRUE(L.moe->gate_up.storage()->constant() && L.moe->down.storage()->constant());
+    }
+  };
+  expect_marked();
   EXPECT_FALSE(other.storage()->constant());
+  // Generating writes none of them (a kiln op writing one would drop its mark, and with it the overlap).
+  GenerateOptions g;
+  g.max_new_tokens = 4;
+  (void)generate(m, kPrompt, g);
+  expect_marked();
 }
 
 TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {
@@ -159,6 +167,10 @@ TEST_P(Engine, CudaGraphStepEqualsEagerStep) {
     const Tensor lg = g.step(tok).cpu(), le = e.step(tok).cpu();
     EXPECT_TRUE(test::all_close(lg, le, test::Tolerance{1e-5, 1e-5})) << tok;
   }
+  // Neither way of stepping wrote a weight (which would have dropped its constant mark).
+  for (const Model* m : {&g, &e})
+    for (const LayerWeights& L : m->weights().layers)
+      EXPECT_TRUE(L.attn.qkv.weight.storage()->constant() && L.input_norm.storage()->constant());
 }
 
 // CUDA, FP8 experts (kept FP8: decode through the grouped FP8 kernel, prefill through dequantised experts)
