@@ -5,10 +5,12 @@
 # measured about 11% apart, with no way to tell a code change from the machine (docs/benchmarks.md,
 # twenty-second run).
 #
-# Here:   scripts/ab-binaries.sh build NAME=REV [NAME=REV ...]
+# Here:   scripts/ab-binaries.sh build NAME=REV[+PATCH...] [NAME=REV[+PATCH...] ...]
 #   builds `kiln` (Release, CUDA, the `kiln` command only) at each git revision REV (commit, branch or tag;
-#   commit work first) in one scratch worktree ($AB_WORKTREE, default /tmp/kiln-ab-worktree) with one build
-#   folder, so each build after the first recompiles only what differs; strips it and compresses it into
+#   commit work first), with the named patch files (paths from the repository root, e.g. the diagnostic
+#   variants in scripts/diag/) applied on top, in one scratch worktree ($AB_WORKTREE, default
+#   /tmp/kiln-ab-worktree) with one build folder, so each build after the first recompiles only what
+#   differs; strips it and compresses it into
 #   build-ab/kiln-NAME.xz (about 11 MB). PCRE2 and utf8proc link statically from .deps
 #   (scripts/fetch-device-deps.sh), as for the device's own builds. The first NAME is the baseline.
 # There:  scripts/ab-binaries.sh run [--filter REGEX] [--repeats N] [--rounds R] [--env "NAME:VAR=V ..."]...
@@ -34,11 +36,17 @@ case "$mode" in
     for spec in "$@"; do
       name=${spec%%=*}
       rev=${spec#*=}
-      [ "$name" != "$spec" ] && [ -n "$name" ] || { echo "ab-binaries.sh: $spec is not NAME=REV"; exit 1; }
+      [ "$name" != "$spec" ] && [ -n "$name" ] || { echo "ab-binaries.sh: $spec is not NAME=REV[+PATCH...]"; exit 1; }
+      patches=()
+      if [[ $rev == *+* ]]; then IFS=+ read -r -a patches <<< "${rev#*+}"; rev=${rev%%+*}; fi
       # Resolved here, not in the worktree: there HEAD (or a relative rev) would name the worktree's checkout.
       rev=$(git rev-parse --verify -q "$rev^{commit}") || { echo "ab-binaries.sh: $spec: no such commit"; exit 1; }
-      git -C "$wt" checkout -q --detach "$rev" || exit 1
+      git -C "$wt" reset -q --hard && git -C "$wt" checkout -q --detach "$rev" || exit 1
       echo "== $name: $(git -C "$wt" log --oneline -1)"
+      for pf in "${patches[@]}"; do
+        [ -f "$ROOT/$pf" ] && git -C "$wt" apply "$ROOT/$pf" || { echo "ab-binaries.sh: $spec: $pf does not apply"; exit 1; }
+        echo "   + $pf"
+      done
       t=$(date +%s)
       # shellcheck disable=SC2046
       cmake -G Ninja -S "$wt" -B "$wt/build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF \
