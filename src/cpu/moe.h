@@ -17,4 +17,12 @@ void moe_experts(const Tensor& out, const Tensor& x, const Tensor& experts, cons
 void linear_fp8(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& scales, int64_t block_n,
                 int64_t block_k, const Tensor* bias);
 
+// out [T, H] f32 = the MoE block for x [T, H] f32 (contiguous), experts [T, k] i32 and weights [T, k] f32 from
+// the router, with e4m3 experts read in place: gate_up [E, 2I, H] and down [E, H, I] (contiguous) and their
+// block scales [E, ceil(2I / block_n), ceil(H / block_k)] and [E, ceil(H / block_n), ceil(I / block_k)] (f32,
+// contiguous). Only the selected experts' weights are read.
+void moe_experts_fp8(const Tensor& out, const Tensor& x, const Tensor& experts, const Tensor& weights,
+                     const Tensor& gate_up, const Tensor& gate_up_scales, const Tensor& down,
+                     const Tensor& down_scales, int64_t block_n, int64_t block_k);
+
 }  // namespace kiln::cpu

@@ -1,8 +1,10 @@
 // grouped_mm, the MoE router and the MoE block: argument checks, dtype rules, dispatch. The CPU path of
 // grouped_mm runs each group through mm (OpenBLAS) on f32 copies; the expert loop is src/cpu/moe.cpp.
+#include <algorithm>
 #include <vector>
 
 #include "core/dispatch.h"
+#include "cpu/fp8_dot.h"
 #include "cpu/moe.h"
 #include "kiln/nn.h"
 #if KILN_HAVE_CUDA
@@ -192,14 +194,19 @@ Tensor dequantize_stack(const Tensor& v, const Tensor& sc, int64_t bn, int64_t b
     return out;
   }
 #endif
-  Tensor out = v.to(DType::F32).contiguous();
-  const Tensor s = sc.contiguous();
+  Tensor out = empty({E, R, K}, DType::F32, v.device());
+  const Tensor vc = v.contiguous(), s = sc.contiguous();
+  const uint8_t* vp = static_cast<const uint8_t*>(vc.data_ptr());
   float* o = out.data<float>();
   const float* sp = s.data<const float>();
   const int64_t sr = s.size(1), sk = s.size(2);
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t k = 0; k < K; ++k) o[(e * R + r) * K + k] *= sp[(e * sr + r / bn) * sk + k / bk];
+#pragma omp parallel for schedule(static) if (E * R * K >= (1 << 16))
+  for (int64_t er = 0; er < E * R; ++er) {
+    const int64_t e = er / R, r = er % R;
+    for (int64_t b = 0, k0 = 0; k0 < K; ++b, k0 += bk)
+      cpu::fp8_dequantize_row(vp + er * K + k0, std::min(bk, K - k0), false, sp[(e * sr + r / bn) * sk + b],
+                              o + er * K + k0);
+  }
   return out.to(dtype);
 }
 
@@ -238,12 +245,14 @@ Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Fp8Expert
     return cuda::moe_forward(x, router_weight, gu, dn, top_k, norm_topk_prob);
   }
 #endif
-  // CPU reference: the routing as moe_forward's (x's dtype), the experts in f32 on f32 activations.
+  // CPU reference: the routing as moe_forward's (x's dtype), the experts' real values (code x block scale) on f32
+  // activations, in f32; only the selected experts are read, in place.
   const MoeRouting r = moe_route(x, router_weight, top_k, norm_topk_prob);
   Tensor out = empty(x.sizes(), DType::F32, x.device());
-  cpu::moe_experts(out, x.to(DType::F32).contiguous(), r.experts.contiguous(), r.weights.to(DType::F32).contiguous(),
-                   dequantize_stack(experts.gate_up, experts.gate_up_scales, experts.block_n, experts.block_k),
-                   dequantize_stack(experts.down, experts.down_scales, experts.block_n, experts.block_k));
+  cpu::moe_experts_fp8(out, x.to(DType::F32).contiguous(), r.experts.contiguous(),
+                       r.weights.to(DType::F32).contiguous(), experts.gate_up.contiguous(),
+                       experts.gate_up_scales.contiguous(), experts.down.contiguous(), experts.down_scales.contiguous(),
+                       experts.block_n, experts.block_k);
   return out.to(x.dtype());
 }
 

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
+#include "cpu/fp8_dot.h"
 #include "kiln/nn.h"
 #include "ops/linear_check.h"
 #include "ops/moe_ref.h"
@@ -259,7 +261,9 @@ TEST(MoeForwardFp8, EqualsDenseComputationWithDequantisedExperts) {
     DType dtype;
   };
   for (const Case& c : {Case{1, 32, 16, 8, 2, 16, 16, DType::F32}, Case{9, 40, 20, 6, 3, 16, 8, DType::F32},  // ragged
-                        Case{4, 64, 32, 4, 4, 32, 64, DType::F32}, Case{5, 48, 24, 8, 2, 16, 16, DType::BF16}}) {
+                        Case{4, 64, 32, 4, 4, 32, 64, DType::F32}, Case{5, 48, 24, 8, 2, 16, 16, DType::BF16},
+                        // large enough for the threaded paths: one token's rows spread, then a token per thread
+                        Case{1, 256, 136, 8, 4, 128, 128, DType::F32}, Case{6, 256, 136, 8, 4, 128, 128, DType::BF16}}) {
     SCOPED_TRACE(str("T ", c.T, " H ", c.H, " I ", c.I, " E ", c.E, " k ", c.k, " blocks ", c.bn, "x", c.bk, " ",
                      dtype_name(c.dtype)));
     const Tensor x = random_tensor({c.T, c.H}, c.dtype);
@@ -413,6 +417,110 @@ TEST(LinearFp8, BlockRowAndTensorScalesMatchDequantisedWeight) {
                            {"must be f32 with 2 elements [1, 2]"}));
   EXPECT_TRUE(throws_error([&] { linear(random_tensor({1, 15}, DType::F32), Fp8Weight{q.values, q.scales, ScaleRecipe::BlockWise, 4, 4}); },
                            {"K = 15"}));
+}
+
+// Every e4m3fn and e5m2 code through the CPU's in-place FP8 reading, SIMD and scalar: the row dequantisation
+// gives code x scale bit for bit (NaN for NaN), and a one-hot row of x picks each code's exact value.
+TEST(LinearFp8, EveryCodeReadsExactlyOnBothCpuPaths) {
+  const bool simd_before = cpu::fp8_simd_enabled();
+  for (bool simd : {true, false}) {
+    cpu::fp8_set_simd_enabled(simd);
+    for (bool e5m2 : {false, true}) {
+      SCOPED_TRACE(str(simd ? "SIMD" : "scalar", e5m2 ? " e5m2" : " e4m3fn"));
+      std::vector<uint8_t> codes(256 + 16 + 3);  // every code, then an unaligned tail
+      for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i * 37 % 256 + (i >= 256 ? 1 : 0));
+      for (int rep = 0; rep < 256; ++rep) codes[static_cast<size_t>(rep)] = static_cast<uint8_t>(rep);
+      const int64_t n = static_cast<int64_t>(codes.size());
+      const auto decode = [&](uint8_t c) { return e5m2 ? e5m2_bits_to_f32(c) : e4m3_bits_to_f32(c); };
+      const float scale = 0.375f;
+      std::vector<float> out(codes.size(), -1.f);
+      cpu::fp8_dequantize_row(codes.data(), n, e5m2, scale, out.data());
+      for (size_t i = 0; i < codes.size(); ++i) {
+        const float want = decode(codes[i]) * scale;
+        if (std::isnan(want)) EXPECT_TRUE(std::isnan(out[i])) << "code " << int(codes[i]);
+        else EXPECT_EQ(out[i], want) << "code " << int(codes[i]);
+      }
+      // One-hot rows of x (four at a time: the in-place product's row groups) against blocks of 48 codes. The
+      // non-finite codes become 0 here (0 x inf would be NaN); what NaN does is checked below and in the
+      // product test.
+      std::vector<uint8_t> finite = codes;
+      for (uint8_t& c : finite)
+        if (!std::isfinite(decode(c))) c = 0;
+      std::vector<float> x(4 * codes.size()), scales((codes.size() + 47) / 48, 1.f), dot(4);
+      int checked = 0;
+      for (size_t i = 0; i < codes.size(); i += 4) {
+        std::fill(x.begin(), x.end(), 0.f);
+        const int rows = static_cast<int>(std::min<size_t>(4, codes.size() - i));
+        for (int r = 0; r < rows; ++r) x[r * codes.size() + i + r] = 1.f;
+        cpu::fp8_dot_rows_scaled(x.data(), n, rows, finite.data(), scales.data(), n, 48, e5m2, dot.data());
+        for (int r = 0; r < rows; ++r, ++checked)
+          EXPECT_EQ(dot[r], decode(finite[i + r])) << "code " << int(finite[i + r]);
+      }
+      EXPECT_EQ(checked, n);
+      // A NaN code anywhere in the row (e4m3fn: 0x7F and 0xFF) makes every row's dot NaN.
+      if (!e5m2)
+        for (uint8_t nan_code : {uint8_t{0x7F}, uint8_t{0xFF}}) {
+          std::vector<uint8_t> with_nan = finite;
+          with_nan[100] = nan_code;
+          std::fill(x.begin(), x.end(), 1.f);
+          cpu::fp8_dot_rows_scaled(x.data(), n, 3, with_nan.data(), scales.data(), n, 48, false, dot.data());
+          for (int r = 0; r < 3; ++r) EXPECT_TRUE(std::isnan(dot[r])) << "code " << int(nan_code);
+        }
+    }
+  }
+  cpu::fp8_set_simd_enabled(simd_before);
+}
+
+// linear(x, Fp8Weight) on the CPU: rows read in place (up to 16 rows of x, in groups of four) and sliced
+// dequantisation + sgemm (more rows), e4m3fn and e5m2 weights drawn over all finite codes (subnormals and the
+// extremes included), blocks that are not a multiple of 16 wide, on both the SIMD and the scalar path; a NaN
+// weight code makes its output column NaN and leaves the others finite.
+TEST(LinearFp8, InPlaceAndSlicedPathsMatchTheExactProduct) {
+  const bool simd_before = cpu::fp8_simd_enabled();
+  std::uniform_int_distribution<int> code(0, 255);
+  for (bool simd : {true, false})
+    for (DType wt : {DType::F8E4M3, DType::F8E5M2})
+      for (int64_t M : {1, 3, 16, 17, 40})
+        for (const auto& [K, bk] : std::vector<std::pair<int64_t, int64_t>>{{300, 48}, {256, 128}, {77, 16}}) {
+          cpu::fp8_set_simd_enabled(simd);
+          const int64_t N = 37, bn = 8;
+          SCOPED_TRACE(str(simd ? "SIMD " : "scalar ", dtype_name(wt), " M ", M, " K ", K, " block ", bn, "x", bk));
+          std::vector<float> wv(static_cast<size_t>(N * K));
+          for (float& v : wv) {
+            do {
+              const uint8_t c = static_cast<uint8_t>(code(test::rng()));
+              v = wt == DType::F8E5M2 ? e5m2_bits_to_f32(c) : e4m3_bits_to_f32(c);
+            } while (!std::isfinite(v));
+          }
+          const Tensor w = from_vector<float>(wv, Shape{N, K}).to(wt);  // exact: every value is a code's
+          const Tensor scales = random_tensor({(N + bn - 1) / bn, (K + bk - 1) / bk}, DType::F32, 1e-3, 4e-3);
+          const Fp8Weight fw{w, scales, ScaleRecipe::BlockWise, bn, bk};
+          const Tensor x = random_tensor({M, K}, DType::F32), bias = random_tensor({N}, DType::F32);
+          const Tensor y = linear(x, fw, bias);
+          // The exact product in double from the real weights (code x block scale).
+          const auto sv = values(scales);
+          std::vector<double> wd(wv.size());
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k)
+              wd[n * K + k] = double(wv[n * K + k]) * sv[(n / bn) * scales.size(1) + k / bk];
+          const Tensor wdt = from_doubles(wd, {N, K}, DType::F64);
+          auto ref = ref_scaled(x.to(DType::F64), wdt.t());
+          const auto bv = values(bias);
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) ref[m * N + n] += bv[n];
+          EXPECT_TRUE(test::linear_close(y, from_doubles(ref, {M, N}, DType::F64), test::linear_abs_scale(x, wdt, bias),
+                                         DType::F32, K));
+          if (wt == DType::F8E4M3) {
+            // One NaN code in weight row 5: that output column only.
+            Tensor wn = w.clone();
+            wn.narrow(0, 5, 1).narrow(1, K / 2, 1).copy_(from_vector<float>({NAN}, Shape{1, 1}));
+            const auto yn = values(linear(x, Fp8Weight{wn, scales, ScaleRecipe::BlockWise, bn, bk}));
+            for (int64_t m = 0; m < M; ++m)
+              for (int64_t n = 0; n < N; ++n)
+                EXPECT_EQ(std::isnan(yn[m * N + n]), n == 5) << "row " << m << " column " << n;
+          }
+        }
+  cpu::fp8_set_simd_enabled(simd_before);
 }
 
 }  // namespace
