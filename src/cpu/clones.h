@@ -23,4 +23,26 @@ KILN_SIMD_CLONES Acc simd_dot(const Acc* __restrict x, const S* __restrict w, in
   return s;
 }
 
+// The same for R (1..4) rows of x (x + r * ldx) against one w: each w[i] widened once for all rows.
+template <int R, class S>
+KILN_SIMD_CLONES void simd_dot_rows(const float* __restrict x, int64_t ldx, const S* __restrict w, int64_t n,
+                                    float* out) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  const float* x1 = x + (R > 1 ? ldx : 0);
+  const float* x2 = x + (R > 2 ? 2 * ldx : 0);
+  const float* x3 = x + (R > 3 ? 3 * ldx : 0);
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = static_cast<float>(w[i]);
+    s0 += x[i] * v;
+    if constexpr (R > 1) s1 += x1[i] * v;
+    if constexpr (R > 2) s2 += x2[i] * v;
+    if constexpr (R > 3) s3 += x3[i] * v;
+  }
+  out[0] = s0;
+  if constexpr (R > 1) out[1] = s1;
+  if constexpr (R > 2) out[2] = s2;
+  if constexpr (R > 3) out[3] = s3;
+}
+
 }  // namespace kiln::cpu

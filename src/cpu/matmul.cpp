@@ -9,6 +9,7 @@
 
 #include "core/dispatch.h"
 #include "cpu/clones.h"
+#include "kiln/ops.h"
 
 namespace kiln::cpu {
 
@@ -144,37 +145,81 @@ void gemm_int(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& a
   }
 }
 
+// Up to this many rows of a, gemm_half reads b in place (each weight widened once per group of four rows);
+// more rows widen slices of b to f32 for one sgemm each.
+constexpr int64_t kHalfInPlaceRows = 16;
+// The f32 slice of b for the sgemm path: 16 MB.
+constexpr int64_t kHalfSliceElems = int64_t{1} << 22;
+
 template <class T>
-void gemv_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
-  const int64_t B = c.size(0), m = c.size(2), k = a.size(2);
+void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
+  const int64_t B = c.size(0), n = c.size(1), m = c.size(2), k = a.size(2);
   const T* pa = static_cast<const T*>(a.data_ptr());
   const T* pb = static_cast<const T*>(b.data_ptr());
   float* pc = c.data<float>();
-  const int64_t sa = a.stride(0), sb = b.stride(0), sbm = b.stride(2);
-  std::vector<float> x(static_cast<size_t>(k));
+  const int64_t sa = a.stride(0), sar = a.stride(1), sb = b.stride(0), sbm = b.stride(2);
+  std::vector<float> x(static_cast<size_t>(n * k));
   for (int64_t bi = 0; bi < B; ++bi) {
-    for (int64_t p = 0; p < k; ++p) x[p] = static_cast<float>(pa[bi * sa + p]);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t p = 0; p < k; ++p) x[r * k + p] = static_cast<float>(pa[bi * sa + r * sar + p]);
     const float* xp = x.data();
-    float* cr = pc + bi * m;
+    float* cb = pc + bi * n * m;
     const T* base = pb + bi * sb;
+    if (n <= kHalfInPlaceRows) {
 #pragma omp parallel for schedule(static) if (m * k > (1 << 16))
-    for (int64_t j = 0; j < m; ++j) {
-      // simd_dot has AVX2 clones (cpu/clones.h): the portable build's SSE2 loop converted and summed too
-      // slowly to keep up with memory.
-      cr[j] = beta * cr[j] + alpha * simd_dot(xp, base + j * sbm, k);
+      for (int64_t j = 0; j < m; ++j) {
+        // simd_dot_rows has AVX2 clones (cpu/clones.h): the portable build's SSE2 loop converted and summed too
+        // slowly to keep up with memory.
+        float d[4];
+        for (int64_t r0 = 0; r0 < n; r0 += 4) {
+          const int64_t rows = std::min<int64_t>(4, n - r0);
+          const T* w = base + j * sbm;
+          switch (rows) {
+            case 1: simd_dot_rows<1>(xp + r0 * k, k, w, k, d); break;
+            case 2: simd_dot_rows<2>(xp + r0 * k, k, w, k, d); break;
+            case 3: simd_dot_rows<3>(xp + r0 * k, k, w, k, d); break;
+            default: simd_dot_rows<4>(xp + r0 * k, k, w, k, d); break;
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            float& out = cb[(r0 + r) * m + j];
+            out = beta * out + alpha * d[r];
+          }
+        }
+      }
+      continue;
+    }
+    const int64_t slice = std::clamp<int64_t>(kHalfSliceElems / std::max<int64_t>(k, 1), 1, m);
+    std::vector<float> wf(static_cast<size_t>(slice * k));
+    for (int64_t j0 = 0; j0 < m; j0 += slice) {
+      const int64_t rows = std::min(slice, m - j0);
+#pragma omp parallel for schedule(static) if (rows * k > (1 << 16))
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* w = base + (j0 + r) * sbm;
+        float* o = wf.data() + r * k;
+#pragma omp simd
+        for (int64_t p = 0; p < k; ++p) o[p] = static_cast<float>(w[p]);
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+                  static_cast<int>(k), alpha, xp, static_cast<int>(k), wf.data(), static_cast<int>(k), beta, cb + j0,
+                  static_cast<int>(m));
     }
   }
 }
 }  // namespace
 
-bool gemv_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
-  if (a.dim() != 3 || a.size(1) != 1 || a.dtype() != b.dtype() || c.dtype() != DType::F32) return false;
+bool gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
+  if (a.dim() != 3 || a.dtype() != b.dtype() || c.dtype() != DType::F32) return false;
   if (a.size(2) > 1 && a.stride(2) != 1) return false;
   if (b.size(1) > 1 && b.stride(1) != 1) return false;
   if (!c.is_contiguous()) return false;
   if (c.numel() == 0) return true;
-  if (a.dtype() == DType::BF16) gemv_half_kernel<BFloat16>(c, a, b, alpha, beta);
-  else if (a.dtype() == DType::F16) gemv_half_kernel<Half>(c, a, b, alpha, beta);
+  if (a.size(2) == 0) {  // no terms: c = beta * c
+    Tensor cc = c;
+    mul_(cc, beta);
+    return true;
+  }
+  if (a.dtype() == DType::BF16) gemm_half_kernel<BFloat16>(c, a, b, alpha, beta);
+  else if (a.dtype() == DType::F16) gemm_half_kernel<Half>(c, a, b, alpha, beta);
   else return false;
   return true;
 }

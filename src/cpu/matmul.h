@@ -13,11 +13,12 @@ namespace kiln::cpu {
 // wrapping loop); half types are converted to f32 by the caller.
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& alpha, const Scalar& beta);
 
-// One-row products of 16-bit operands without widening b: c [B, 1, m] (f32, contiguous; holds beta * input
-// or zeros, and is scaled by beta here) += alpha * a [B, 1, k] @ b [B, k, m], in f32, for a with unit
-// stride along k and b with unit stride along k (a linear layer's transposed weight). False, having done
-// nothing, for other layouts or dtypes (the caller widens to f32 then).
-bool gemv_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta);
+// Products of 16-bit operands in f32: c [B, n, m] (f32, contiguous; holds the input or zeros, scaled by beta
+// here) = beta * c + alpha * a [B, n, k] @ b [B, k, m], for a with unit stride along k and b with unit stride
+// along k (a linear layer's transposed weight). Up to 16 rows of a read b in place, each weight widened once
+// per group of four rows; more rows widen slices of b to f32 for sgemm. False, having done nothing, for other
+// layouts or dtypes (the caller widens to f32 then).
+bool gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta);
 
 // The BLAS library in use and how it threads, e.g. "OpenBLAS 0.3.21 ... (OpenMP threads)".
 std::string blas_description();

@@ -46,7 +46,7 @@ TEST(Linear, MatchesDoubleReferenceWithAndWithoutBias) {
 TEST(Linear, LongRowsMatchDoubleWithinTheAccumulationBound) {
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
     for (int64_t k : {1000, 4097, 14336})
-      for (int64_t m : {1, 5}) {
+      for (int64_t m : {1, 3, 5, 16, 17, 40}) {  // the 16-bit paths: in place up to 16 rows, then sgemm
         SCOPED_TRACE(str(dtype_name(dt), " K=", k, " M=", m));
         const Tensor x = test::random_tensor({m, k}, dt, -1, 1), w = test::random_tensor({24, k}, dt, -1, 1);
         const Tensor b = test::random_tensor({24}, dt, -1, 1);
@@ -56,6 +56,22 @@ TEST(Linear, LongRowsMatchDoubleWithinTheAccumulationBound) {
         const Tensor bi = test::random_int_tensor({24}, DType::I64, -8, 8).to(dt);
         EXPECT_TRUE(test::equal(linear(xi, wi, bi), linear_ref(xi, wi, bi).to(dt)));
       }
+}
+
+// A 16-bit weight wider than one 16 MB f32 slice of the sgemm path (three slices here), and inputs whose rows
+// are not contiguous (widened as a whole instead).
+TEST(Linear, HalfWeightAcrossSlicesAndStridedInput) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t k = 14336, n = 700;
+    const Tensor w = test::random_tensor({n, k}, dt, -1, 1), b = test::random_tensor({n}, dt, -1, 1);
+    const Tensor x = test::random_tensor({20, k}, dt, -1, 1);
+    EXPECT_TRUE(test::linear_close(linear(x, w, b), linear_ref(x, w, b), test::linear_abs_scale(x, w, b), dt, k));
+    const Tensor xt = test::random_tensor({64, 6}, dt, -1, 1).t();  // [6, 64] with stride 6 along k
+    const Tensor w2 = test::random_tensor({9, 64}, dt, -1, 1);
+    EXPECT_TRUE(test::linear_close(linear(xt, w2), linear_ref(xt, w2, std::nullopt),
+                                   test::linear_abs_scale(xt, w2, std::nullopt), dt, 64));
+  }
 }
 
 TEST(Linear, TransposedInputAndZeroRows) {

@@ -523,5 +523,20 @@ TEST(LinearFp8, InPlaceAndSlicedPathsMatchTheExactProduct) {
   cpu::fp8_set_simd_enabled(simd_before);
 }
 
+// The sgemm path over a weight wider than one 16 MB f32 slice (three slices): the same product.
+TEST(LinearFp8, SlicedPathAcrossSeveralSlices) {
+  const int64_t M = 17, K = 14336, N = 700;
+  const Fp8Tensor q = quantize_fp8(random_tensor({N, K}, DType::F32), ScaleRecipe::BlockWise, DType::F8E4M3, false, 128);
+  const Fp8Weight w{q.values, q.scales, ScaleRecipe::BlockWise, 128, 128};
+  const Tensor x = random_tensor({M, K}, DType::BF16), bias = random_tensor({N}, DType::BF16);
+  const Tensor wd = dequantize_fp8(q, ScaleRecipe::BlockWise, DType::F64, false);
+  auto ref = ref_scaled(x.to(DType::F64), wd.t());
+  const auto bv = values(bias);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) ref[m * N + n] += bv[n];
+  EXPECT_TRUE(test::linear_close(linear(x, w, bias), from_doubles(ref, {M, N}, DType::F64),
+                                 test::linear_abs_scale(x, wd, bias), DType::BF16, K));
+}
+
 }  // namespace
 }  // namespace kiln
