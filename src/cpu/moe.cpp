@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "cpu/clones.h"
 #include "cpu/fp8_dot.h"
 #include "cpu/loops.h"
 #include "ops/math.h"
@@ -15,6 +16,10 @@ namespace kiln::cpu {
 
 namespace {
 
+// The MoE block over the experts in x's dtype: gate/up rows of the token's experts (simd_dot, each weight
+// widened once), SiLU x up rounded to x's dtype (as the down projection reads it), then the down rows summed over
+// the experts in router order. One token's rows are spread over the threads (decode); several tokens, one token
+// per thread.
 template <class X>
 void moe_experts_kernel(const Tensor& out, const Tensor& x, const Tensor& experts, const Tensor& weights,
                         const Tensor& gate_up, const Tensor& down) {
@@ -25,35 +30,41 @@ void moe_experts_kernel(const Tensor& out, const Tensor& x, const Tensor& expert
   const X* gup = gate_up.data<const X>();
   const X* dp = down.data<const X>();
   X* op = out.data<X>();
-  const bool parallel = T > 1 && T * k * I * H >= kParallelGrain;
-#pragma omp parallel for schedule(dynamic) if (parallel)
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> xt(static_cast<size_t>(H)), acc(static_cast<size_t>(H), 0.0f);
-    std::vector<X> h(static_cast<size_t>(I));
-    for (int64_t c = 0; c < H; ++c) xt[static_cast<size_t>(c)] = convert<float>(xp[t * H + c]);
+  // xt: the token in f32; h[j * I + i]: expert j's activation i, rounded to X.
+  const auto gate_up_row = [&](int64_t t, const float* xt, float* h, int64_t j, int64_t i) {
+    const X* gu = gup + static_cast<int64_t>(ep[t * k + j]) * 2 * I * H;
+    const float g = simd_dot(xt, gu + i * H, H), u = simd_dot(xt, gu + (I + i) * H, H);
+    h[j * I + i] = convert<float>(convert<X>(moe_math::silu_mul(g, u)));
+  };
+  const auto down_row = [&](int64_t t, const float* h, int64_t c) {
+    float acc = 0.f;
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = ep[t * k + j];
-      const float w = convert<float>(wp[t * k + j]);
-      const X* gu = gup + e * 2 * I * H;
-      for (int64_t i = 0; i < I; ++i) {
-        float g = 0, u = 0;
-        const X* grow = gu + i * H;
-        const X* urow = gu + (I + i) * H;
-        for (int64_t c = 0; c < H; ++c) {
-          g += convert<float>(grow[c]) * xt[static_cast<size_t>(c)];
-          u += convert<float>(urow[c]) * xt[static_cast<size_t>(c)];
-        }
-        // The intermediate activation is stored in x's dtype, as the down projection reads it.
-        h[static_cast<size_t>(i)] = convert<X>(moe_math::silu_mul(g, u));
-      }
-      const X* de = dp + e * H * I;
-      for (int64_t c = 0; c < H; ++c) {
-        float y = 0;
-        for (int64_t i = 0; i < I; ++i) y += convert<float>(de[c * I + i]) * convert<float>(h[static_cast<size_t>(i)]);
-        acc[static_cast<size_t>(c)] += w * y;
-      }
+      const X* de = dp + static_cast<int64_t>(ep[t * k + j]) * H * I;
+      acc += convert<float>(wp[t * k + j]) * simd_dot(h + j * I, de + c * I, I);
     }
-    for (int64_t c = 0; c < H; ++c) op[t * H + c] = convert<X>(acc[static_cast<size_t>(c)]);
+    op[t * H + c] = convert<X>(acc);
+  };
+  const auto widen = [&](int64_t t, float* xt) {
+    for (int64_t c = 0; c < H; ++c) xt[c] = convert<float>(xp[t * H + c]);
+  };
+  const bool big = k * I * H >= kParallelGrain;
+  if (T == 1 || !big) {
+    std::vector<float> xt(static_cast<size_t>(H)), h(static_cast<size_t>(k * I));
+    for (int64_t t = 0; t < T; ++t) {
+      widen(t, xt.data());
+#pragma omp parallel for schedule(static) if (big)
+      for (int64_t ji = 0; ji < k * I; ++ji) gate_up_row(t, xt.data(), h.data(), ji / I, ji % I);
+#pragma omp parallel for schedule(static) if (big)
+      for (int64_t c = 0; c < H; ++c) down_row(t, h.data(), c);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> xt(static_cast<size_t>(H)), h(static_cast<size_t>(k * I));
+    widen(t, xt.data());
+    for (int64_t ji = 0; ji < k * I; ++ji) gate_up_row(t, xt.data(), h.data(), ji / I, ji % I);
+    for (int64_t c = 0; c < H; ++c) down_row(t, h.data(), c);
   }
 }
 
@@ -114,10 +125,8 @@ void linear_fp8_kernel(const Tensor& out, const Tensor& x, const Tensor& w, cons
   }
 }
 
-// The MoE block with e4m3 experts read in place (each selected expert's rows once per token, as
-// moe_experts_kernel reads the dequantised ones): gate/up rows of the token's experts, SiLU x up kept in f32,
-// then the down rows summed over the experts in router order. One token's rows are spread over the threads
-// (decode); several tokens, one token per thread.
+// moe_experts_kernel's loop with e4m3 experts read in place (only the selected experts, each code converted as
+// it is used, its block's scale applied per block) on f32 activations, SiLU x up kept in f32.
 void moe_experts_fp8_kernel(const Tensor& out, const Tensor& x, const Tensor& experts, const Tensor& weights,
                             const Tensor& gate_up, const Tensor& gu_scales, const Tensor& down,
                             const Tensor& dn_scales, int64_t bn, int64_t bk) {
