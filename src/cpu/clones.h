@@ -23,6 +23,13 @@ KILN_SIMD_CLONES Acc simd_dot(const Acc* __restrict x, const S* __restrict w, in
   return s;
 }
 
+// out[i] = w[i] widened to f32, for i < n.
+template <class S>
+KILN_SIMD_CLONES void simd_widen(const S* __restrict w, int64_t n, float* __restrict out) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(w[i]);
+}
+
 // The same for R (1..4) rows of x (x + r * ldx) against one w: each w[i] widened once for all rows.
 template <int R, class S>
 KILN_SIMD_CLONES void simd_dot_rows(const float* __restrict x, int64_t ldx, const S* __restrict w, int64_t n,

@@ -193,12 +193,7 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
     for (int64_t j0 = 0; j0 < m; j0 += slice) {
       const int64_t rows = std::min(slice, m - j0);
 #pragma omp parallel for schedule(static) if (rows * k > (1 << 16))
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* w = base + (j0 + r) * sbm;
-        float* o = wf.data() + r * k;
-#pragma omp simd
-        for (int64_t p = 0; p < k; ++p) o[p] = static_cast<float>(w[p]);
-      }
+      for (int64_t r = 0; r < rows; ++r) simd_widen(base + (j0 + r) * sbm, k, wf.data() + r * k);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
                   static_cast<int>(k), alpha, xp, static_cast<int>(k), wf.data(), static_cast<int>(k), beta, cb + j0,
                   static_cast<int>(m));
