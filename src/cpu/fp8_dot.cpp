@@ -39,29 +39,6 @@ void blocks_scalar(const float* x, int64_t ldx, int rows, const uint8_t* w, cons
 }
 
 #if KILN_FP8_X86
-// 16 codes as two vectors of 8 exact f32 values (the row dequantisation). e5m2 is the top byte of an f16.
-// e4m3fn shifted into f16's layout (sign to bit 15, exponent and mantissa to bits 13..7) reads as its value
-// times 2^-8, subnormals included (they land on f16 subnormals); the product by 256 is exact. Its NaN code
-// (S.1111.111) reads as +-480 here: the caller looks for it separately.
-template <bool E5>
-KILN_AVX2_FMA_F16C inline void widen16(__m128i b, __m256& lo, __m256& hi) {
-  const __m256i t = _mm256_cvtepu8_epi16(b);
-  __m256i h;
-  if constexpr (E5) {
-    h = _mm256_slli_epi16(t, 8);
-  } else {
-    h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(t, _mm256_set1_epi16(0x80)), 8),
-                        _mm256_slli_epi16(_mm256_and_si256(t, _mm256_set1_epi16(0x7F)), 7));
-  }
-  lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-  hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-  if constexpr (!E5) {
-    const __m256 k256 = _mm256_set1_ps(256.f);
-    lo = _mm256_mul_ps(lo, k256);
-    hi = _mm256_mul_ps(hi, k256);
-  }
-}
-
 // Lanes of b holding the e4m3fn NaN code (0x7F or 0xFF).
 KILN_AVX2_FMA_F16C inline __m128i e4m3_nan_lanes(__m128i b) {
   const __m128i m = _mm_set1_epi8(0x7F);
@@ -75,10 +52,11 @@ KILN_AVX2_FMA_F16C inline float hsum(__m256 v) {
 }
 
 // 16 codes as two vectors of 8 f32 values, e4m3fn ones scaled by 2^-8 (its codes sign-extended to 16 bits and
-// shifted into f16's layout read as value x 2^-8, subnormals included; the callers multiply the sums by 256,
-// exactly), e5m2 ones exact. Three integer steps and the converter per 16 codes.
+// shifted into f16's layout read as value x 2^-8, subnormals included; the callers multiply by 256, exactly),
+// e5m2 ones exact (the top byte of an f16). Three integer steps and the converter per 16 codes. The e4m3fn NaN
+// code (S.1111.111) reads as +-1.875 here: the callers look for it separately.
 template <bool E5>
-KILN_AVX2_FMA_F16C inline void widen16_lean(__m128i c, __m256& lo, __m256& hi) {
+KILN_AVX2_FMA_F16C inline void widen16(__m128i c, __m256& lo, __m256& hi) {
   __m256i h;
   if constexpr (E5) {
     h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(c), 8);
@@ -100,7 +78,7 @@ KILN_AVX2_FMA_F16C inline void block_step(const float* x, int64_t ldx, const uin
     max_s = _mm_max_epi8(max_s, c);
   }
   __m256 lo, hi;
-  widen16_lean<E5>(c, lo, hi);
+  widen16<E5>(c, lo, hi);
   for (int r = 0; r < R; ++r) {
     acc[r][a] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + i), lo, acc[r][a]);
     acc[r][a + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + i + 8), hi, acc[r][a + 1]);
@@ -145,7 +123,7 @@ KILN_AVX2_FMA_F16C void dot_rows_blocks_avx2(const float* x, int64_t ldx, const 
     if (i < k1) {
       float part[R] = {};
       for (; i < k1; ++i) {
-        const float wv = E5 ? e5m2_bits_to_f32(w[i]) : e4m3_bits_to_f32(w[i]);
+        const float wv = code_to_f32(w[i], E5);
         for (int r = 0; r < R; ++r) part[r] += x[r * ldx + i] * wv;
       }
       for (int r = 0; r < R; ++r) tail[r] += part[r] * scale;
@@ -168,10 +146,14 @@ KILN_AVX2_FMA_F16C void dequantize_avx2(const uint8_t* w, int64_t n, float scale
     }
     __m256 lo, hi;
     widen16<E5>(b, lo, hi);
+    if constexpr (!E5) {  // exact: the codes' values
+      lo = _mm256_mul_ps(lo, _mm256_set1_ps(256.f));
+      hi = _mm256_mul_ps(hi, _mm256_set1_ps(256.f));
+    }
     _mm256_storeu_ps(out + i, _mm256_mul_ps(lo, sc));
     _mm256_storeu_ps(out + i + 8, _mm256_mul_ps(hi, sc));
   }
-  for (; i < n; ++i) out[i] = (E5 ? e5m2_bits_to_f32(w[i]) : e4m3_bits_to_f32(w[i])) * scale;
+  for (; i < n; ++i) out[i] = code_to_f32(w[i], E5) * scale;
 }
 
 bool detect_simd() {

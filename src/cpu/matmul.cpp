@@ -9,7 +9,6 @@
 
 #include "core/dispatch.h"
 #include "cpu/clones.h"
-#include "kiln/ops.h"
 
 namespace kiln::cpu {
 
@@ -165,7 +164,7 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
     const float* xp = x.data();
     float* cb = pc + bi * n * m;
     const T* base = pb + bi * sb;
-    if (n <= kHalfInPlaceRows) {
+    if (n <= kHalfInPlaceRows || k == 0) {
 #pragma omp parallel for schedule(static) if (m * k > (1 << 16))
       for (int64_t j = 0; j < m; ++j) {
         // simd_dot_rows has AVX2 clones (cpu/clones.h): the portable build's SSE2 loop converted and summed too
@@ -202,21 +201,15 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
 }
 }  // namespace
 
-bool gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
-  if (a.dim() != 3 || a.dtype() != b.dtype() || c.dtype() != DType::F32) return false;
-  if (a.size(2) > 1 && a.stride(2) != 1) return false;
-  if (b.size(1) > 1 && b.stride(1) != 1) return false;
-  if (!c.is_contiguous()) return false;
-  if (c.numel() == 0) return true;
-  if (a.size(2) == 0) {  // no terms: c = beta * c
-    Tensor cc = c;
-    mul_(cc, beta);
-    return true;
-  }
+bool gemm_half_takes(const Tensor& a, const Tensor& b) {
+  return a.dim() == 3 && a.dtype() == b.dtype() && (a.dtype() == DType::BF16 || a.dtype() == DType::F16) &&
+         (a.size(2) <= 1 || a.stride(2) == 1) && (b.size(1) <= 1 || b.stride(1) == 1);
+}
+
+void gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
+  if (c.numel() == 0) return;
   if (a.dtype() == DType::BF16) gemm_half_kernel<BFloat16>(c, a, b, alpha, beta);
-  else if (a.dtype() == DType::F16) gemm_half_kernel<Half>(c, a, b, alpha, beta);
-  else return false;
-  return true;
+  else gemm_half_kernel<Half>(c, a, b, alpha, beta);
 }
 
 std::string blas_description() {

@@ -14,11 +14,11 @@ namespace kiln::cpu {
 void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& alpha, const Scalar& beta);
 
 // Products of 16-bit operands in f32: c [B, n, m] (f32, contiguous; holds the input or zeros, scaled by beta
-// here) = beta * c + alpha * a [B, n, k] @ b [B, k, m], for a with unit stride along k and b with unit stride
-// along k (a linear layer's transposed weight). Up to 16 rows of a read b in place, each weight widened once
-// per group of four rows; more rows widen slices of b to f32 for sgemm. False, having done nothing, for other
-// layouts or dtypes (the caller widens to f32 then).
-bool gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta);
+// here) = beta * c + alpha * a [B, n, k] @ b [B, k, m], for the layouts gemm_half_takes: a and b bf16 or f16
+// with unit stride along k (b: a linear layer's transposed weight). Up to 16 rows of a read b in place, each
+// weight widened once per group of four rows; more rows widen slices of b to f32 for sgemm.
+bool gemm_half_takes(const Tensor& a, const Tensor& b);
+void gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta);
 
 // The BLAS library in use and how it threads, e.g. "OpenBLAS 0.3.21 ... (OpenMP threads)".
 std::string blas_description();

@@ -16,10 +16,36 @@ namespace kiln::cpu {
 
 namespace {
 
+// The MoE block's loop over tokens. token(t, scratch) returns token t's activations in f32 (converted into
+// scratch [H] when needed); gate_up_row(t, xt, h, j, i) sets h[j * I + i], expert j's activation i;
+// down_row(t, h, c) writes output c. One token's rows are spread over the threads (decode); several tokens, one
+// token per thread.
+template <class Token, class GateUp, class Down>
+void moe_token_loop(int64_t T, int64_t H, int64_t k, int64_t I, Token token, GateUp gate_up_row, Down down_row) {
+  const bool big = k * I * H >= kParallelGrain;
+  if (T == 1 || !big) {
+    std::vector<float> scratch(static_cast<size_t>(H)), h(static_cast<size_t>(k * I));
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xt = token(t, scratch.data());
+#pragma omp parallel for schedule(static) if (big)
+      for (int64_t ji = 0; ji < k * I; ++ji) gate_up_row(t, xt, h.data(), ji / I, ji % I);
+#pragma omp parallel for schedule(static) if (big)
+      for (int64_t c = 0; c < H; ++c) down_row(t, h.data(), c);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> scratch(static_cast<size_t>(H)), h(static_cast<size_t>(k * I));
+    const float* xt = token(t, scratch.data());
+    for (int64_t ji = 0; ji < k * I; ++ji) gate_up_row(t, xt, h.data(), ji / I, ji % I);
+    for (int64_t c = 0; c < H; ++c) down_row(t, h.data(), c);
+  }
+}
+
 // The MoE block over the experts in x's dtype: gate/up rows of the token's experts (simd_dot, each weight
 // widened once), SiLU x up rounded to x's dtype (as the down projection reads it), then the down rows summed over
-// the experts in router order. One token's rows are spread over the threads (decode); several tokens, one token
-// per thread.
+// the experts in router order.
 template <class X>
 void moe_experts_kernel(const Tensor& out, const Tensor& x, const Tensor& experts, const Tensor& weights,
                         const Tensor& gate_up, const Tensor& down) {
@@ -44,28 +70,11 @@ void moe_experts_kernel(const Tensor& out, const Tensor& x, const Tensor& expert
     }
     op[t * H + c] = convert<X>(acc);
   };
-  const auto widen = [&](int64_t t, float* xt) {
+  const auto token = [&](int64_t t, float* xt) {
     for (int64_t c = 0; c < H; ++c) xt[c] = convert<float>(xp[t * H + c]);
+    return static_cast<const float*>(xt);
   };
-  const bool big = k * I * H >= kParallelGrain;
-  if (T == 1 || !big) {
-    std::vector<float> xt(static_cast<size_t>(H)), h(static_cast<size_t>(k * I));
-    for (int64_t t = 0; t < T; ++t) {
-      widen(t, xt.data());
-#pragma omp parallel for schedule(static) if (big)
-      for (int64_t ji = 0; ji < k * I; ++ji) gate_up_row(t, xt.data(), h.data(), ji / I, ji % I);
-#pragma omp parallel for schedule(static) if (big)
-      for (int64_t c = 0; c < H; ++c) down_row(t, h.data(), c);
-    }
-    return;
-  }
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> xt(static_cast<size_t>(H)), h(static_cast<size_t>(k * I));
-    widen(t, xt.data());
-    for (int64_t ji = 0; ji < k * I; ++ji) gate_up_row(t, xt.data(), h.data(), ji / I, ji % I);
-    for (int64_t c = 0; c < H; ++c) down_row(t, h.data(), c);
-  }
+  moe_token_loop(T, H, k, I, token, gate_up_row, down_row);
 }
 
 // Up to this many rows of x, linear(x, Fp8Weight) reads the weight in place: each code is converted once per
@@ -91,7 +100,7 @@ void linear_fp8_kernel(const Tensor& out, const Tensor& x, const Tensor& w, cons
     const Tensor b = bias->to(DType::F32).contiguous();
     for (int64_t n = 0; n < N; ++n) bias_f[static_cast<size_t>(n)] = b.data<const float>()[n];
   }
-  if (M <= kFp8InPlaceRows) {
+  if (M <= kFp8InPlaceRows || K == 0) {
 #pragma omp parallel for schedule(static) if (N * K >= kParallelGrain)
     for (int64_t n = 0; n < N; ++n) {
       float acc[4];
@@ -113,11 +122,9 @@ void linear_fp8_kernel(const Tensor& out, const Tensor& x, const Tensor& w, cons
       for (int64_t b = 0, k0 = 0; k0 < K; ++b, k0 += bk)
         fp8_dequantize_row(wp + n * K + k0, std::min(bk, K - k0), e5m2, sp[(n / bn) * kb + b], wf.data() + r * K + k0);
     }
-    if (K == 0) std::fill(yf.begin(), yf.end(), 0.0f);
-    else
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(R),
-                  static_cast<int>(K), 1.0f, xf.data(), static_cast<int>(K), wf.data(), static_cast<int>(K), 0.0f,
-                  yf.data(), static_cast<int>(R));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(R),
+                static_cast<int>(K), 1.0f, xf.data(), static_cast<int>(K), wf.data(), static_cast<int>(K), 0.0f,
+                yf.data(), static_cast<int>(R));
 #pragma omp parallel for schedule(static) if (M * R >= kParallelGrain)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t r = 0; r < R; ++r)
@@ -125,7 +132,7 @@ void linear_fp8_kernel(const Tensor& out, const Tensor& x, const Tensor& w, cons
   }
 }
 
-// moe_experts_kernel's loop with e4m3 experts read in place (only the selected experts, each code converted as
+// moe_experts_kernel with e4m3 experts read in place (only the selected experts, each code converted as
 // it is used, its block's scale applied per block) on f32 activations, SiLU x up kept in f32.
 void moe_experts_fp8_kernel(const Tensor& out, const Tensor& x, const Tensor& experts, const Tensor& weights,
                             const Tensor& gate_up, const Tensor& gu_scales, const Tensor& down,
@@ -142,13 +149,13 @@ void moe_experts_fp8_kernel(const Tensor& out, const Tensor& x, const Tensor& ex
   const int64_t ds_rows = dn_scales.size(1), ds_cols = dn_scales.size(2);
   float* op = out.data<float>();
   // h[j * I + i]: expert j's activation i for the token.
-  const auto gate_up_row = [&](int64_t t, float* h, int64_t j, int64_t i) {
+  const auto gate_up_row = [&](int64_t t, const float* xt, float* h, int64_t j, int64_t i) {
     const int64_t e = ep[t * k + j];
     const uint8_t* gu = gup + e * 2 * I * H;
     const float* sc = gsp + e * gs_rows * gs_cols;
     float g, u;
-    fp8_dot_rows_scaled(xp + t * H, 0, 1, gu + i * H, sc + (i / bn) * gs_cols, H, bk, false, &g);
-    fp8_dot_rows_scaled(xp + t * H, 0, 1, gu + (I + i) * H, sc + ((I + i) / bn) * gs_cols, H, bk, false, &u);
+    fp8_dot_rows_scaled(xt, 0, 1, gu + i * H, sc + (i / bn) * gs_cols, H, bk, false, &g);
+    fp8_dot_rows_scaled(xt, 0, 1, gu + (I + i) * H, sc + ((I + i) / bn) * gs_cols, H, bk, false, &u);
     h[j * I + i] = moe_math::silu_mul(g, u);
   };
   const auto down_row = [&](int64_t t, const float* h, int64_t c) {
@@ -162,23 +169,7 @@ void moe_experts_fp8_kernel(const Tensor& out, const Tensor& x, const Tensor& ex
     }
     op[t * H + c] = acc;
   };
-  const bool big = k * I * H >= kParallelGrain;
-  if (T == 1 || !big) {
-    std::vector<float> h(static_cast<size_t>(k * I));
-    for (int64_t t = 0; t < T; ++t) {
-#pragma omp parallel for schedule(static) if (big)
-      for (int64_t ji = 0; ji < k * I; ++ji) gate_up_row(t, h.data(), ji / I, ji % I);
-#pragma omp parallel for schedule(static) if (big)
-      for (int64_t c = 0; c < H; ++c) down_row(t, h.data(), c);
-    }
-    return;
-  }
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> h(static_cast<size_t>(k * I));
-    for (int64_t ji = 0; ji < k * I; ++ji) gate_up_row(t, h.data(), ji / I, ji % I);
-    for (int64_t c = 0; c < H; ++c) down_row(t, h.data(), c);
-  }
+  moe_token_loop(T, H, k, I, [&](int64_t t, float*) { return xp + t * H; }, gate_up_row, down_row);
 }
 
 }  // namespace

@@ -57,13 +57,14 @@ Tensor batched(const Tensor& a, const Tensor& b, const Tensor& input, const Scal
   const DType t = a.dtype();
   if (t == DType::F16 || t == DType::BF16) {
     const bool use_input = input.defined() && beta.to_double() != 0.0;
-    {
+    if (cpu::gemm_half_takes(a, b)) {
       // A linear layer's layout: b read in its own dtype (a few rows) or widened a slice at a time.
       Tensor c = empty({a.size(0), a.size(1), b.size(2)}, DType::F32);
       if (use_input) c.copy_(input);
       else c.zero_();
       const float beta32 = use_input ? static_cast<float>(beta.to_double()) : 0.f;
-      if (cpu::gemm_half(c, a, b, static_cast<float>(alpha.to_double()), beta32)) return c.to(t);
+      cpu::gemm_half(c, a, b, static_cast<float>(alpha.to_double()), beta32);
+      return c.to(t);
     }
     Tensor in32 = input.defined() ? input.to(DType::F32) : input;
     return batched(widen_to_f32(a), widen_to_f32(b), in32, beta, alpha).to(t);

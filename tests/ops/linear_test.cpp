@@ -71,6 +71,10 @@ TEST(Linear, HalfWeightAcrossSlicesAndStridedInput) {
     const Tensor w2 = test::random_tensor({9, 64}, dt, -1, 1);
     EXPECT_TRUE(test::linear_close(linear(xt, w2), linear_ref(xt, w2, std::nullopt),
                                    test::linear_abs_scale(xt, w2, std::nullopt), dt, 64));
+    // K = 0 on both paths (a weight's transposed layout): the bias alone.
+    const Tensor b0 = test::random_tensor({5}, dt, -1, 1);
+    for (int64_t m : {3, 20})
+      EXPECT_TRUE(test::equal(addmm(b0, empty({m, 0}, dt), empty({5, 0}, dt).t()), b0.expand({m, 5}).contiguous()));
   }
 }
 
