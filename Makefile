@@ -8,7 +8,7 @@ CMAKE_ARGS ?=
 DEMO_BENCH_ARGS ?= $(shell command -v nvidia-smi > /dev/null 2>&1 && echo '-r 3' || echo '-p 16 -n 8 -r 1')
 CMAKE       = cmake -G Ninja -DKILN_CUDA=$(KILN_CUDA) $(CMAKE_ARGS)
 
-.PHONY: all deps configure build demo test test-asan bench clean
+.PHONY: all deps configure build demo test test-asan fuzz ci plots bench clean
 
 all: build
 
@@ -40,8 +40,24 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+# The fuzz targets (fuzz/, clang + libFuzzer, build-fuzz): each runs FUZZ_SECONDS, and the inputs that reach
+# new code join fuzz/corpus/<target> (commit them). FUZZ_TARGETS="tokenizer chat" runs only those.
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?=
+fuzz:
+	@scripts/install-deps.sh --fuzz
+	scripts/fuzz.sh --seconds $(FUZZ_SECONDS) --merge $(FUZZ_TARGETS)
+
+# What CI runs on every change (.ci/run): the tests, the sanitizer suite and a minute of each fuzz target.
+ci:
+	.ci/run
+
+# docs/benchmarks.md's plots and tables from bench/results.
+plots:
+	python3 scripts/plots.py
+
 bench: build
 	$(BUILD)/bin/kiln demo --repeats 200
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

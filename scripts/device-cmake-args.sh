@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Prints the CMake arguments that point at PCRE2 / utf8proc unpacked by scripts/fetch-device-deps.sh (static
-# libraries), when .deps/root exists; nothing otherwise.
+# The CMake arguments every build on the GPU machine shares (device-test.sh, device-bench.sh,
+# device-check.sh, ab-binaries.sh), so that they reuse one build folder:
+# - -lineinfo: line tables in the device code, so compute-sanitizer and Nsight name source lines (no
+#   change to the generated code);
+# - PCRE2 / utf8proc unpacked by scripts/fetch-device-deps.sh (static libraries), when .deps/root exists.
+echo "-DCMAKE_CUDA_FLAGS=-lineinfo"
 root="$(cd "$(dirname "$0")/.." && pwd)/.deps/root"
 lib="$root/usr/lib/x86_64-linux-gnu"
 if [ -f "$lib/libpcre2-8.a" ] && [ -f "$lib/libutf8proc.a" ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine: build and run the whole test suite, then the CUDA tests of a Debug build under
-# compute-sanitizer memcheck. Logs go to $OUT (at most 8 files come back from the device machine); a
-# summary line comes last.
+# On the GPU machine: build (Release, -lineinfo) and run the whole test suite, then the CUDA tests under
+# compute-sanitizer (memcheck, racecheck, synccheck; see sanitizer() below). Logs go to $OUT (at most 8
+# files come back from the device machine); a summary line comes last.
 #
 #   scripts/device-test.sh [all|release|sanitizer]     (default: all)
 #   KILN_PERF=1     also time every CUDA conformance case (perf.log)
@@ -13,15 +13,12 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 MODE=${1:-all}
 BUILD=build-gpu
-DBG=build-gpu-debug
 summary=()
 
-release() {
-  {
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
-    nvcc --version | tail -1
-  } > "$OUT/info.txt" 2>&1
-  cat "$OUT/info.txt"
+# The Release build both modes use (once per call).
+BUILT=0
+build_release() {
+  [ "$BUILT" = 1 ] && return 0
   local start=$(date +%s)
   if ! { cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF $(scripts/device-cmake-args.sh) &&
          cmake --build "$BUILD" -j 16; } > "$OUT/build.log" 2>&1; then
@@ -29,7 +26,17 @@ release() {
     summary+=("release build FAILED")
     return 1
   fi
+  BUILT=1
   echo "release build: $(( $(date +%s) - start )) s"
+}
+
+release() {
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+    nvcc --version | tail -1
+  } > "$OUT/info.txt" 2>&1
+  cat "$OUT/info.txt"
+  build_release || return 1
   # Each test executable runs once, its cases in one process (ctest starts one process, and one CUDA
   # context, per case: several minutes more on the GPU machine), six at a time; then the non-gtest CTest
   # entries (command-line tests).
@@ -40,7 +47,7 @@ release() {
   # The largest executables first (a rough proxy for the slowest); each gets TEST_TIMEOUT seconds (a hang shows as exit 124 in its log).
   local exes=($(ls -S "$BUILD"/tests/kiln_*_tests | grep -E "${TESTS:-.}"))
   # Six processes share the cores: each gets its sixth of them for its CPU references (OpenMP threads that
-  # outnumber the cores spin against each other; the conformance suites took 190-250 s that way).
+  # outnumber the cores spin against each other and slow every suite down).
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( ($(nproc) + 5) / 6 ))}
   for x in "${exes[@]}"; do
     local name=$(basename "$x")
@@ -57,8 +64,8 @@ release() {
   tar czf "$OUT/test-logs.tgz" -C "$OUT" tests && rm -rf "$logs"
   (cd "$BUILD" && ctest --output-on-failure -R "^(cli_|KilnBench)" --timeout 300) >> "$OUT/ctest.log" 2>&1 || failed+=("ctest cli")
   # Concurrency: six processes of the CUDA golden-model tests at once, four rounds each. GPU time-slicing
-  # delays copies and kernels, which exposes missing stream ordering (the model's stream once read weights
-  # whose uploads, on the caller's stream, had not landed: every model failed this way).
+  # delays copies and kernels, which exposes missing stream ordering (e.g. a model stream reading weights
+  # whose uploads, on the caller's stream, have not landed).
   if [ -x "$BUILD/tests/kiln_llm_tests" ]; then
     local cdir="$OUT/concurrent"
     mkdir -p "$cdir"
@@ -88,31 +95,77 @@ release() {
   return $rc
 }
 
+# compute-sanitizer over the Release build (built with -lineinfo by scripts/device-cmake-args.sh, so
+# reports name source lines): memcheck over every CUDA test executable and the CUDA cases of the others,
+# SAN_JOBS executables at a time; then racecheck (shared-memory hazards) and synccheck (barriers: block,
+# warp and cluster) over the executables whose kernels use shared memory or barriers. One log per tool and
+# executable in sanitizer.tgz; sanitizer.log holds one line each and the reports of the failing ones.
+#   SAN_TOOLS="memcheck racecheck synccheck"   the tools to run
+#   SAN_JOBS=N          executables under a tool at once (default 6)
+#   SAN_TIMEOUT=S       seconds each may take (default 420)
 sanitizer() {
   if ! command -v compute-sanitizer > /dev/null; then summary+=("compute-sanitizer: not installed"); return 0; fi
-  if ! { cmake -G Ninja -S . -B "$DBG" -DCMAKE_BUILD_TYPE=Debug -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF $(scripts/device-cmake-args.sh) &&
-         cmake --build "$DBG" -j 16; } > "$OUT/build-debug.log" 2>&1; then
-    grep -E "error" -A3 "$OUT/build-debug.log" | head -20
-    summary+=("debug build FAILED")
-    return 1
-  fi
-  local failing=0 clean=0
+  build_release || return 1
+  local dir="$OUT/sanitizer" t0=$(date +%s)
+  mkdir -p "$dir"
   : > "$OUT/sanitizer.log"
-  for t in "$DBG"/tests/kiln_cuda*_tests; do
-    # The >2^31-element tests move ~13 GB: far too slow under memcheck, and their kernels run here anyway.
-    case "$t" in *large*) continue ;; esac
-    # API errors are expected where tests provoke them (out of memory, a sync inside a capture); memory
-    # errors (out-of-bounds, misaligned, uninitialised device reads) are what this run looks for.
-    compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 "$t" >> "$OUT/sanitizer.log" 2>&1
-    local r=$?
-    if [ $r -eq 0 ]; then clean=$((clean + 1)); else failing=$((failing + 1)); echo "sanitizer: $(basename "$t") rc=$r"; fi
+  compute-sanitizer --version | tail -1 >> "$OUT/sanitizer.log"
+  # The >2^31-element tests move ~13 GB: far too slow under a sanitizer, and their kernels run in the suite.
+  local exes=($(ls -S "$BUILD"/tests/kiln_cuda*_tests | grep -v large))
+  local mixed=(kiln_core_tests kiln_creation_tests kiln_io_tests kiln_llm_tests kiln_nn_tests)
+  # The kernels with shared memory, warp or block barriers, or cluster barriers (softmax, sampling, norms,
+  # reductions, attention, the grouped and one-row products, FP8).
+  local shared=(softmax sampling norm reduce attention moe linear fp8 matmul index)
+  local jobs=()
+  for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
+    local targets=()
+    if [ "$tool" = memcheck ]; then
+      for x in "${exes[@]}"; do targets+=("$(basename "$x"):*"); done
+      for m in "${mixed[@]}"; do [ -x "$BUILD/tests/$m" ] && targets+=("$m:*Cuda*"); done
+    else
+      for k in "${shared[@]}"; do [ -x "$BUILD/tests/kiln_cuda_${k}_tests" ] && targets+=("kiln_cuda_${k}_tests:*"); done
+    fi
+    for t in "${targets[@]}"; do jobs+=("$tool:$t"); done
   done
-  summary+=("compute-sanitizer memcheck: $clean executables clean, $failing failing")
+  for j in "${jobs[@]}"; do
+    local tool=${j%%:*} rest=${j#*:}
+    local exe=${rest%%:*} filter=${rest#*:}
+    (
+      local log="$dir/$tool-$exe.log" s=$(date +%s) extra=()
+      # API errors are expected where tests provoke them (out of memory, a sync inside a capture); the
+      # tools look for memory errors, shared-memory races and barrier misuse.
+      [ "$tool" = memcheck ] && extra=(--report-api-errors no)
+      [ "$tool" = racecheck ] && extra=(--racecheck-report hazard)
+      timeout "${SAN_TIMEOUT:-420}" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+        --print-limit 50 "$BUILD/tests/$exe" --gtest_filter="$filter" > "$log" 2>&1
+      echo "exit $? after $(( $(date +%s) - s )) s" >> "$log"
+    ) &
+    while [ "$(jobs -r | wc -l)" -ge "${SAN_JOBS:-6}" ]; do sleep 0.5; done
+  done
+  wait
+  local failing=0 clean=0
+  for j in "${jobs[@]}"; do
+    local tool=${j%%:*} rest=${j#*:}
+    local exe=${rest%%:*}
+    local log="$dir/$tool-$exe.log"
+    local tests=$(grep -E '^\[  (PASSED|FAILED) ' "$log" | tr -s ' ' | tr '\n' ' ')
+    local errs=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1 | sed 's/^=* *//')
+    echo "$tool $exe: $(tail -1 "$log"); $tests; ${errs:-no summary}" >> "$OUT/sanitizer.log"
+    if tail -1 "$log" | grep -q "^exit 0 "; then
+      clean=$((clean + 1))
+    else
+      failing=$((failing + 1))
+      echo "sanitizer: $tool $exe: $(tail -1 "$log")"
+      { echo "---- $tool $exe"; grep -E "^=========|FAILED|Failure" "$log" | head -60; tail -15 "$log"; } >> "$OUT/sanitizer.log"
+    fi
+  done
+  tar czf "$OUT/sanitizer.tgz" -C "$OUT" sanitizer && rm -rf "$dir"
+  summary+=("compute-sanitizer (${SAN_TOOLS:-memcheck racecheck synccheck}): $clean runs clean, $failing failing, $(( $(date +%s) - t0 )) s")
   [ $failing -eq 0 ]
 }
 
 # Stopped from outside (a time limit): stop the test processes too, so they do not hold the GPU.
-trap 'pkill -f "$BUILD/tests/kiln_"; pkill -f "$DBG/tests/kiln_"; exit 143' TERM INT
+trap 'pkill -f "$BUILD/tests/kiln_"; exit 143' TERM INT
 rc=0
 case "$MODE" in
   release) release || rc=1 ;;

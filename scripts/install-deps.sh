@@ -2,6 +2,9 @@
 # Installs the Debian packages kiln's build needs, only those that are missing. Idempotent; safe to run
 # on every `make`. The CUDA toolkit is not installed here: it is optional (KILN_CUDA=AUTO builds the CUDA
 # backend only when nvcc is found).
+#
+#   scripts/install-deps.sh           the build and the tests
+#   scripts/install-deps.sh --fuzz    also clang with libFuzzer and OpenMP (the fuzz build: make fuzz)
 set -euo pipefail
 
 packages=(
@@ -11,6 +14,9 @@ packages=(
   libfmt-dev libcli11-dev nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev
 )
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang libclang-rt-dev libomp-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -199,8 +199,13 @@ std::string pcre2_message(int code) {
   pcre2_get_error_message(code, buf, sizeof buf);
   return reinterpret_cast<const char*>(buf);
 }
-// Bounds the work one match may do, so a hostile pattern (catastrophic backtracking) ends in an error.
+// Bound the work and memory one match may take, so that a hostile pattern (catastrophic backtracking) ends
+// in an error instead of a hang or an exhausted heap: the match limit counts backtracking steps (JIT and
+// interpreter), the depth limit nests backtracking frames, and the heap limit (KiB) caps the interpreter's
+// frame vector (PCRE2's default would let one match take 20 GB).
 constexpr uint32_t kMatchLimit = 50'000'000;
+constexpr uint32_t kDepthLimit = 1'000'000;
+constexpr uint32_t kHeapLimitKib = 256 * 1024;
 }  // namespace
 
 // Letters and numbers that onig in tokenizers 0.23 knows (Unicode 15.0 to 16.0) and PCRE2 10.42 (Unicode
@@ -341,6 +346,8 @@ Regex::Regex(const std::string& pattern, const std::string& what) : what_(what) 
   code_ = code;
   auto* mc = pcre2_match_context_create(nullptr);
   pcre2_set_match_limit(mc, kMatchLimit);
+  pcre2_set_depth_limit(mc, kDepthLimit);
+  pcre2_set_heap_limit(mc, kHeapLimitKib);
   mcontext_ = mc;
 }
 

@@ -217,7 +217,7 @@ TEST(Safetensors, OpenErrorsNameThePath) {
 }
 
 TEST(Safetensors, MisalignedTensorIsCopiedAligned) {
-  // A header of odd length (valid, though no writer we know makes one): the f32 data starts at an odd
+  // A header of odd length (valid, though the usual writers pad the header to 8 bytes): the f32 data starts at an odd
   // address in the mapping.
   const std::string h = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   ASSERT_NE((8 + h.size()) % 4, 0u);

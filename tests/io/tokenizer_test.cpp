@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -423,6 +424,37 @@ TEST(TokenizerLoad, DamagedFilesNeverCrash) {
   }
   EXPECT_GT(rejected, 100);
   EXPECT_EQ(loaded + rejected, 300);
+}
+
+// A pre-tokenizer regex with catastrophic backtracking ends in an error, in bounded time and memory,
+// instead of hanging the process: PCRE2's match, depth and heap limits (tokenizer_text.cpp) stop it.
+TEST(TokenizerLoad, CatastrophicRegexIsAnErrorNotAHang) {
+  const json tok = {{"version", "1.0"},
+                    {"added_tokens", json::array()},
+                    {"normalizer", nullptr},
+                    {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(a+)+$"}}}, {"behavior", "Isolated"},
+                                       {"invert", false}}},
+                    {"post_processor", nullptr},
+                    {"decoder", nullptr},
+                    {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"aa", 2}}}, {"merges", {"a a"}}}}};
+  const Tokenizer t = Tokenizer::from_json(tok.dump(), "catastrophic.json");
+  EXPECT_EQ(t.encode("aaaa", false), (std::vector<int32_t>{2, 2}));  // the pattern works on benign text
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(test::throws_error([&] { t.encode(std::string(64, 'a') + "b", false); }, {"regex match failed", "limit"}));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+}
+
+// Long runs of one character class go through the real pre-tokenizer patterns within the limits.
+TEST(TokenizerLoad, LongRunsStayWithinTheRegexLimits) {
+  for (const char* name : {"qwen2", "llama3"}) {
+    const Tokenizer t = Tokenizer::from_file(data_path(std::string(name) + ".json"));
+    for (const std::string& s : {std::string(1 << 20, ' '), std::string(1 << 20, 'x'), std::string(1 << 19, '7'),
+                                 std::string(1 << 19, '\n') + "a", std::string(1 << 18, '!')}) {
+      const auto ids = t.encode(s, false);
+      EXPECT_FALSE(ids.empty()) << name;
+      if (std::string(name) == "llama3") EXPECT_EQ(t.decode(ids), s);
+    }
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/llm/generate.h"
 #include "kiln/llm/model.h"
@@ -102,19 +103,10 @@ Model open_model(const LlmOptions& o, Device dev, int64_t ctx) {
   return m;
 }
 
-// A chat prompt as the checkpoint's template writes a single user turn (the Qwen and Llama 3 forms).
+// A chat prompt: one user turn in the checkpoint's chat format (kiln/chat.h).
 std::string apply_chat(const std::string& dir, const std::string& prompt) {
-  std::ifstream in(dir + "/tokenizer_config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string t = ss.str();
-  if (t.find("<|im_start|>") != std::string::npos)
-    return "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n";
-  if (t.find("<|start_header_id|>") != std::string::npos)
-    return "<|start_header_id|>user<|end_header_id|>\n\n" + prompt +
-           "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
-  throw Error(str("--chat: ", dir, "/tokenizer_config.json has no chat template kiln knows (the Qwen <|im_start|> ",
-                  "and Llama 3 <|start_header_id|> forms are supported)"));
+  const ChatMessage turn{"user", prompt};
+  return ChatTemplate::from_model_dir(dir).render(std::span(&turn, 1));
 }
 
 void print_memory(Device dev) {
