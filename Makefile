@@ -54,6 +54,7 @@ ci:
 
 # docs/benchmarks.md's plots and tables from bench/results.
 plots:
+	@python3 -c "import matplotlib" 2> /dev/null || python3 -m pip install --quiet matplotlib
 	python3 scripts/plots.py
 
 bench: build

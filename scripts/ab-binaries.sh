@@ -1,27 +1,25 @@
 #!/usr/bin/env bash
-# The same operators timed with several builds of kiln on one GPU machine in one device call. The builds are
-# made on the development machine and carried, so no device time goes to compiling, and code versions are
-# compared on the same card: between calls on different lent machines the one-token grouped products have
-# measured about 11% apart, with no way to tell a code change from the machine (docs/benchmarks.md,
-# twenty-second run).
+# The same operators timed with several builds (or settings) of kiln on one GPU machine, interleaved: each
+# round runs every build once, so a code change and the default are measured on the same card under the same
+# conditions. Separate runs on different machines of one kind differ by several percent, more than many
+# kernel changes gain, which is why this script exists. The builds are made here and carried, so no time on
+# the GPU machine goes to compiling.
 #
 # Here:   scripts/ab-binaries.sh build NAME=REV[+PATCH...] [NAME=REV[+PATCH...] ...]
 #   builds `kiln` (Release, CUDA, the `kiln` command only) at each git revision REV (commit, branch or tag;
-#   commit work first), with the named patch files (paths from the repository root, e.g. the diagnostic
-#   variants in scripts/diag/) applied on top, in one scratch worktree ($AB_WORKTREE, default
-#   /tmp/kiln-ab-worktree) with one build folder, so each build after the first recompiles only what
-#   differs; strips it and compresses it into
+#   commit work first, or pass it as a patch file: paths from the repository root, applied on top of REV)
+#   in one scratch worktree ($AB_WORKTREE, default /tmp/kiln-ab-worktree) with one build folder, so each
+#   build after the first recompiles only what differs; strips it and compresses it into
 #   build-ab/kiln-NAME.xz (about 11 MB). PCRE2 and utf8proc link statically from .deps
 #   (scripts/fetch-device-deps.sh), as for the device's own builds. The first NAME is the baseline.
 # There:  scripts/ab-binaries.sh run [--filter REGEX] [--repeats N] [--rounds R] [--env "NAME:VAR=V ..."]...
-#   (device tool: carry ["build-ab", ...]) unpacks build-ab/*.xz, checks that each build starts (on failure:
-#   the libraries it cannot find), then runs `kiln bench ops` with every build in turn, R rounds (default 2),
-#   and writes $OUT/ab_runs.json (every run's cases) and $OUT/ab_table.md (each case's graph-replayed µs per
-#   build, the median over rounds, and each build's geomean time against the baseline's, by op family).
-#   --env adds a variant NAME: the baseline build run with those environment settings (e.g. --env
-#   "five:KILN_GEMV_MINB=5"), in turn with the builds in every round, so that a setting and the default are
-#   timed interleaved on one card rather than one after the other. With no build-ab folder, `kiln` of
-#   build-gpu (scripts/device-bench.sh's build) is the baseline.
+#   (with build-ab carried to the GPU machine) unpacks build-ab/*.xz, checks that each build starts (on
+#   failure: the libraries it cannot find), then runs `kiln bench ops` with every build in turn, R rounds
+#   (default 2), and writes $OUT/ab_runs.json (every run's cases) and $OUT/ab_table.md (each case's
+#   graph-replayed µs per build, the median over rounds, and each build's geomean time against the
+#   baseline's, by op family). --env adds a variant NAME: the baseline build run with those environment
+#   settings (e.g. --env "five:KILN_GEMV_MINB=5"), in turn with the builds in every round. With no build-ab
+#   folder, `kiln` of build-gpu (scripts/device-bench.sh's build) is the baseline.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -161,7 +159,7 @@ print("\n".join(lines[-(len(fam) + 2):]))
 EOF
     ;;
   *)
-    sed -n 2,18p "$0"
+    sed -n 2,22p "$0"
     exit 1
     ;;
 esac

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On the GPU machine: build kiln (Release, CUDA, the `kiln` command only), run `kiln bench ops` and the same
-# cases through PyTorch (bench/torch_ops.py) in one call, and print the side-by-side table. Everything lands
-# in $OUT (8 files at most): info.txt build.log kiln_ops.{json,log} torch_ops.{json,log} ops_table.{md,png}.
+# cases through PyTorch (bench/torch_ops.py) in one run, and print the side-by-side table. Everything lands
+# in $OUT: info.txt build.log kiln_ops.{json,log} torch_ops.{json,log} ops_table.{md,png}, and with --e2e
+# e2e_kiln_*.json e2e_torch_*.json e2e.{md,log}.
 #
-#   scripts/device-bench.sh [--filter REGEX] [--repeats N]
+#   scripts/device-bench.sh [--filter REGEX] [--repeats N] [--e2e PRESETS [--contexts LENGTHS]] [--no-ops]
 #     --filter   passed to both sides (e.g. '^linear/' or 'softmax|rms_norm')
 #     --repeats  timed batches / graph replays per case (default 100; a full run then takes ~2 min after the
 #                build, each side printing per-section times as it goes)
@@ -12,17 +13,11 @@
 #     --contexts L  with --e2e: also kiln's decode after prompts of each length in the comma-separated list L
 #                (e.g. 2048,8192), to see how decode slows as the context grows
 #     --no-ops   skip the operator benchmark (with --e2e: only the engine)
-#     --ab "VAR=VALUE ..."  also run kiln's operators with these environment settings (e.g.
-#                "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"); may be given several times:
-#                kiln_ops_ab.json (every variant's cases) and ops_table_ab.md (scripts/bench_variants.py: the
-#                default, each variant and PyTorch side by side) from the same PyTorch run (then no png, and
-#                build.log only on failure). "build:NAME=VALUE" instead builds kiln a second time (build-gpu-ab<i>)
-#                with the preprocessor definition -DNAME=VALUE in CMAKE_CUDA_FLAGS and runs that binary as the
-#                variant (compile-time switches, e.g. "build:KILN_PREFILL_PINGPONG=0")
 #   OPS_TIMEOUT=S  seconds each `kiln bench ops` run may take (default 400; a hang shows as rc=124)
 #
-# Copy $OUT/kiln_ops.json and torch_ops.json to bench/results/<gpu>-<date>-{kiln,torch}_ops.json and the
-# table to docs/benchmarks.md.
+# To compare two builds or two settings of kiln on one card, use scripts/ab-binaries.sh. To keep the results,
+# copy the JSON files into a result set, bench/results/<gpu>-<date>/, and run scripts/plots.py
+# (docs/benchmarks.md, "Adding a result set").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -33,7 +28,6 @@ REPEATS=100
 E2E=""
 CONTEXTS=""
 OPS=1
-AB=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter) FILTER=$2; shift 2 ;;
@@ -43,8 +37,7 @@ while [ $# -gt 0 ]; do
     --e2e) E2E=$2; shift 2 ;;
     --contexts) CONTEXTS=$2; shift 2 ;;
     --no-ops) OPS=0; shift ;;
-    --ab) AB+=("$2"); shift 2 ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) echo "device-bench.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
 done
@@ -68,7 +61,6 @@ if ! { cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON
   exit 1
 fi
 echo "== build: $(( $(date +%s) - t )) s"
-[ ${#AB[@]} -gt 0 ] && rm -f "$OUT/build.log"  # eight files come back: room for the A/B pair
 
 kiln_rc=0; torch_rc=0
 if [ "$OPS" = 1 ]; then
@@ -77,28 +69,6 @@ echo "== kiln bench ops ${args[*]}"
 timeout "${OPS_TIMEOUT:-400}" "$BUILD/bin/kiln" bench ops --json "$OUT/kiln_ops.json" "${args[@]}" 2>&1 | tee "$OUT/kiln_ops.log"
 kiln_rc=${PIPESTATUS[0]}
 echo "== kiln: rc=$kiln_rc, $(( $(date +%s) - t )) s"
-variant_args=()
-for i in "${!AB[@]}"; do
-  t=$(date +%s)
-  echo "== kiln bench ops ${args[*]} with ${AB[$i]}" | tee -a "$OUT/kiln_ops.log"
-  exe="$BUILD/bin/kiln"
-  envs=${AB[$i]}
-  if [ "${AB[$i]#build:}" != "${AB[$i]}" ]; then
-    exe="$BUILD-ab$i/bin/kiln"
-    envs=""
-    { cmake -G Ninja -S . -B "$BUILD-ab$i" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_BUILD_BENCH=OFF \
-        $(scripts/device-cmake-args.sh) "-DCMAKE_CUDA_FLAGS=-D${AB[$i]#build:}" &&
-      cmake --build "$BUILD-ab$i" -j 16 --target kiln_cli; } > "$OUT/build-ab.log" 2>&1 || {
-      grep -E "error" -A3 "$OUT/build-ab.log" | head -20; kiln_rc=1; }
-    rm -f "$OUT/build-ab.log"
-    echo "== built the variant: $(( $(date +%s) - t )) s"
-  fi
-  timeout "${OPS_TIMEOUT:-400}" env $envs "$exe" bench ops --json "$OUT/kiln_ops_ab$i.json" "${args[@]}" \
-    >> "$OUT/kiln_ops.log" 2>&1 || kiln_rc=1
-  [ -s "$OUT/kiln_ops_ab$i.json" ] || echo '{"cases": []}' > "$OUT/kiln_ops_ab$i.json"
-  variant_args+=("${AB[$i]}=$OUT/kiln_ops_ab$i.json")
-  echo "== kiln with ${AB[$i]}: $(( $(date +%s) - t )) s"
-done
 
 t=$(date +%s)
 echo "== bench/torch_ops.py ${args[*]}"
@@ -111,17 +81,8 @@ for side in kiln torch; do
   [ -s "$OUT/${side}_ops.json" ] || echo '{"cases": []}' > "$OUT/${side}_ops.json"
 done
 echo
-if [ ${#AB[@]} -gt 0 ]; then
-  python3 scripts/bench_table.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" --md "$OUT/ops_table.md"
-  echo
-  python3 scripts/bench_variants.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" "${variant_args[@]}" \
-    --md "$OUT/ops_table_ab.md" --merged "$OUT/kiln_ops_ab.json"
-  rm -f "$OUT"/kiln_ops_ab[0-9]*.json
-  echo "== default"
-else
-  python3 scripts/bench_table.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" --md "$OUT/ops_table.md" \
-    --png "$OUT/ops_table.png"
-fi
+python3 scripts/bench_table.py "$OUT/kiln_ops.json" "$OUT/torch_ops.json" --md "$OUT/ops_table.md" \
+  --png "$OUT/ops_table.png"
 echo
 awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table.md"  # the header and the summary again, after the long table
 echo "SUMMARY: kiln rc=$kiln_rc, torch rc=$torch_rc, $(grep -c '"error"' "$OUT/kiln_ops.json") kiln error rows," \

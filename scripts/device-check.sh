@@ -1,18 +1,15 @@
 #!/usr/bin/env bash
-# On the GPU machine, in one call: the whole test suite (scripts/device-test.sh release) and then the
-# operators side by side with PyTorch (scripts/device-bench.sh), optionally with an A/B run of kiln under
-# other environment settings. What comes back fits the device tool's eight files: ctest.log and
-# test-info.txt from the suite; kiln_ops.json, kiln_ops_ab.json, torch_ops.json, ops_table.md,
-# ops_table_ab.md and bench.log from the benchmark.
+# On the GPU machine, in one go: the whole test suite (scripts/device-test.sh release) and then the
+# operators side by side with PyTorch (scripts/device-bench.sh). Writes to $OUT: ctest.log and
+# test-info.txt from the suite; kiln_ops.json, torch_ops.json, ops_table.md and bench.log from the benchmark.
 #
-#   scripts/device-check.sh [--filter REGEX] [--repeats N] [--ab "VAR=VALUE ..."]... [--no-tests]
+#   scripts/device-check.sh [--filter REGEX] [--repeats N] [--no-tests]
 #                           [--smoke EXE[:GTEST_FILTER]]... [--ncu "CASE_REGEX@KERNEL_REGEX[@ENV=V]"]...
 #                           [--ncu-torch "CASE_REGEX@KERNEL_REGEX"]...
 #
 # --smoke runs a test executable of the release build (e.g. kiln_cuda_moe_tests:'*GroupedMm*') under a
 # limit of SMOKE_TIMEOUT seconds (default 60) before anything else: a new kernel that hangs or fails there
-# costs a minute, not the call. If a smoke run fails, the --ab variants are dropped (the suite and the
-# default benchmark still run).
+# costs a minute, not the whole run.
 #
 # --ncu profiles one launch of the kernels matching KERNEL_REGEX while `kiln bench ops --filter CASE_REGEX`
 # runs (optionally under one environment setting), after the benchmark: Nsight Compute's speed-of-light,
@@ -25,13 +22,13 @@
 # multiprocessors were kept busy).
 #
 # e.g. scripts/device-check.sh --filter 'decode_attention|grouped_mm|^moe/' --repeats 30 \
-#        --ab "KILN_DECODE_TUNING=kernel=tma KILN_GROUPED_MM_PATH=tiled-wide"
+#        --ncu 'grouped_mm/bf16/T4096/E128_.*/down@gmm_tma'
+# Two builds or settings of kiln against each other on one card: scripts/ab-binaries.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 bench_args=()
-ab_args=()
 smokes=()
 ncus=()
 ncus_torch=()
@@ -39,12 +36,11 @@ TESTS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter|--repeats) bench_args+=("$1" "$2"); shift 2 ;;
-    --ab) ab_args+=("$1" "$2"); shift 2 ;;  # may repeat
     --smoke) smokes+=("$2"); shift 2 ;;     # may repeat
     --ncu) ncus+=("$2"); shift 2 ;;         # may repeat
     --ncu-torch) ncus_torch+=("$2"); shift 2 ;;  # may repeat
     --no-tests) TESTS=0; shift ;;
-    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
     *) echo "device-check.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
 done
@@ -65,7 +61,6 @@ if [ ${#smokes[@]} -gt 0 ]; then
     echo "== smoke $s: rc=$r ($(grep -E '^\[  (PASSED|FAILED) ' "$W/smoke.log" | tr '\n' ' '))"
     if [ $r -ne 0 ]; then
       grep -E "Failure|FAILED" -A4 "$W/smoke.log" | head -30
-      ab_args=()
       rc=1
     fi
   done
@@ -80,12 +75,11 @@ if [ "$TESTS" = 1 ]; then
   echo "== tests: rc=$rc, $(( $(date +%s) - t )) s"
 fi
 t=$(date +%s)
-OUT=$W/bench scripts/device-bench.sh "${bench_args[@]}" "${ab_args[@]}" > "$OUT/bench.log" 2>&1 || rc=1
-for f in kiln_ops.json kiln_ops_ab.json torch_ops.json ops_table.md ops_table_ab.md; do
+OUT=$W/bench scripts/device-bench.sh "${bench_args[@]}" > "$OUT/bench.log" 2>&1 || rc=1
+for f in kiln_ops.json torch_ops.json ops_table.md; do
   [ -f "$W/bench/$f" ] && cp "$W/bench/$f" "$OUT/$f"
 done
 grep -E "^== |SUMMARY" "$OUT/bench.log"
-[ -f "$OUT/ops_table_ab.md" ] && awk 'NF == 0 { n++ } n < 2' "$OUT/ops_table_ab.md"  # the family geomeans
 echo "== bench: $(( $(date +%s) - t )) s"
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
 # One profile: side (kiln or torch), then "CASE_REGEX@KERNEL_REGEX[@ENV=V]".

@@ -116,17 +116,19 @@ sanitizer() {
   # The kernels with shared memory, warp or block barriers, or cluster barriers (softmax, sampling, norms,
   # reductions, attention, the grouped and one-row products, FP8).
   local shared=(softmax sampling norm reduce attention moe linear fp8 matmul index)
-  local jobs=()
-  for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
-    local targets=()
-    if [ "$tool" = memcheck ]; then
-      for x in "${exes[@]}"; do targets+=("$(basename "$x"):*"); done
-      for m in "${mixed[@]}"; do [ -x "$BUILD/tests/$m" ] && targets+=("$m:*Cuda*"); done
-    else
-      for k in "${shared[@]}"; do [ -x "$BUILD/tests/kiln_cuda_${k}_tests" ] && targets+=("kiln_cuda_${k}_tests:*"); done
-    fi
-    for t in "${targets[@]}"; do jobs+=("$tool:$t"); done
+  # Jobs in order of executable size (a rough proxy for the slowest), each executable under every tool
+  # before the next, so the long runs start first.
+  local jobs=() tools=(${SAN_TOOLS:-memcheck racecheck synccheck})
+  for x in "${exes[@]}"; do
+    local name=$(basename "$x") fam
+    fam=${name#kiln_cuda_}; fam=${fam%_tests}
+    for tool in "${tools[@]}"; do
+      if [ "$tool" = memcheck ] || [[ " ${shared[*]} " == *" $fam "* ]]; then jobs+=("$tool:$name:*"); fi
+    done
   done
+  if [[ " ${tools[*]} " == *" memcheck "* ]]; then
+    for m in "${mixed[@]}"; do [ -x "$BUILD/tests/$m" ] && jobs+=("memcheck:$m:*Cuda*"); done
+  fi
   for j in "${jobs[@]}"; do
     local tool=${j%%:*} rest=${j#*:}
     local exe=${rest%%:*} filter=${rest#*:}

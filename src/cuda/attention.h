@@ -17,7 +17,7 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
                const Tensor& lengths, const attention_math::Layout& L, double scale);
 
 // How the decode kernel splits the keys (measured on the H200 with `kiln bench ops --filter
-// decode_attention`; docs/benchmarks.md). The splits' partials go through global memory to a combine kernel
+// decode_attention`). The splits' partials go through global memory to a combine kernel
 // launched as a dependent.
 //   min_split_keys    at least this many keys per split (a multiple of 64);
 //   blocks_per_sm     the grid aims at this many blocks per multiprocessor (two fit, by shared memory).
@@ -28,7 +28,7 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //                     the Hopper TMA kernel (kernels/decode_attention_sm90.cuh; compute capability 9.0, q rows
 //                     in 16-byte pieces and caches that fit tensor maps, else CpAsync), opt-in: slower.
 //                     On the H200 Regs was up to 8% faster than CpAsync at 11 of 12 benchmark shapes
-//                     (docs/benchmarks.md, eleventh run);
+//                     (2026-12-03);
 //   max_blocks        the TMA kernel's persistent grid: at most this many blocks (0: one per
 //                     multiprocessor); blocks_per_sm applies to the cp.async and register kernels.
 //   l2_prefetch       the cp.async kernel's K/V copies ask L2 to fetch the 128-byte block around each miss
@@ -42,7 +42,7 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
 //                     default) also loads the first chunk right after the wait, with the length's load in
 //                     flight, and keeps it where the length read then gives that chunk the same keys (else
 //                     loads it again).
-//   early_chunks      0, 1 (the default) or 2. On the H200 (docs/benchmarks.md, fifteenth run, call 3) early=2
+//   early_chunks      0, 1 (the default) or 2. On the H200 (2026-12-03) early=2
 //                     with one chunk against early=0: faster at all 16 benchmark shapes (1.8-6.0%; geomean
 //                     1.23x PyTorch against 1.19x); with two chunks 1-5% slower than early=0 at L8192.
 //   early_guess_skew  tests: keys added to the length read before the wait, so that the guess is wrong.

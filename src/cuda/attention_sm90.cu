@@ -93,7 +93,7 @@ bool launch_prefill_sm90(const Tensor& out, const Tensor& q, const Tensor& k, co
   // (at most 32 MB: the H200 has 50); otherwise head by head. On the H200 the first order took L2048 from
   // 0.79x to 0.94x PyTorch; at 33.5 MB of K/V (L8192, 8 KV heads) it was 1-3% slower than head by head.
   // With one item per block the order only places the items: head by head spreads the heavy ones over the
-  // machine, 1.5-3% faster at L512 with 32 query heads (docs/benchmarks.md, eleventh run).
+  // machine, 1.5-3% faster at L512 with 32 query heads (2026-12-03).
   const int64_t kv_bytes = 2 * L.lkv * L.d * 2 * (L.heads / L.gk) * L.outer;
   p.tiles_major = L.causal && kv_bytes <= (int64_t{32} << 20) && items > blocks;
   // KILN_PREFILL_ORDER=tiles|heads forces one order (A/B measurements; both are exact).

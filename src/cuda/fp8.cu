@@ -82,10 +82,10 @@ int forced_split() {
 
 // One activation row (round_blocks > 0, the kernel shape's resident blocks per SM): the split doubles only
 // while the grid stays within one round of resident warps (round_blocks x 8 per SM), so a grid that one more
-// doubling would push past it keeps fewer, longer warps. On the H200 (sixteenth run, call 2, forced splits)
+// doubling would push past it keeps fewer, longer warps. On the H200 (2026-12-03, forced splits)
 // that was faster at every such benchmark shape: K14336 x N4096 16.90 against 17.90 µs, K18944 x N3584 20.05
-// against 20.99, K5120 x N5120 9.39 against 10.99, K25600 x N5120 37.37 against 39.18; the seventeenth run
-// measured the rule (docs/benchmarks.md).
+// against 20.99, K5120 x N5120 9.39 against 10.99, K25600 x N5120 37.37 against 39.18; the rule itself was
+// measured on 2026-12-04.
 int split_for(int64_t n, int64_t k, int rows_per_warp, int unroll, bool vec, int device, int round_blocks) {
   if (const int f = forced_split(); f > 0) return f;
   const int64_t groups = (n + rows_per_warp - 1) / rows_per_warp;
@@ -97,7 +97,7 @@ int split_for(int64_t n, int64_t k, int rows_per_warp, int unroll, bool vec, int
   };
   // Enough chunks per thread: two full unrolled steps; for one short row (K <= 1024, too short for that) three
   // quarters of the threads holding a chunk (K1024 x N1024 1.38 against 2.13 µs at split 2, K896 x N896 1.38
-  // against 2.04; split 4 leaves half of them idle and was slower, seventeenth run).
+  // against 2.04; split 4 leaves half of them idle and was slower; 2026-12-04).
   auto enough = [&](int next) {
     if (round_blocks > 0 && k <= 1024) return 4 * units >= 3 * 32 * next;
     return units >= 32 * next * 2 * unroll;
@@ -148,15 +148,14 @@ double round_fill(int64_t n, int64_t k, bool vec, int device) {
 // each thread still keeps 4 loads in flight over its few chunks. Layers under 32 MB in bf16 terms: 2 rows x 1
 // load, pipelined, at four blocks per SM (config 4). Larger: 2 rows x 2 loads at four blocks per SM (config
 // 3), unless its grid fills the last round of resident blocks clearly worse than config 2's (4 rows x 1 load).
-// TUNE (H200, `kiln bench ops --filter '^linear_fp8/e4m3/M1/'`, docs/benchmarks.md): the eleventh run fitted
-// configs 1-3 on the 27 benchmark shapes (geomean 11.74 -> 10.02 µs against the former single shape); the
-// sixteenth run measured the pipelined shapes: config 4 was 5-18% faster than config 2 at all ten shapes with
-// K > 1024 under 32 MB and slower than config 3 above it. With the leaner one-row loop (twenty-fifth run,
-// configs 2, 3 and 4 interleaved over four rounds on one H200) config 4 stayed 1-6% slower than config 3
-// above 32 MB but at K4096 x N4096 (5.54 against 5.78 µs), and config 2 ahead where this rule takes it
-// (K5120 x N5120 8.54 against 9.89, K25600 x N5120 34.9 against 40.2). From 64 MB of FP8 weights config 3's
-// shape takes the general loop (config 8): in the twenty-sixth run (the two loops interleaved over three rounds,
-// auto's configs) it was 1.3-6.4% faster at the five largest such layers (K5120 x N25600 36.10 against 38.40
+// TUNE (H200, `kiln bench ops --filter '^linear_fp8/e4m3/M1/'`): configs 1-3 fitted on the 27 benchmark
+// shapes (geomean 11.74 -> 10.02 µs against a single shape for all; 2026-12-03); config 4 was 5-18% faster
+// than config 2 at all ten shapes with K > 1024 under 32 MB and slower than config 3 above it (2026-12-03).
+// With the lean one-row loop (configs 2, 3 and 4 interleaved over four rounds on one H200, 2026-12-04)
+// config 4 is 1-6% slower than config 3 above 32 MB but at K4096 x N4096 (5.54 against 5.78 µs), and config
+// 2 ahead where this rule takes it (K5120 x N5120 8.54 against 9.89, K25600 x N5120 34.9 against 40.2). From
+// 64 MB of FP8 weights config 3's shape takes the general loop (config 8): with the two loops interleaved over
+// three rounds (2026-12-04, auto's configs) it was 1.3-6.4% faster at the five largest such layers (K5120 x N25600 36.10 against 38.40
 // µs, K4096 x N128256 124.6 against 129.6) and 2.7% at K8192 x N8192, within 0.5% at K3584 x N18944 and
 // K18944 x N3584, and 0.6-1.5% slower below 64 MB (K4096 x N14336, K14336 x N4096), where config 3 stays.
 int auto_config(int64_t n, int64_t k, bool vec, int device) {

@@ -60,14 +60,14 @@ int rows_template(int64_t m) { return m <= 1 ? 1 : m <= 2 ? 2 : m <= 4 ? 4 : m <
 // per SM and each thread of the group keeps at least one chunk of the row. At U * R = 4 16-byte loads in
 // flight per thread, 16 warps hold 32 KB in flight per SM, which covers HBM latency (Little's law: ~4.8 TB/s
 // x ~600 ns / 132 SMs ~ 22 KB).
-// Measured on the H200 (docs/benchmarks.md, eighteenth run, every split forced at the 27 one-row bf16
-// shapes): the earlier rule (32 warps per SM, up to 8) took split 8 for N <= 1024, where 4 took 1-28% less
+// Measured on the H200 (2026-12-04, every split forced at the 27 one-row bf16 shapes): a rule of 32 warps
+// per SM (up to 8) takes split 8 for N <= 1024, where 4 took 1-28% less
 // time (K4864 x N896 3.80 against 5.04 µs, K8192 x N1024 5.24 against 6.23), and split 2 for 3584-4096
 // rows, where 1 took 1-13% less (K2048 x N4096 5.18 against 5.88, K3584 x N3584 7.75 against 8.42). Split
 // 8 was the fastest at none of the 27.
 // Long rows in a grid whose last round of warps is less than half full: those few warps each stream whole long
 // rows while most of the device idles, so such a grid doubles its split once more where each thread holds at
-// least 64 chunks before (32 after) the doubling (K25600 x N5120: 63.3 µs at split 2 or 4 against 69.6 at 1, eighteenth run; the
+// least 64 chunks before (32 after) the doubling (K25600 x N5120: 63.3 µs at split 2 or 4 against 69.6 at 1, same measurement; the
 // other 26 shapes do not meet the condition).
 int split_for(int64_t n, int64_t k, int rows_per_warp, int vec_elems, bool vec, int device) {
   if (const int forced = forced_split().load(std::memory_order_relaxed); forced > 0) return forced;
@@ -113,8 +113,7 @@ int resident_blocks() {
 // (`Usual`): where the grid fits one round of the five-blocks instance's resident slots but not of the usual
 // one's. Then no block waits for a second round; elsewhere the five-blocks instance, which spills 8 bytes and
 // shares each SM among more blocks, was as fast or slower.
-// Measured on the H200 (docs/benchmarks.md, twenty-fourth run, calls 6-7, every one-row bf16 shape under both
-// instances in one call): K896 x N4864 (608 blocks: two rounds of 528 slots or one of 660) 3.82 against 5.14 µs,
+// Measured on the H200 (2026-12-04, every one-row bf16 shape under both instances in one run): K896 x N4864 (608 blocks: two rounds of 528 slots or one of 660) 3.82 against 5.14 µs,
 // K5120 x N5120 (640) 14.66 against 15.65; with more rounds no gain or a loss: K25600 x N5120 (1280 blocks)
 // 64.86 against 64.20, K5120 x N25600 (3200) 66.20 against 62.50, K8192 x N28672 (3584) 115.18 against 107.49.
 template <auto Usual, auto Five>
@@ -196,7 +195,7 @@ const char* linear_path_name(LinearPath p) {
 // M per (N, K) and dtype. At M = 8..16 a CUDA-core kernel does 8..16 FMAs per bf16 weight element, near the
 // H200's FP32 rate at full HBM bandwidth, so cuBLASLt may win there for large layers; for small layers
 // (N * K of a few MB) launch latency dominates and the GEMV kernel should stay.
-// Measured on the H200 (bf16, graph-replayed, bench/results/h200-2026-12-02-linear-*.json): the
+// Measured on the H200 (bf16, graph-replayed, 2026-12-02): the
 // matrix-vector kernel beats cuBLASLt by 1.27x (geometric mean over the 27 decode shapes) at M = 1, but
 // at M = 2 it reached 0.46-0.90x, at M = 4 0.81-0.90x and at M = 16 0.33-0.41x of cuBLASLt, whose
 // tensor-core kernels stay memory-bound at those M while the GEMV's per-row f32 work and registers grow.

@@ -85,7 +85,7 @@ int64_t rows_from_env(const char* name, int64_t fallback) {
 }
 
 // Auto takes 64-row TMA tiles up to this many rows per group on average (KILN_GMM_TMA64_ROWS=N overrides;
-// 0: never). TUNE (H200, docs/benchmarks.md, thirteenth run): at 16 and 32 rows a group (T512 over 256 and
+// 0: never). TUNE (H200, 2026-12-03): at 16 and 32 rows a group (T512 over 256 and
 // 128 experts) 64-row tiles took grouped_mm from 0.65-1.12x PyTorch to 1.16-1.24x and the MoE block from
 // 1.19-1.32x to 1.48-1.55x; at 64 (T512 over 64 experts) grouped_mm gained (0.96-1.06x to 1.16-1.17x) but
 // the MoE block, whose routed groups are uneven (a group past 64 rows reads its weights once per 64-row
@@ -96,12 +96,12 @@ int64_t tma64_max_rows() {
 }
 
 // Auto takes 128 x 256 TMA tiles from this many rows per group on average (KILN_GMM_WIDE_ROWS=N overrides;
-// 0: never). TUNE (H200, docs/benchmarks.md, fourteenth run, both with the straight-run epilogue): at 256
+// 0: never). TUNE (H200, 2026-12-03, both with the straight-run epilogue): at 256
 // and 512 rows a group (T4096 over 128 and 64 experts) they took grouped_mm from 0.68-0.79x PyTorch to
 // 0.77-0.96x (a quarter fewer bytes received per product); at 128 rows (T4096 over 256 experts) they tied
-// on gate_up and lost on down (264 against 248 us), at 64 rows and fewer they lost everywhere. Fifteenth
-// run, with the idle warpgroup of a group's last tile skipping its MMAs (GmmArgs::skip_idle_half): at 128
-// rows they won (T4096 over 256 experts, down 240.8 -> 214.5 us, gate_up 343.3 -> 340.1), hence 96.
+// on gate_up and lost on down (264 against 248 us), at 64 rows and fewer they lost everywhere. With
+// the idle warpgroup of a group's last tile skipping its MMAs (GmmArgs::skip_idle_half): at 128
+// rows they win (T4096 over 256 experts, down 240.8 -> 214.5 us, gate_up 343.3 -> 340.1), hence 96.
 int64_t wide_min_rows() {
   static const int64_t n = rows_from_env("KILN_GMM_WIDE_ROWS", 96);
   return n;
@@ -109,9 +109,8 @@ int64_t wide_min_rows() {
 
 // Auto takes pairs of 128 x 256 tiles sharing each B tile (TmaWidePair) where the wide tiles apply and groups
 // hold [192, 384) rows on average: two to three 128-row tiles a group, so the pairs are mostly full.
-// TUNE (H200, docs/benchmarks.md): at 256 rows a group (T4096 over 128 experts) pairs were never slower than
-// single wide tiles in three calls on as many machines (gate_up 0 to 5% faster, down 0 to 15%: twenty-first
-// run call 2, twenty-third run calls 7 and 8); at 512 rows (64 experts) 0.3-1.8% slower, at 128 rows (256
+// TUNE (H200, 2026-12-04): at 256 rows a group (T4096 over 128 experts) pairs were never slower than
+// single wide tiles in three runs on three machines (gate_up 0 to 5% faster, down 0 to 15%); at 512 rows (64 experts) 0.3-1.8% slower, at 128 rows (256
 // experts, one m-tile a group: the second block of a pair only relays B) 23-42% slower.
 constexpr int64_t kPairMinRows = 192, kPairEndRows = 384;
 
@@ -130,7 +129,7 @@ bool use_decode(int64_t m, int64_t g) {
 // The Hopper tile kernel for the path. Auto: the TMA kernel, with 64 x 128 tiles where groups hold at most
 // tma64_max_rows() rows on average (48 by default), 128 x 256 tiles from wide_min_rows() (96), in pairs
 // sharing B for [kPairMinRows, kPairEndRows), else 128 x 128 (p: the product; null, 128 x 128).
-// TUNE (H200, `kiln bench ops --filter 'grouped_mm|^moe/bf16'`, docs/benchmarks.md): against the cp.async
+// TUNE (H200, `kiln bench ops --filter 'grouped_mm|^moe/bf16'`, 2026-12-03): against the cp.async
 // kernel the TMA kernel took grouped_mm T512/T4096 from 0.60-0.93x PyTorch to 0.54-1.11x (geomean up, 10 of
 // 12 shapes faster) and the MoE block at T512 from 1.05-1.24x to 1.13-1.44x.
 Gmm90Kernel sm90_kernel(GroupedMmPath f, const GmmArgs* p = nullptr) {
@@ -164,10 +163,10 @@ bool tma_tiles(int device) {
 
 // Warps per weight-row group of the decode kernel: enough warps for ~16 per SM assuming every row slot
 // works (one row per group, the decode case), more only while each thread keeps >= 2 chunks of K.
-// Measured on the H200 (docs/benchmarks.md): forcing 2 or 4 warps, or the split whose grid best fills its
-// rounds of resident blocks, was slower at every one-token shape (twelfth run: T1 E128 gate_up 17.8 us
-// against 18.2 / 21.5 / 21.4); aiming at 32 warps per SM gave E256 gate_up (8 rows x 512 column pairs)
-// split 2, where split 1 took 10.47 against 11.86 us (twentieth run; every other shape split 1 either way).
+// Measured on the H200: forcing 2 or 4 warps, or the split whose grid best fills its rounds of resident
+// blocks, was slower at every one-token shape (2026-12-03: T1 E128 gate_up 17.8 us against 18.2 / 21.5 /
+// 21.4); aiming at 32 warps per SM gives E256 gate_up (8 rows x 512 column pairs) split 2, where split 1 took
+// 10.47 against 11.86 us (2026-12-04; every other shape split 1 either way).
 // KILN_GMM_DECODE_SPLIT=1|2|4|8 forces the split of every decode launch (a tuning knob for A/B runs; unset or 0:
 // the rule).
 int forced_decode_split() {
@@ -202,16 +201,16 @@ std::atomic<int>& decode_min_blocks_ref() {
 int decode_min_blocks() { return decode_min_blocks_ref().load(std::memory_order_relaxed); }
 
 // Whether the one-row decode instance takes the 40-register bound: only when asked (KILN_GMM_DECODE_MINB=6 or
-// set_grouped_decode_min_blocks(6)). It used to be the default where it fit the grid into one round of
-// resident blocks instead of two (one-token grouped_mm over 128 experts, gate_up: 768 blocks, 17.14 -> 16.39
-// us, fourteenth run), while each block scanned the offsets. With the warps' own lookup the compiler's
-// instance is faster there in two rounds of 528 blocks (15.80 against 16.48 us, twentieth run) and as fast
-// or faster at every other one-token shape (the spilling instance 13-22% slower on the downs).
+// set_grouped_decode_min_blocks(6)). It fits some grids into one round of resident blocks instead of two,
+// which paid while each block scanned the offsets (one-token grouped_mm over 128 experts, gate_up: 768
+// blocks, 17.14 -> 16.39 us, H200, 2026-12-03). With the warps' own lookup the compiler's instance is faster
+// there in two rounds of 528 blocks (15.80 against 16.48 us, 2026-12-04) and as fast or faster at every other
+// one-token shape (the spilling instance 13-22% slower on the downs).
 bool decode_take_min6() { return decode_min_blocks() == 6; }
 
 // The Hopper tile kernels' straight-run epilogue (GmmArgs::fast_epilogue): on by default;
 // KILN_GMM_FAST_EPILOGUE=0 or set_grouped_fast_epilogue(false) gives the general loop for every tile.
-// Measured on the H200 (docs/benchmarks.md, fourteenth run, same call): grouped_mm T512/T4096 faster at all
+// Measured on the H200 (2026-12-03, one run): grouped_mm T512/T4096 faster at all
 // 12 shapes (e.g. T512 E64 down 140.5 -> 112.0 us, T4096 E256 down 320.8 -> 248.0), geomean over the 18
 // grouped_mm cases 1.10 -> 1.20x PyTorch, MoE block at T512 1.42-1.53x -> 1.49-1.58x; decode unchanged.
 std::atomic<bool>& fast_epilogue_ref() {
@@ -221,7 +220,7 @@ std::atomic<bool>& fast_epilogue_ref() {
 
 // The straight run's 16-byte stores of 16-bit C (GmmArgs::wide_stores): on by default;
 // KILN_GMM_WIDE_STORES=0 or set_grouped_wide_stores(false) gives the 4-byte pairs. Measured on the H200
-// (docs/benchmarks.md, fourteenth run, same call): grouped_mm T4096 3-13% faster at all 6 shapes (E128 down
+// (2026-12-03, one run): grouped_mm T4096 3-13% faster at all 6 shapes (E128 down
 // 280.3 -> 242.6 us, E256 down 261.9 -> 225.5), the 128 x 256 kernel's store-queue stalls 2.9 -> 0.01 per
 // issued instruction and its tensor pipe 48% -> 53% busy; T512, T1 and the MoE block within noise.
 std::atomic<bool>& wide_stores_ref() {
@@ -591,7 +590,7 @@ Tensor moe_forward_impl(const Tensor& x_in, const Tensor& router_weight, const T
   // With FP8 experts, one token's down product reads its rows' experts before its wait
   // (GmmArgs::groups_before_wait): the kernel just ahead of it is gate_up's decode kernel (I > 0), which then
   // lets it start only after its own wait, when the routing that wrote them has completed. TUNE (H200, one
-  // machine, scripts/ab-binaries.sh; docs/benchmarks.md, twenty-third run): 1.0-4.0% faster MoE blocks with
+  // machine, scripts/ab-binaries.sh, 2026-12-04): 1.0-4.0% faster MoE blocks with
   // FP8 experts, 0.2% faster to 1.3% slower with bf16 ones, which keep the usual order. Its first weight loads
   // go out before the wait too; the experts need not be constant (constant_input) for that: every kernel that
   // ran before gate_up's wait returned has completed, and no kernel of this call writes them.

@@ -45,8 +45,7 @@ void set_forced_grouped_mm_path(GroupedMmPath p);
 // The register bound of the matrix-vector kernel's one-row instance (one-token products and the MoE block's
 // decode): 1 (the compiler's choice: 56 registers for 16-bit inputs, 4 blocks per SM), 6 blocks per SM (40
 // registers, a little spilling) or 0 (the default: 1; measured on the H200 as fast or faster at every
-// one-token shape once the warps found their group without a block-wide scan, docs/benchmarks.md, twentieth
-// run). Also KILN_GMM_DECODE_MINB=0|1|6. KILN_GMM_DECODE_SPLIT=1|2|4|8 forces the matrix-vector kernel's
+// one-token shape once the warps find their group without a block-wide scan, 2026-12-04). Also KILN_GMM_DECODE_MINB=0|1|6. KILN_GMM_DECODE_SPLIT=1|2|4|8 forces the matrix-vector kernel's
 // warps per weight-row group (A/B runs; unset: the rule in moe.cu, decode_split).
 void set_grouped_decode_min_blocks(int n);
 int grouped_decode_min_blocks();
@@ -70,8 +69,8 @@ bool grouped_skip_idle_half();
 // stages its C rows in shared memory and stores them with TMA, asynchronously, instead of storing from
 // registers (16-bit C, rows contiguous and 16-byte aligned, no row scatter, at most 241 groups). On by
 // default since it writes with stmatrix: on the H200 it took 1.7% and 0.7% less time than the register
-// stores over the six T4096 benchmark products (geomean, two calls), single products from 4% faster to 2%
-// slower (docs/benchmarks.md, twenty-first run). Also KILN_GMM_TMA_STORE=0|1. grouped_tma_store_launches():
+// stores over the six T4096 benchmark products (geomean, two runs), single products from 4% faster to 2%
+// slower (2026-12-04). Also KILN_GMM_TMA_STORE=0|1. grouped_tma_store_launches():
 // launches that took it so far (for tests).
 void set_grouped_tma_store(bool on);
 bool grouped_tma_store();

@@ -20,7 +20,7 @@ using arange_acc_t = std::conditional_t<std::is_floating_point_v<T>, double,
 // PyTorch computes start + step * i (fused multiply-add) for most elements, but in its vectorised loop
 // (blocks of 2 * V elements from the front, V = 8 for f32, 4 for f64, 16 for f16/bf16; the last n % 2V
 // elements take the scalar formula) lane k of a vector starting at index j gets T(T(start + step*j) + k*step).
-// We evaluate that per element, so the result does not depend on threads; it matches PyTorch whenever
+// kiln evaluates that per element, so the result does not depend on threads; it matches PyTorch whenever
 // PyTorch runs on one thread or n < 32768 (above that PyTorch's result depends on its thread split).
 template <class T>
 struct ArangeOp {

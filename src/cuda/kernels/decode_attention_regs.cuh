@@ -7,8 +7,8 @@
 // Why: the matrix-vector kernels, which load weights into registers with 16-byte loads and keep many warps
 // streaming independently, reach 4.46 TB/s on the H200; the cp.async decode kernel streams about 3.4 TB/s
 // inside the kernel. Here each warp streams its own keys in 16-key chunks, the next chunk's loads in flight
-// while the current one multiplies. Measured on the H200 against the cp.async kernel (docs/benchmarks.md,
-// eleventh run): up to 8% faster at 11 of the 12 benchmark shapes, 0.7% slower at the twelfth (Hq32/Hkv8
+// while the current one multiplies. Measured on the H200 against the cp.async kernel (2026-12-03): up to
+// 8% faster at 11 of the 12 benchmark shapes, 0.7% slower at the twelfth (Hq32/Hkv8
 // L8192), and 3.5 TB/s of K/V at L32768 with 8 KV heads.
 //
 // Math, per warp and 16-key chunk, with the keys as the MMA's rows and the query rows as its 8 columns:
@@ -29,7 +29,7 @@
 // (their registers are zero, their scores -inf). The loads carry no L2 prefetch hint (DecodeTuning::l2_prefetch
 // is the cp.async kernel's).
 //
-// Measured and removed (docs/benchmarks.md, eighteenth run): dynamic chunks, each warp taking two fixed
+// Measured and removed (H200, 2026-12-04): dynamic chunks, each warp taking two fixed
 // chunks and then its KV head's remaining chunks one at a time from a counter (atomicInc), so that the splits
 // end together. Correct, but 1-18% slower at L >= 8192 drawing one chunk ahead, and slower still drawing two.
 #pragma once

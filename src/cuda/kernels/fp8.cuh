@@ -560,7 +560,7 @@ __global__ void __launch_bounds__(kGemvThreads, fp8_gemv_min_blocks<CFG>())
 // memory; A and B agree on that k order, and the MMA's sum does not care which it is). `split` warps share a
 // tile and are summed in shared memory in warp order. Steps are loaded in batches of kFp8MmaU, the next batch
 // in flight while the current one is converted and multiplied; the first batch goes out before the
-// dependent-launch wait. (Tried and dropped on the H200, seventeenth run: the weights through a per-thread
+// dependent-launch wait. (Measured and dropped on the H200, 2026-12-04: the weights through a per-thread
 // cp.async ring of 6 slots in shared memory instead of registers; at K4096 x N14336 it ran at 1.71 TB/s against
 // 2.89, with 8 warps splitting each tile's K and every block converting the whole row, the blocks were
 // mostly start-up.) Requires k % 64 == 0, the scale block a multiple of 64 (or all of k), 16-byte

@@ -303,8 +303,7 @@ inline constexpr int kDecRows = 4;  // A rows of one group per block (runtime co
 inline constexpr int kDecR = 2;     // weight rows per warp group: one column pair (gate, up) with act
 inline constexpr int kDecU = 2;     // 16-byte chunks per weight row per unrolled step: kDecU * kDecR loads in flight
 // TUNE (H200, `kiln bench ops --filter 'grouped_mm/bf16/T1/|moe/bf16/T1/|moe/e4m3'`, 2026-12-03): with one A
-// row per block (MT = 1) this is the best of R = 2, 4, 8 weight rows per warp group and U = 1, 2, 4
-// (bench/results/h200-2026-12-03-s6-grouped-decode-variants.md).
+// row per block (MT = 1) this is the best of R = 2, 4, 8 weight rows per warp group and U = 1, 2, 4.
 
 // Output columns per block for a given split (warps per weight-row group).
 __host__ __device__ constexpr int gmm_decode_cols_per_block(int split, bool act) {

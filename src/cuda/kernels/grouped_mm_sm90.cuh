@@ -32,7 +32,7 @@ constexpr int kBM = 128, kBK = 64;  // product tile rows and K step; the columns
 #endif
 // Ring stages and steps issued ahead of the one multiplied. 128 x 128 tiles: three stages (96 KB) fit two
 // blocks per SM, four (128 KB) one; on the H200 three were faster at every benchmark shape (grouped_mm
-// geomean 0.63x PyTorch against 0.53x, docs/benchmarks.md). 128 x 256 tiles (opt-in, GroupedMmPath::TiledWide):
+// geomean 0.63x PyTorch against 0.53x, 2026-12-02). 128 x 256 tiles (opt-in, GroupedMmPath::TiledWide):
 // four stages of 48 KB, one block per SM: each K step brings 48 KB for twice the products of the 32 KB of a
 // 128 x 128 step (85 against 64 flops a byte from L2).
 template <int BN>
@@ -353,17 +353,18 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<BN>()) gmm_wgmma_kerne
 // BN = 256 (GroupedMmPath::TiledTmaWide, BM = 128; Auto where groups average 96 rows or more): four 48 KB
 // stages and 128 accumulators per math thread, a quarter fewer bytes received per product than 128 x 128.
 // With the general epilogue it measured 0.63x PyTorch geomean against 0.78x for 128 x 128 on the H200
-// (thirteenth run; Nsight Compute: 7.5 instruction-fetch stalls per issued instruction, the tensor pipe
+// (2026-12-03; Nsight Compute: 7.5 instruction-fetch stalls per issued instruction, the tensor pipe
 // active 19% of the time); with the straight-run epilogue it is the fastest tile at 256 and 512 rows a group
-// (fourteenth run: tensor pipe 48%, the stalls now on the store queue and L2 at 82% of its throughput).
-// Measured and dropped (fourteenth run): pairs of 128 x 256 tiles in clusters sharing B by multicast (L2
-// throughput 82% -> 71%, but 0-8% slower at T4096: the L2 was not what held the tile back).
+// (tensor pipe 48%, the stalls on the store queue and L2 at 82% of its throughput).
+// With that epilogue, pairs of 128 x 256 tiles in clusters sharing B by multicast cut L2 throughput from 82%
+// to 71% but were 0-8% slower at T4096: the L2 was not what held the tile back. With the staged epilogue
+// below they are Auto's choice at 192-383 rows a group (PB, below; moe.cu).
 // CS > 1 (GroupedMmPath::TiledTmaCluster2 / 4, BM = 128): thread-block clusters of CS blocks along n share
 // each A tile. The cluster walks the list of (m-tile, CS consecutive n-tiles); block rank r takes the r-th
 // n-tile (past the last n-tile it multiplies and stores nothing) and loads rows 128 r / CS.. of the A tile
 // into every block of the cluster at once (TMA multicast), so each block pulls 1 / CS of A through L2
 // instead of all of it. Opt-in: on the H200 clusters of 2 were about as fast as single blocks (grouped_mm
-// geomean 0.82x PyTorch against 0.81x) and clusters of 4 slower (0.76x; docs/benchmarks.md, twelfth run):
+// geomean 0.82x PyTorch against 0.81x) and clusters of 4 slower (0.76x; 2026-12-03):
 // each SM still receives every byte of its tiles.
 // PB (GroupedMmPath::TiledTmaWidePair, 128 x 256 tiles, CS = 2): the pair of blocks shares B instead, as
 // PyTorch's CUTLASS grouped kernel does at these shapes (clusters of 2 along M). The list is of (256-row
@@ -410,8 +411,7 @@ constexpr int tma_stages() {
 // 128-byte rows with the 128-byte swizzle; stmatrix writes), and one of its threads stores them with TMA,
 // asynchronously: the warpgroup goes on to the next tile's MMAs while the boxes drain, and waits for them
 // only when it next writes the buffer. The default (grouped_tma_store): on the H200 1.7% and 0.7% less time
-// than the register stores over the T4096 benchmark products (geomean of two calls; docs/benchmarks.md,
-// twenty-first run).
+// than the register stores over the T4096 benchmark products (geomean of two runs, 2026-12-04).
 constexpr uint32_t kCStageBytes = 2 * 16384;  // both warpgroups' buffers
 template <int BM, int CS, bool PB = false>
 constexpr bool tma_store_capable() {
