@@ -38,6 +38,7 @@ DEFAULT_SETS = [
     "bench/results/h200-2026-12-03",
     "bench/results/h200-2026-12-04",
     "bench/results/cpu-2026-12-04",
+    "bench/results/h100-2026-12-06",
 ]
 PLOT_DIR = "docs/plots"
 PAGES = ["docs/benchmarks.md", "README.md"]
