@@ -6,7 +6,12 @@ KILN_CUDA  ?= AUTO
 CMAKE_ARGS ?=
 # A short run on the CPU; on a GPU the default -p 512 -n 128 takes seconds.
 DEMO_BENCH_ARGS ?= $(shell command -v nvidia-smi > /dev/null 2>&1 && echo '-r 3' || echo '-p 16 -n 8 -r 1')
+# The Python module builds with the rest (KILN_PYTHON) against a virtual environment in the build folder
+# that holds nanobind, NumPy and pytest (scripts/python-venv.sh); PYTHON=OFF leaves it out.
+PYTHON     ?= ON
+VENV        = $(BUILD)/venv
 CMAKE       = cmake -G Ninja -DKILN_CUDA=$(KILN_CUDA) $(CMAKE_ARGS)
+PY_ARGS     = $(if $(filter ON,$(PYTHON)),-DKILN_PYTHON=ON -DPython_EXECUTABLE=$(abspath $(VENV))/bin/python,-DKILN_PYTHON=OFF)
 
 .PHONY: all deps configure build demo test test-asan fuzz ci plots bench clean
 
@@ -15,8 +20,11 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
-$(BUILD)/build.ninja: | deps
-	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+$(VENV)/.ready:
+	@scripts/python-venv.sh $(VENV)
+
+$(BUILD)/build.ninja: | deps $(if $(filter ON,$(PYTHON)),$(VENV)/.ready)
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(PY_ARGS)
 
 configure: $(BUILD)/build.ninja
 

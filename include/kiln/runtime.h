@@ -21,6 +21,9 @@ class Stream {
   // the device's range.
   static Stream create(Device device, int priority = 0);
   static Stream default_stream(Device device);
+  // A stream created outside kiln (a cudaStream_t of another library, e.g. one named by a DLPack consumer),
+  // not owned: the creator keeps it alive while kiln uses it. A null handle is the default stream.
+  static Stream from_handle(Device device, void* handle);
 
   Device device() const { return device_; }
   void* handle() const { return handle_ ? handle_.get() : nullptr; }  // cudaStream_t (null: default)

@@ -12,6 +12,7 @@ namespace {
 
 Stream Stream::create(Device, int) { no_cuda("Stream::create"); }
 Stream Stream::default_stream(Device) { no_cuda("Stream::default_stream"); }
+Stream Stream::from_handle(Device, void*) { no_cuda("Stream::from_handle"); }
 int Stream::priority() const { no_cuda("Stream::priority"); }
 bool Stream::query() const { no_cuda("Stream::query"); }
 void Stream::synchronize() const { no_cuda("Stream::synchronize"); }

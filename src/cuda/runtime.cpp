@@ -43,6 +43,12 @@ Stream Stream::default_stream(Device device) {
   return Stream(device, nullptr);
 }
 
+Stream Stream::from_handle(Device device, void* handle) {
+  KILN_CHECK(device.is_cuda(), "Stream: ", device.str(), " is not a CUDA device");
+  if (!handle) return Stream(device, nullptr);
+  return Stream(device, std::shared_ptr<void>(handle, [](void*) {}));
+}
+
 int Stream::priority() const {
   int p = 0;
   cuda::check(cudaStreamGetPriority(raw(*this), &p), "cudaStreamGetPriority");

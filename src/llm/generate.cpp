@@ -26,12 +26,12 @@ std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, 
     const auto t1 = clock::now();
     st.prefill_seconds = seconds(t0, t1);
     out.push_back(tok);
-    if (o.on_token) o.on_token(tok);
-    if (!is_stop(tok)) {
+    const bool go_on = o.on_token ? o.on_token(tok) : true;
+    if (go_on && !is_stop(tok)) {
       model.decode_n(tok, o.max_new_tokens - 1, o.sampling, &gen, [&](int64_t t) {
         out.push_back(t);
-        if (o.on_token) o.on_token(t);
-        return !is_stop(t);
+        const bool more = o.on_token ? o.on_token(t) : true;
+        return more && !is_stop(t);
       });
     }
     st.decode_seconds = seconds(t1, clock::now());

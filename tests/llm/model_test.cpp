@@ -98,7 +98,10 @@ TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {
   o.sampling.temperature = 0;
   GenerateStats st;
   std::vector<int64_t> streamed;
-  o.on_token = [&](int64_t t) { streamed.push_back(t); };
+  o.on_token = [&](int64_t t) {
+    streamed.push_back(t);
+    return true;
+  };
   const auto a = generate(m, kPrompt, o, &st);
   EXPECT_EQ(a.size(), 10u);
   EXPECT_EQ(streamed, a);
@@ -110,6 +113,11 @@ TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {
   m.reset();
   Tensor logits = m.prefill(kPrompt);
   EXPECT_EQ(argmax(logits).item().to_int64(), a[0]);
+  // on_token returning false ends generation after that token (cancellation between tokens).
+  int seen = 0;
+  o.on_token = [&](int64_t) { return ++seen < 4; };
+  EXPECT_EQ(generate(m, kPrompt, o), std::vector<int64_t>(a.begin(), a.begin() + 4));
+  o.on_token = nullptr;
   // Stop at the third generated token when it is a stop id.
   o.stop_ids = {a[2]};
   const auto stopped = generate(m, kPrompt, o);

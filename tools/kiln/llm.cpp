@@ -141,15 +141,16 @@ int run_generate(const LlmOptions& o) {
   std::string printed;
   g.on_token = [&](int64_t t) {
     generated.push_back(t);
-    if (o.ids_only || !tok) return;
+    if (o.ids_only || !tok) return true;
     // Print what the decoded text gained, holding back an incomplete UTF-8 sequence (shown as U+FFFD).
     const std::vector<int32_t> ids32(generated.begin(), generated.end());
     const std::string text = tok->decode(ids32, true);
-    if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return;
+    if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return true;
     if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
       std::cout << text.substr(printed.size()) << std::flush;
       printed = text;
     }
+    return true;
   };
   llm::GenerateStats st;
   llm::generate(m, prompt, g, &st);

@@ -15,7 +15,8 @@ struct GenerateOptions {
   SamplingParams sampling;  // temperature 0: greedy
   uint64_t seed = 0;
   std::vector<int64_t> stop_ids;           // generation ends after one of these is sampled (it is returned)
-  std::function<void(int64_t)> on_token;  // called with every generated token, in order
+  // Called with every generated token, in order; returning false ends generation after that token.
+  std::function<bool(int64_t)> on_token;
 };
 
 struct GenerateStats {

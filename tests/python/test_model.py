@@ -1,0 +1,98 @@
+"""The engine from Python: kiln.Model and kiln.Tokenizer on the tiny checkpoints of tests/data, against the
+`kiln generate` command and the transformers references stored beside them."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import kiln
+from conftest import DATA
+
+QWEN = os.path.join(DATA, "models", "qwen3-tiny")
+KILN_CLI = os.environ.get("KILN_CLI")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return kiln.Model.from_pretrained(QWEN, device="cpu", max_context=256)
+
+
+@pytest.fixture(scope="module")
+def text_model(tmp_path_factory):
+    """A small random checkpoint with a tokenizer and a chat template, written by `kiln init-model`."""
+    if KILN_CLI is None:
+        pytest.skip("KILN_CLI (the kiln command) is not set; ctest sets it")
+    d = str(tmp_path_factory.mktemp("tiny") / "model")
+    subprocess.run([KILN_CLI, "init-model", d, "--tokenizer", os.path.join(DATA, "tokenizers", "qwen2.json")],
+                   check=True, capture_output=True)
+    return kiln.Model.from_pretrained(d, device="cpu", max_context=256)
+
+
+def test_greedy_generation_matches_transformers(model):
+    ref = json.load(open(os.path.join(QWEN, "reference.json")))
+    prompt, greedy = ref["prompt_ids"], ref["greedy_ids"]
+    logits = model.logits(prompt)
+    assert logits.shape == (len(prompt), model.config["vocab_size"]) and logits.dtype == kiln.float32
+    assert int(logits[-1].argmax().item()) == greedy[0]
+    assert model.generate(prompt, max_new_tokens=len(greedy), temperature=0.0, ignore_eos=True) == greedy
+
+
+@pytest.mark.skipif(KILN_CLI is None, reason="KILN_CLI (the kiln command) is not set; ctest sets it")
+@pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=0.8, top_k=20, top_p=0.9, seed=7)])
+def test_generate_equals_the_kiln_command(model, sampling):
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    args = [KILN_CLI, "generate", "-m", QWEN, "--device", "cpu", "--prompt-ids", ",".join(map(str, prompt)), "--ids",
+            "-n", "12", "--temp", str(sampling["temperature"]), "--top-k", str(sampling.get("top_k", 0)),
+            "--top-p", str(sampling.get("top_p", 1.0)), "--seed", str(sampling.get("seed", 0)), "--ignore-eos"]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout.strip()
+    cli = [int(x) for x in out.split(",") if x]
+    py = model.generate(prompt, max_new_tokens=12, temperature=sampling["temperature"],
+                        top_k=sampling.get("top_k", 0), top_p=sampling.get("top_p", 1.0),
+                        seed=sampling.get("seed", 0), ignore_eos=True)
+    assert py == cli and len(py) == 12
+
+
+def test_streaming_yields_the_same_tokens(model):
+    prompt = [5, 6, 7, 8]
+    full = model.generate(prompt, max_new_tokens=10, temperature=0.0, ignore_eos=True)
+    streamed = list(model.generate(prompt, max_new_tokens=10, temperature=0.0, ignore_eos=True, stream=True))
+    assert streamed == full
+    # Leaving a stream early frees the model for the next generation.
+    it = model.generate(prompt, max_new_tokens=50, temperature=0.0, ignore_eos=True, stream=True)
+    next(it)
+    it.close()
+    assert model.generate(prompt, max_new_tokens=3, temperature=0.0, ignore_eos=True) == full[:3]
+
+
+def test_streaming_text_joins_to_the_whole_text(text_model):
+    text = text_model.generate("Hello there", max_new_tokens=16, temperature=0.0, ignore_eos=True)
+    pieces = list(text_model.generate("Hello there", max_new_tokens=16, temperature=0.0, ignore_eos=True, stream=True))
+    assert isinstance(text, str) and "".join(pieces) == text
+
+
+def test_tokenizer_round_trip(text_model):
+    tok = text_model.tokenizer
+    ids = tok.encode("The kiln is hot.")
+    assert all(isinstance(i, int) for i in ids) and tok.decode(ids) == "The kiln is hot."
+    assert tok.vocab_size >= max(ids) + 1
+    assert tok.id_to_token(ids[0]) is not None and tok.token_to_id(tok.id_to_token(ids[0])) == ids[0]
+
+
+def test_chat_messages_use_the_chat_format(text_model, tmp_path):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert isinstance(text_model.generate(messages, max_new_tokens=4, temperature=0.0), str)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ '<|im_start|>' + m.role }}"}))
+    assert kiln.apply_chat_template(messages, str(tmp_path)) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    with pytest.raises(kiln.KilnError, match="role"):
+        kiln.apply_chat_template([{"role": "tool", "content": "x"}], str(tmp_path))
+
+
+def test_presets_generate_ids_without_a_tokenizer():
+    m = kiln.Model.from_preset("qwen3-0.6b", device="cpu", dtype=kiln.bfloat16, max_context=64)
+    assert m.tokenizer is None and m.config["num_hidden_layers"] == 28
+    out = m.generate([1, 2, 3], max_new_tokens=2, temperature=0.0, ignore_eos=True)
+    assert len(out) == 2
+    with pytest.raises(kiln.KilnError, match="tokenizer"):
+        m.generate("text")

@@ -1,0 +1,30 @@
+# Installs the build tree into a scratch prefix, builds examples/ against it with find_package(kiln), runs
+# both programs, and compiles ops.cpp once more with the flags pkg-config gives.
+#   cmake -DBUILD=... -DSOURCE=... -DCHECKPOINT=... -P installed_package_test.cmake
+set(prefix ${BUILD}/test-install)
+file(REMOVE_RECURSE ${prefix} ${BUILD}/test-examples)
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+run(${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix} --component dev)
+run(${CMAKE_COMMAND} -G Ninja -S ${SOURCE}/examples -B ${BUILD}/test-examples -DCMAKE_PREFIX_PATH=${prefix}
+    -DCMAKE_BUILD_TYPE=Release)
+run(${CMAKE_COMMAND} --build ${BUILD}/test-examples)
+run(${BUILD}/test-examples/ops)
+run(${BUILD}/test-examples/generate ${CHECKPOINT})
+find_program(PKG_CONFIG pkg-config)
+if(PKG_CONFIG)
+  set(ENV{PKG_CONFIG_PATH} ${prefix}/lib/pkgconfig)
+  execute_process(COMMAND ${PKG_CONFIG} --cflags --libs kiln OUTPUT_VARIABLE flags OUTPUT_STRIP_TRAILING_WHITESPACE
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config --cflags --libs kiln failed")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  run(c++ ${SOURCE}/examples/ops.cpp -o ${BUILD}/test-examples/ops-pkgconfig ${flags})
+  run(${BUILD}/test-examples/ops-pkgconfig)
+endif()
