@@ -96,3 +96,37 @@ def test_presets_generate_ids_without_a_tokenizer():
     assert len(out) == 2
     with pytest.raises(kiln.KilnError, match="tokenizer"):
         m.generate("text")
+
+
+INTERRUPT_SCRIPT = r"""
+import signal, sys, threading, time, os
+import kiln
+m = kiln.Model.from_preset("qwen3-0.6b", device="cpu", dtype=kiln.bfloat16, max_context=4096)
+stream = sys.argv[1] == "stream"
+threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+start = time.time()
+try:
+    if stream:
+        for _ in m.generate([1, 2, 3], max_new_tokens=4000, temperature=0.0, ignore_eos=True, stream=True):
+            pass
+    else:
+        m.generate([1, 2, 3], max_new_tokens=4000, temperature=0.0, ignore_eos=True)
+    print("finished")
+except KeyboardInterrupt:
+    print("interrupted after %.1f s" % (time.time() - start))
+    print(m.generate([1, 2, 3], max_new_tokens=2, temperature=0.0, ignore_eos=True))  # the model is free again
+"""
+
+
+@pytest.mark.parametrize("mode", ["stream", "whole"])
+def test_ctrl_c_stops_a_generation_between_tokens(mode):
+    # 4000 tokens of a 0.6B model take minutes on a CPU; SIGINT after 1 s must end it within seconds.
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", INTERRUPT_SCRIPT, mode], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("interrupted after"), out.stdout
+    assert float(lines[0].split()[2]) < 15
+    assert len(eval(lines[1])) == 2
