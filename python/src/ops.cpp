@@ -23,6 +23,16 @@ Tensor lhs_scalar(const Scalar& s, const Tensor& t) {
 
 Shape size_args(const nb::args& args) { return shape_args(args, "size"); }
 
+// The comparisons, as functions (kiln.eq) and as Python operators (__eq__).
+struct Comparison {
+  const char* name;
+  const char* dunder;
+  Tensor (*tt)(const Tensor&, const Tensor&);
+  Tensor (*ts)(const Tensor&, const Scalar&);
+};
+const Comparison kComparisons[] = {{"eq", "__eq__", &eq, &eq}, {"ne", "__ne__", &ne, &ne}, {"lt", "__lt__", &lt, &lt},
+                                   {"le", "__le__", &le, &le}, {"gt", "__gt__", &gt, &gt}, {"ge", "__ge__", &ge, &ge}};
+
 std::vector<int64_t> dims_or_all(const Dims& d) { return d.all ? std::vector<int64_t>{} : d.dims; }
 
 Generator* gen_ptr(std::optional<Generator*> g) { return g ? *g : nullptr; }
@@ -242,14 +252,7 @@ void bind_binary(nb::module_& m, TensorClass& cls) {
                              {"logical_and", &logical_and}, {"logical_or", &logical_or},
                              {"logical_xor", &logical_xor}};
   for (const B& b : binary) def_op(m, cls, b.name, b.f, "Elementwise, as the torch function of the same name.", nb::arg("other"));
-  struct C {
-    const char* name;
-    Tensor (*tt)(const Tensor&, const Tensor&);
-    Tensor (*ts)(const Tensor&, const Scalar&);
-  };
-  static const C compare[] = {{"eq", &eq, &eq}, {"ne", &ne, &ne}, {"lt", &lt, &lt},
-                              {"le", &le, &le}, {"gt", &gt, &gt}, {"ge", &ge, &ge}};
-  for (const C& c : compare) {
+  for (const Comparison& c : kComparisons) {
     def_op(m, cls, c.name, c.tt, "Elementwise comparison (bool result).", nb::arg("other"));
     def_op(m, cls, c.name, c.ts, "Elementwise comparison (bool result).", nb::arg("other"));
   }
@@ -353,16 +356,9 @@ void bind_operators(TensorClass& cls) {
       .def("__itruediv__", [](Tensor& a, const Scalar& b) -> Tensor& { return div_(a, b); }, op, nb::rv_policy::none,
            release_gil())
       .def("__hash__", [](nb::handle self) { return reinterpret_cast<intptr_t>(self.ptr()); });
-  struct C {
-    const char* name;
-    Tensor (*tt)(const Tensor&, const Tensor&);
-    Tensor (*ts)(const Tensor&, const Scalar&);
-  };
-  static const C compare[] = {{"__eq__", &eq, &eq}, {"__ne__", &ne, &ne}, {"__lt__", &lt, &lt},
-                              {"__le__", &le, &le}, {"__gt__", &gt, &gt}, {"__ge__", &ge, &ge}};
-  for (const C& c : compare) {
-    cls.def(c.name, c.tt, op, release_gil());
-    cls.def(c.name, c.ts, op, release_gil());
+  for (const Comparison& c : kComparisons) {
+    cls.def(c.dunder, c.tt, op, release_gil());
+    cls.def(c.dunder, c.ts, op, release_gil());
   }
 }
 

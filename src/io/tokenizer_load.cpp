@@ -270,6 +270,15 @@ class Loader {
     for (const auto& [i, s] : t_.model_id_to_token) max_id = std::max<int64_t>(max_id, i);
     for (const AddedToken& a : t_.added) max_id = std::max<int64_t>(max_id, a.id);
     t_.vocab_size = max_id + 1;
+    // The ids the post-processor adds must be tokens: an id past the vocabulary would reach a model's
+    // embedding lookup (tokenizers does not check; a file that needs this is malformed).
+    for (const std::vector<int32_t>* ids : {&t_.prefix_ids, &t_.suffix_ids}) {
+      for (int32_t i : *ids) {
+        if (t_.model_id_to_token.count(static_cast<uint32_t>(i)) == 0 &&
+            std::none_of(t_.added.begin(), t_.added.end(), [&](const AddedToken& a) { return a.id == static_cast<uint32_t>(i); }))
+          fail("post_processor", str("special token id ", i, " is in neither model.vocab nor added_tokens"));
+      }
+    }
   }
 
  private:
@@ -374,7 +383,9 @@ class Loader {
     }
     for (int b = 0; b < 256; ++b) {
       auto f = bpe.vocab.find(tok::byte_level_alphabet().byte_to_utf8[b]);
-      bpe.byte_ids[b] = f == bpe.vocab.end() ? -1 : f->second;
+      // -1 marks a byte whose character is not in the vocabulary (dropped, as tokenizers drops it). Both arms
+      // are int64_t: `cond ? -1 : uint32_t` would convert -1 to 4294967295, a valid-looking id.
+      bpe.byte_ids[b] = f == bpe.vocab.end() ? int64_t{-1} : int64_t{f->second};
     }
     bpe.byte_fallback_ids.fill(-1);
     if (bpe.byte_fallback) {

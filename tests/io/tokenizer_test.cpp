@@ -426,6 +426,32 @@ TEST(TokenizerLoad, DamagedFilesNeverCrash) {
   EXPECT_EQ(loaded + rejected, 300);
 }
 
+// A byte whose byte-level character is missing from the vocabulary is dropped, as tokenizers drops an
+// unknown character without unk_token (found by the tokenizer fuzz target: the byte became id 2^32 - 1).
+TEST(TokenizerLoad, ByteMissingFromTheVocabularyIsDropped) {
+  json j = json::parse(read_file(data_path("gpt2.json")));
+  const std::string tab = "\xc4\x89";  // U+0109, the byte-level character of '\t'
+  ASSERT_TRUE(j["model"]["vocab"].contains(tab));
+  const int64_t tab_id = j["model"]["vocab"][tab].get<int64_t>();
+  j["model"]["vocab"].erase(tab);
+  j["model"]["vocab"]["renamed-tab"] = tab_id;
+  const Tokenizer t = Tokenizer::from_json(j.dump(), "missing-byte.json");
+  const Tokenizer full = Tokenizer::from_file(data_path("gpt2.json"));
+  auto without_tab = full.encode("and\ttabs", false);
+  without_tab.erase(std::find(without_tab.begin(), without_tab.end(), tab_id));
+  EXPECT_EQ(t.encode("and\ttabs", false), without_tab);
+  for (int32_t id : t.encode("\t\t a\tb", true)) EXPECT_TRUE(id >= 0 && id < t.vocab_size()) << id;
+}
+
+// A post-processor that adds an id no token has is refused (found by the tokenizer fuzz target).
+TEST(TokenizerLoad, PostProcessorIdsMustBeTokens) {
+  json j = json::parse(read_file(data_path("gpt2.json")));
+  ASSERT_EQ(j["post_processor"]["type"], "TemplateProcessing");
+  j.erase("added_tokens");  // <|endoftext|> (id 600) is an added token only
+  EXPECT_TRUE(test::throws_error([&] { Tokenizer::from_json(j.dump(), "x.json"); },
+                                 {"post_processor", "special token id 600"}));
+}
+
 // A pre-tokenizer regex with catastrophic backtracking ends in an error, in bounded time and memory,
 // instead of hanging the process: PCRE2's match, depth and heap limits (tokenizer_text.cpp) stop it.
 TEST(TokenizerLoad, CatastrophicRegexIsAnErrorNotAHang) {
