@@ -254,7 +254,20 @@ Tensor& scatter_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& s
 Tensor& scatter_add_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 // Elements of x (as if flattened) at the flat indices; the result has index's shape.
 Tensor take(const Tensor& x, const Tensor& index);
+// The upper (triu: j - i >= diagonal) or lower (tril: j - i <= diagonal) triangle of the last two dims, the
+// rest zero.
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value);
+
+// ---------------------------------------------------------------------------------------------------------
+// Complex numbers. view_as_real: a complex64 [...] as float32 [..., 2] (real, imaginary), a view; real and
+// imag are views of its two halves (real of a real tensor is the tensor). conj: the complex conjugate (a new
+// tensor; a real tensor itself).
+Tensor view_as_real(const Tensor& x);
+Tensor real(const Tensor& x);
+Tensor imag(const Tensor& x);
+Tensor conj(const Tensor& x);
 
 // ---------------------------------------------------------------------------------------------------------
 // Matrix products. f32/f64/c64 through BLAS on the CPU; f16/bf16 accumulate in f32.
