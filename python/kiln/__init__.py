@@ -19,6 +19,7 @@ from ._kiln import KilnError, OutOfMemoryError, Tensor, __version__  # noqa: F40
 # The Python subpackages, not the native submodules of the same names that the star import brought.
 cuda = _importlib.import_module(".cuda", __name__)
 nn = _importlib.import_module(".nn", __name__)
+linalg = _importlib.import_module(".linalg", __name__)
 
 
 def _numpy(self):

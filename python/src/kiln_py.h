@@ -14,6 +14,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
@@ -53,6 +54,7 @@ void bind_ops(nb::module_& m);
 void bind_nn(nb::module_& m, nb::module_& functional);
 void bind_runtime(nb::module_& m, nb::module_& cuda);
 void bind_llm(nb::module_& m);
+void bind_linalg(nb::module_& m, nb::module_& linalg);
 
 // A Python int (or an object with __index__) as int64: TypeError for other types, OverflowError outside
 // the range. `what` names the argument.

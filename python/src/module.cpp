@@ -37,10 +37,12 @@ NB_MODULE(_kiln, m) {
   nb::module_ cuda = m.def_submodule("cuda", "CUDA devices, streams, events and memory figures.");
   nb::module_ nn = m.def_submodule("nn", "Neural-network ops.");
   nb::module_ functional = nn.def_submodule("functional", "torch.nn.functional's names.");
+  nb::module_ linalg = m.def_submodule("linalg", "Linear algebra under torch.linalg's names.");
   bind_dtypes(m);
   bind_tensor(m);
   bind_ops(m);
   bind_nn(m, functional);
   bind_runtime(m, cuda);
   bind_llm(m);
+  bind_linalg(m, linalg);
 }

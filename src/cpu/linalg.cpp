@@ -112,8 +112,19 @@ void for_batch(int64_t batch, F&& f) {
     f(0);
     return;
   }
-#pragma omp parallel for schedule(dynamic)
+  // Chunks of several matrices: a batch of 65536 tiny matrices would otherwise pay the scheduler per matrix.
+#pragma omp parallel for schedule(dynamic, 16)
   for (int64_t i = 0; i < batch; ++i) f(i);
+}
+
+// Per-thread workspace that grows to the largest size asked and is reused across the matrices of a batch
+// (slot separates the buffers one routine needs at once).
+template <class T>
+T* scratch(size_t n, int slot = 0) {
+  thread_local std::vector<T> buffers[3];
+  auto& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
 }
 
 template <class F>
@@ -178,8 +189,7 @@ void lapack_getri(Tensor& lu, const Tensor& piv, Tensor& info) {
     const int lw = std::max(1, static_cast<int>(std::real(query)));
     for_batch(batch, [&](int64_t i) {
       if (inf[i] != 0) return;  // singular: getrf already said so; getri would divide by the zero pivot
-      std::vector<T> work(static_cast<size_t>(lw));
-      getri(n, A + i * int64_t(n) * n, p + i * n, work.data(), lw, &inf[i]);
+      getri(n, A + i * int64_t(n) * n, p + i * n, scratch<T>(static_cast<size_t>(lw)), lw, &inf[i]);
     });
   });
 }
@@ -212,9 +222,8 @@ void lapack_geqrf(Tensor& a, Tensor& tau) {
     geqrf(m, n, A, t, &query, -1, &qi);
     const int lw = std::max(1, static_cast<int>(std::real(query)));
     for_batch(batch, [&](int64_t i) {
-      std::vector<T> work(static_cast<size_t>(lw));
       int info = 0;
-      geqrf(m, n, A + i * int64_t(m) * n, t + i * mn, work.data(), lw, &info);
+      geqrf(m, n, A + i * int64_t(m) * n, t + i * mn, scratch<T>(static_cast<size_t>(lw)), lw, &info);
     });
   });
 }
@@ -234,9 +243,8 @@ void lapack_orgqr(Tensor& q, const Tensor& tau, int64_t k64) {
     orgqr(m, n, k, Q, t, &query, -1, &qi);
     const int lw = std::max(1, static_cast<int>(std::real(query)));
     for_batch(batch, [&](int64_t i) {
-      std::vector<T> work(static_cast<size_t>(lw));
       int info = 0;
-      orgqr(m, n, k, Q + i * int64_t(m) * n, t + i * taus, work.data(), lw, &info);
+      orgqr(m, n, k, Q + i * int64_t(m) * n, t + i * taus, scratch<T>(static_cast<size_t>(lw)), lw, &info);
     });
   });
 }
@@ -281,12 +289,10 @@ void lapack_gesdd(Tensor& a, Tensor& s, Tensor& u, Tensor& vt, char jobz, Tensor
     call(A, s_q.data(), U ? U : &dummy_u, VT ? VT : &dummy_vt, &query, -1, rwork_q.data(), iwork_q.data(), &qi);
     const int lw = std::max(1, static_cast<int>(std::real(query)));
     for_batch(batch, [&](int64_t i) {
-      std::vector<T> work(static_cast<size_t>(lw));
-      std::vector<int> iwork(8 * static_cast<size_t>(mn));
-      std::vector<R> rwork(std::is_same_v<T, cf> ? static_cast<size_t>(lrwork) : 1);
       T du{}, dv{};
-      call(A + i * int64_t(m) * n, S + i * mn, U ? U + i * u_size : &du, VT ? VT + i * vt_size : &dv, work.data(), lw,
-           rwork.data(), iwork.data(), &inf[i]);
+      call(A + i * int64_t(m) * n, S + i * mn, U ? U + i * u_size : &du, VT ? VT + i * vt_size : &dv,
+           scratch<T>(static_cast<size_t>(lw)), lw, scratch<R>(std::is_same_v<T, cf> ? static_cast<size_t>(lrwork) : 1, 1),
+           scratch<int>(8 * static_cast<size_t>(mn), 2), &inf[i]);
     });
   });
 }
@@ -322,10 +328,8 @@ void lapack_syevd(Tensor& a, Tensor& w, bool vectors, bool upper, Tensor& info) 
     const int lrw = std::max(1, static_cast<int>(rquery));
     const int liw = std::max(1, iquery);
     for_batch(batch, [&](int64_t i) {
-      std::vector<T> work(static_cast<size_t>(lw));
-      std::vector<R> rwork(static_cast<size_t>(lrw));
-      std::vector<int> iwork(static_cast<size_t>(liw));
-      call(A + i * int64_t(n) * n, W + i * n, work.data(), lw, rwork.data(), lrw, iwork.data(), liw, &inf[i]);
+      call(A + i * int64_t(n) * n, W + i * n, scratch<T>(static_cast<size_t>(lw)), lw,
+           scratch<R>(static_cast<size_t>(lrw), 1), lrw, scratch<int>(static_cast<size_t>(liw), 2), liw, &inf[i]);
     });
   });
 }
