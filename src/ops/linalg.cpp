@@ -92,26 +92,39 @@ std::vector<int64_t> permutation(const int32_t* piv, int64_t k, int64_t m) {
 
 Tensor ex_info(const Tensor& info, const Shape& batch, Device device) { return info.reshape(batch).to(device); }
 
+// getrf over a batch: the column-major LU buffer [B, n, m], the pivots [B, min(m, n)] and info [B].
+struct Factored {
+  Tensor buf, piv, info;
+  Shape batch;
+  Device dev;
+};
+Factored factor_lu(const Tensor& A, const char* op, bool square) {
+  check_matrix(A, op, square);
+  Factored f;
+  f.dev = prepare(A);
+  f.batch = batch_of(A);
+  const int64_t B = count(f.batch);
+  f.buf = to_colmajor(A);
+  f.piv = empty({B, std::min(A.size(-2), A.size(-1))}, DType::I32);
+  f.info = empty({B}, DType::I32);
+  cpu::lapack_getrf(f.buf, f.piv, f.info);
+  return f;
+}
+
 }  // namespace
 
 // ---- LU ------------------------------------------------------------------------------------------------------
 
 LUFactorEx lu_factor_ex(const Tensor& A, bool pivot, bool check_errors) {
-  check_matrix(A, "linalg.lu_factor", false);
   KILN_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not available (pivot=False); it is not stable");
-  const Device dev = prepare(A);
-  const Shape batch = batch_of(A);
-  const int64_t B = count(batch), m = A.size(-2), n = A.size(-1), k = std::min(m, n);
-  Tensor buf = to_colmajor(A);
-  Tensor piv = empty({B, k}, DType::I32);
-  Tensor info = empty({B}, DType::I32);
-  cpu::lapack_getrf(buf, piv, info);
+  Factored f = factor_lu(A, "linalg.lu_factor", false);
   if (check_errors) {
-    if (auto f = first_failure(info))
-      throw Error(str("linalg.lu_factor_ex: ", element(f->first, B > 1), "U[", f->second - 1, ", ", f->second - 1,
-                      "] is zero: the matrix is singular"));
+    if (auto e = first_failure(f.info))
+      throw Error(str("linalg.lu_factor_ex: ", element(e->first, f.info.numel() > 1), "U[", e->second - 1, ", ",
+                      e->second - 1, "] is zero: the matrix is singular"));
   }
-  return {from_colmajor(buf, batch, dev), piv.reshape(cat_shape(batch, {k})).to(dev), ex_info(info, batch, dev)};
+  return {from_colmajor(f.buf, f.batch, f.dev), f.piv.reshape(cat_shape(f.batch, {f.piv.size(1)})).to(f.dev),
+          ex_info(f.info, f.batch, f.dev)};
 }
 
 LUFactor lu_factor(const Tensor& A, bool pivot) {
@@ -232,21 +245,14 @@ Tensor solve(const Tensor& A, const Tensor& B, bool left) {
 }
 
 InvEx inv_ex(const Tensor& A, bool check_errors) {
-  check_matrix(A, "linalg.inv", true);
-  const Device dev = prepare(A);
-  const Shape batch = batch_of(A);
-  const int64_t B = count(batch), n = A.size(-1);
-  Tensor buf = to_colmajor(A);
-  Tensor piv = empty({B, n}, DType::I32);
-  Tensor info = empty({B}, DType::I32);
-  cpu::lapack_getrf(buf, piv, info);
-  cpu::lapack_getri(buf, piv, info);
+  Factored f = factor_lu(A, "linalg.inv", true);
+  cpu::lapack_getri(f.buf, f.piv, f.info);
   if (check_errors) {
-    if (auto e = first_failure(info))
-      throw Error(str("linalg.inv_ex: ", element(e->first, B > 1), "the diagonal element ", e->second,
+    if (auto e = first_failure(f.info))
+      throw Error(str("linalg.inv_ex: ", element(e->first, f.info.numel() > 1), "the diagonal element ", e->second,
                       " is zero: the matrix is singular"));
   }
-  return {from_colmajor(buf, batch, dev), ex_info(info, batch, dev)};
+  return {from_colmajor(f.buf, f.batch, f.dev), ex_info(f.info, f.batch, f.dev)};
 }
 
 Tensor inv(const Tensor& A) {
@@ -259,14 +265,11 @@ Tensor inv(const Tensor& A) {
 }
 
 SlogDet slogdet(const Tensor& A) {
-  check_matrix(A, "linalg.slogdet", true);
-  const Device dev = prepare(A);
-  const Shape batch = batch_of(A);
+  Factored f = factor_lu(A, "linalg.slogdet", true);
+  const Device dev = f.dev;
+  const Shape batch = f.batch;
+  const Tensor buf = f.buf, piv = f.piv;
   const int64_t B = count(batch), n = A.size(-1);
-  Tensor buf = to_colmajor(A);
-  Tensor piv = empty({B, n}, DType::I32);
-  Tensor info = empty({B}, DType::I32);
-  cpu::lapack_getrf(buf, piv, info);
   Tensor sign = empty({B}, A.dtype()), logabs = empty({B}, real_of(A.dtype()));
   visit_float(A.dtype(), "linalg.slogdet", [&](auto tag) {
     using T = typename decltype(tag)::type;
