@@ -214,3 +214,69 @@ struct Fp8Weight {
 Tensor linear(const Tensor& x, const Fp8Weight& w, const std::optional<Tensor>& bias = std::nullopt);
 
 }  // namespace kiln
+
+// ---- torch.nn.functional: normalisation, dropout, embedding, losses, padding, counting -----------------------
+// Composed from kiln's elementwise, reduction and indexing ops (so they run on every backend those do);
+// half-precision inputs compute in f32 and round once to their dtype.
+namespace kiln {
+
+// (x - mean) / sqrt(var + eps) over the trailing dims `normalized_shape`, then * weight + bias (each optional,
+// of that shape).
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+// x [N, C, *]: statistics over each group of C / num_groups channels and the spatial dims; weight, bias [C].
+Tensor group_norm(const Tensor& x, int64_t num_groups, const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+// x [N, C, *]. training: statistics of this batch (over N and the spatial dims; biased variance to
+// normalise), and running_mean / running_var (when given) become (1 - momentum) * running + momentum * batch
+// statistic (the unbiased variance), in place. Otherwise the running statistics normalise (both required).
+Tensor batch_norm(const Tensor& x, const std::optional<Tensor>& running_mean, const std::optional<Tensor>& running_var,
+                  const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
+                  bool training = false, double momentum = 0.1, double eps = 1e-5);
+// x [N, C, *]: statistics over the spatial dims of each sample and channel (use_input_stats), updating the
+// running statistics (averaged over N) when given; otherwise normalised by the running statistics.
+Tensor instance_norm(const Tensor& x, const std::optional<Tensor>& running_mean = std::nullopt,
+                     const std::optional<Tensor>& running_var = std::nullopt,
+                     const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
+                     bool use_input_stats = true, double momentum = 0.1, double eps = 1e-5);
+
+// Each element zeroed with probability p, the rest scaled by 1 / (1 - p); the mask comes from the generator's
+// Philox stream (the same seed gives the same mask on every device). p = 0 or training = false returns x
+// itself; p = 1 gives zeros.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+Tensor& dropout_(Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+// SELU's dropout: dropped elements take SELU's negative saturation value, then an affine map keeps the mean
+// and variance.
+Tensor alpha_dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+
+// Rows of weight [V, D] at the integer indices: indices.shape + [D].
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+
+// Losses; reduction "mean", "sum" or "none".
+Tensor mse_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean");
+Tensor l1_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean");
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, std::string_view reduction = "mean", double beta = 1.0);
+// input [N, C] or [N, C, d...] (or [C]) of log-probabilities, target [N, d...] class indices (int64/int32);
+// ignore_index targets add nothing and, with "mean", do not count; weight [C] scales each class (and "mean"
+// divides by the summed weights of the counted targets).
+Tensor nll_loss(const Tensor& input, const Tensor& target, const std::optional<Tensor>& weight = std::nullopt,
+                int64_t ignore_index = -100, std::string_view reduction = "mean");
+// log_softmax over dim 1 then nll_loss, with class-index targets (integer) or class-probability targets
+// (floating, input's shape); label_smoothing mixes in the uniform distribution as torch does.
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::optional<Tensor>& weight = std::nullopt,
+                     int64_t ignore_index = -100, std::string_view reduction = "mean", double label_smoothing = 0.0);
+
+// Pads the trailing dims: pad = {left of the last dim, right of it, left of the one before, ...} (negative
+// values crop). mode "constant" (value), "reflect" (the edge not repeated; each pad smaller than its dim),
+// "replicate" (the edge repeated) or "circular" (wraps; each pad at most its dim); those three pad at most
+// the last 3 dims.
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, std::string_view mode = "constant", double value = 0.0);
+
+// Counts of each value of a 1-d non-negative integer tensor (or the summed weights): length max(x) + 1, at
+// least minlength. int64 without weights; float32 weights give float32, other weights float64.
+Tensor bincount(const Tensor& x, const std::optional<Tensor>& weights = std::nullopt, int64_t minlength = 0);
+// A histogram of `bins` equal bins over [min, max] (the data's range when min == max); values outside are
+// not counted. Output in x's (floating) dtype.
+Tensor histc(const Tensor& x, int64_t bins = 100, double min = 0, double max = 0);
+
+}  // namespace kiln

@@ -55,6 +55,7 @@ void bind_nn(nb::module_& m, nb::module_& functional);
 void bind_runtime(nb::module_& m, nb::module_& cuda);
 void bind_llm(nb::module_& m);
 void bind_linalg(nb::module_& m, nb::module_& linalg);
+void bind_functional(nb::module_& m, nb::module_& functional);
 
 // A Python int (or an object with __index__) as int64: TypeError for other types, OverflowError outside
 // the range. `what` names the argument.

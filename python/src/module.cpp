@@ -45,4 +45,5 @@ NB_MODULE(_kiln, m) {
   bind_runtime(m, cuda);
   bind_llm(m);
   bind_linalg(m, linalg);
+  bind_functional(m, functional);
 }

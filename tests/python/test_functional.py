@@ -1,0 +1,205 @@
+"""torch.nn.functional's normalisation, dropout, embedding, losses and pad, and bincount / histc, against
+NumPy references (and against torch itself where it is installed)."""
+import numpy as np
+import pytest
+
+import kiln
+from conftest import to_numpy
+
+F = kiln.nn.functional
+
+try:
+    import torch
+    import torch.nn.functional as TF
+except ImportError:
+    torch = None
+
+
+def t(a, device, dtype=None):
+    x = kiln.tensor(np.ascontiguousarray(a), device=device)
+    return x.to(dtype) if dtype is not None else x
+
+
+def close(actual, expected, rtol=1e-5, atol=1e-5):
+    np.testing.assert_allclose(to_numpy(actual), expected, rtol=rtol, atol=atol)
+
+
+def test_layer_and_group_norm(rng, device):
+    x = rng.standard_normal((4, 6, 5))
+    w, b = rng.standard_normal(5), rng.standard_normal(5)
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    close(F.layer_norm(t(x, device), [5], t(w, device), t(b, device)), (x - mu) / np.sqrt(var + 1e-5) * w + b)
+    mu2, var2 = x.mean((-2, -1), keepdims=True), x.var((-2, -1), keepdims=True)
+    close(F.layer_norm(t(x, device), (6, 5), eps=1e-3), (x - mu2) / np.sqrt(var2 + 1e-3))
+    g = x.reshape(4, 3, 10)
+    ref = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(4, 6, 5)
+    wc, bc = rng.standard_normal(6), rng.standard_normal(6)
+    close(F.group_norm(t(x, device), 3, t(wc, device), t(bc, device)), ref * wc[None, :, None] + bc[None, :, None])
+    hb = F.layer_norm(t(x, device, kiln.bfloat16), [5])
+    assert hb.dtype == kiln.bfloat16
+    close(hb, (x - mu) / np.sqrt(var + 1e-5), rtol=2e-2, atol=2e-2)
+    with pytest.raises(kiln.KilnError, match="num_groups"):
+        F.group_norm(t(x, device), 4)
+    with pytest.raises(kiln.KilnError, match="trailing dims"):
+        F.layer_norm(t(x, device), [6])
+
+
+def test_batch_norm_training_updates_running_statistics(rng, device):
+    x = rng.standard_normal((8, 3, 4, 4)) * 2 + 1
+    rm, rv = rng.standard_normal(3), rng.random(3) + 0.5
+    RM, RV = t(rm, device), t(rv, device)
+    y = F.batch_norm(t(x, device), RM, RV, training=True, momentum=0.2)
+    mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3))
+    close(y, (x - mean[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5))
+    n = 8 * 4 * 4
+    close(RM, 0.8 * rm + 0.2 * mean)
+    close(RV, 0.8 * rv + 0.2 * var * n / (n - 1))
+    w, b = rng.standard_normal(3), rng.standard_normal(3)
+    ye = F.batch_norm(t(x, device), RM, RV, t(w, device), t(b, device), training=False)
+    rm2, rv2 = to_numpy(RM), to_numpy(RV)
+    close(ye, (x - rm2[None, :, None, None]) / np.sqrt(rv2[None, :, None, None] + 1e-5) * w[None, :, None, None]
+          + b[None, :, None, None])
+    with pytest.raises(kiln.KilnError, match="running_mean and running_var"):
+        F.batch_norm(t(x, device), None, None)
+    xi = rng.standard_normal((2, 3, 7))
+    close(F.instance_norm(t(xi, device)),
+          (xi - xi.mean(-1, keepdims=True)) / np.sqrt(xi.var(-1, keepdims=True) + 1e-5))
+
+
+def test_dropout_statistics_and_reproducibility(device):
+    x = kiln.ones(200_000, device=device)
+    for p in (0.1, 0.5, 0.9):
+        y = F.dropout(x, p, generator=kiln.Generator(7))
+        a = to_numpy(y)
+        kept = a != 0
+        n = a.size
+        # The kept fraction within 4 sigma of 1 - p; kept values are exactly 1 / (1 - p).
+        assert abs(kept.mean() - (1 - p)) < 4 * np.sqrt(p * (1 - p) / n)
+        np.testing.assert_allclose(a[kept], 1 / (1 - p), rtol=1e-6)
+        same = F.dropout(x, p, generator=kiln.Generator(7))
+        assert (to_numpy(same) == a).all()
+    assert F.dropout(x, 0.3, training=False).data_ptr() == x.data_ptr()
+    assert F.dropout(x, 0.0).data_ptr() == x.data_ptr()
+    assert to_numpy(F.dropout(x, 1.0)).max() == 0
+    z = kiln.ones(1000, device=device)
+    F.dropout(z, 0.5, inplace=True, generator=kiln.Generator(3))
+    assert (to_numpy(z) == to_numpy(F.dropout(kiln.ones(1000, device=device), 0.5, generator=kiln.Generator(3)))).all()
+    with pytest.raises(kiln.KilnError, match=r"\[0, 1\]"):
+        F.dropout(x, 1.5)
+    s = kiln.randn(400_000, device=device, generator=kiln.Generator(1))
+    a = to_numpy(F.alpha_dropout(s, 0.2, training=True, generator=kiln.Generator(2)))
+    assert abs(a.mean()) < 0.01 and abs(a.std() - 1) < 0.01  # SELU's fixed point kept
+
+
+def test_embedding(rng, device):
+    w = rng.standard_normal((10, 4))
+    idx = np.array([[1, 9], [0, 1]])
+    close(F.embedding(t(idx, device), t(w, device)), w[idx], 0, 0)
+    with pytest.raises(kiln.KilnError):
+        F.embedding(t(np.array([10]), device), t(w, device))
+
+
+def test_regression_losses(rng, device):
+    a, b = rng.standard_normal((5, 7)), rng.standard_normal((5, 7))
+    d = a - b
+    close(F.mse_loss(t(a, device), t(b, device)), (d * d).mean())
+    close(F.mse_loss(t(a, device), t(b, device), reduction="sum"), (d * d).sum())
+    close(F.l1_loss(t(a, device), t(b, device), reduction="none"), np.abs(d))
+    for beta in (1.0, 0.5, 0.0):
+        ad = np.abs(d)
+        ref = np.where(ad < beta, 0.5 * ad * ad / beta, ad - 0.5 * beta) if beta else ad
+        close(F.smooth_l1_loss(t(a, device), t(b, device), beta=beta), ref.mean())
+    with pytest.raises(kiln.KilnError, match="reduction"):
+        F.mse_loss(t(a, device), t(b, device), reduction="avg")
+
+
+def log_softmax(x, axis):
+    m = x.max(axis, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis, keepdims=True))
+
+
+def ce_reference(x, target, weight, ignore, reduction, eps):
+    """torch's cross_entropy with class indices (label smoothing as aten's cross_entropy_loss_label_smoothing)."""
+    c = x.shape[1]
+    logp = log_softmax(x, 1)
+    w = np.ones(c) if weight is None else weight
+    mask = target != ignore
+    safe = np.where(mask, target, 0)
+    picked = np.take_along_axis(logp, safe[:, None], 1)[:, 0]
+    wt = np.where(mask, w[safe], 0.0)
+    nll = -picked * wt
+    smooth = np.where(mask, -(logp * w[None, :]).sum(1), 0.0)
+    if reduction == "none":
+        return (1 - eps) * nll + eps / c * smooth
+    if reduction == "sum":
+        return (1 - eps) * nll.sum() + eps / c * smooth.sum()
+    denom = wt.sum()
+    return (1 - eps) * nll.sum() / denom + eps / c * (smooth.sum() / (denom if weight is not None else mask.sum()))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_and_nll(rng, device, reduction):
+    x = rng.standard_normal((9, 6)) * 3
+    target = rng.integers(0, 6, 9)
+    target[2] = -100
+    weight = rng.random(6) + 0.5
+    for w in (None, weight):
+        for eps in (0.0, 0.1):
+            got = F.cross_entropy(t(x, device), t(target, device), None if w is None else t(w, device),
+                                  reduction=reduction, label_smoothing=eps)
+            close(got, ce_reference(x, target, w, -100, reduction, eps))
+            if torch is not None:
+                ref = TF.cross_entropy(torch.tensor(x), torch.tensor(target), None if w is None else torch.tensor(w),
+                                       reduction=reduction, label_smoothing=eps)
+                close(got, ref.numpy())
+    logp = log_softmax(x, 1)
+    close(F.nll_loss(t(logp, device), t(target, device), reduction=reduction), ce_reference(x, target, None, -100, reduction, 0))
+    # Probabilities as targets; a spatial dim after the class dim.
+    probs = rng.random((4, 6))
+    probs /= probs.sum(1, keepdims=True)
+    xs = rng.standard_normal((4, 6))
+    ref = -(log_softmax(xs, 1) * probs).sum(1)
+    close(F.cross_entropy(t(xs, device), t(probs, device), reduction=reduction),
+          ref if reduction == "none" else ref.sum() if reduction == "sum" else ref.mean())
+    x3, t3 = rng.standard_normal((2, 5, 3)), rng.integers(0, 5, (2, 3))
+    l3 = -np.take_along_axis(log_softmax(x3, 1), t3[:, None, :], 1)[:, 0, :]
+    close(F.cross_entropy(t(x3, device), t(t3, device), reduction="none"), l3)
+    with pytest.raises(kiln.KilnError, match="out of bounds"):
+        F.cross_entropy(t(x, device), t(np.array([6] * 9), device))
+
+
+@pytest.mark.parametrize("mode,np_mode", [("constant", "constant"), ("reflect", "reflect"), ("replicate", "edge"),
+                                          ("circular", "wrap")])
+def test_pad_matches_numpy(rng, device, mode, np_mode):
+    x = rng.standard_normal((2, 3, 5, 6))
+    for pads in [(1, 2), (2, 0, 1, 3), (1, 1, 2, 2, 0, 1), (0, 0, 4, 4)]:
+        k = len(pads) // 2
+        width = [(0, 0)] * (4 - k) + [(pads[2 * i], pads[2 * i + 1]) for i in reversed(range(k))]
+        kw = {"constant_values": 2.5} if mode == "constant" else {}
+        got = F.pad(t(x, device), list(pads), mode=mode, value=2.5 if mode == "constant" else None)
+        close(got, np.pad(x, width, mode=np_mode, **kw), 0, 0)
+    # Negative padding crops.
+    close(F.pad(t(x, device), [-1, 2], mode=mode, value=0.0 if mode == "constant" else None),
+          np.pad(x, [(0, 0)] * 3 + [(0, 2)], mode=np_mode)[..., 1:], 0, 0)
+    if mode == "reflect":
+        with pytest.raises(kiln.KilnError, match="smaller than"):
+            F.pad(t(x, device), [6, 0], mode="reflect")
+
+
+def test_bincount_and_histc(rng, device):
+    v = rng.integers(0, 50, 10_000)
+    w = rng.random(10_000).astype(np.float32)
+    assert kiln.bincount(t(v, device)).tolist() == np.bincount(v).tolist()
+    got = kiln.bincount(t(v, device), t(w, device), minlength=60)
+    assert got.dtype == kiln.float32 and got.shape == (60,)
+    close(got, np.bincount(v, w, minlength=60), rtol=1e-4)
+    assert kiln.bincount(t(np.array([], np.int64), device), minlength=3).tolist() == [0, 0, 0]
+    assert kiln.bincount(t(v, device), t(v, device)).dtype == kiln.float64
+    with pytest.raises(kiln.KilnError, match="negative"):
+        kiln.bincount(t(np.array([1, -2]), device))
+    x = rng.standard_normal(5000).astype(np.float32)
+    h = kiln.histc(t(x, device), bins=20, min=-2, max=2)
+    ref, _ = np.histogram(x, bins=20, range=(-2, 2))
+    assert to_numpy(h).astype(int).tolist() == ref.tolist()
+    auto = kiln.histc(t(x, device), bins=10)
+    assert int(to_numpy(auto).sum()) == 5000
