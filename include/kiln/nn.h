@@ -3,7 +3,9 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <utility>
+#include <variant>
 
 #include "kiln/ops.h"
 
@@ -271,6 +273,36 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::optio
 // "replicate" (the edge repeated) or "circular" (wraps; each pad at most its dim); those three pad at most
 // the last 3 dims.
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, std::string_view mode = "constant", double value = 0.0);
+
+// ---- Convolution, pooling, resampling (torch.nn.functional's conv / pool / interpolate) ---------------------------
+// Spatial arguments take one value per spatial dim, or one value for all. Input [N, C, *spatial] or unbatched
+// [C, *spatial]; f32, f16, bf16 (f32 accumulation), f64.
+
+// Padding of a convolution: per dim, or "same" (stride 1; the extra one on the right, as torch) or "valid".
+using ConvPadding = std::variant<Shape, std::string>;
+// weight [C_out, C_in / groups, *kernel] with 1 to 3 kernel dims (conv1d/2d/3d by the weight's rank).
+Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
+            const Shape& stride = {1}, const ConvPadding& padding = Shape{0}, const Shape& dilation = {1},
+            int64_t groups = 1);
+// weight [C_in, C_out / groups, *kernel]; output size (in - 1) stride - 2 padding + dilation (k - 1) +
+// output_padding + 1.
+Tensor conv_transpose(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
+                      const Shape& stride = {1}, const Shape& padding = {0}, const Shape& output_padding = {0},
+                      int64_t groups = 1, const Shape& dilation = {1});
+// Max / average over windows of `spatial_dims` (1 to 3) trailing dims; stride defaults to the kernel. Padding
+// is at most half the kernel; max pads with -inf, avg with zeros (count_include_pad counts them).
+Tensor max_pool(const Tensor& input, int64_t spatial_dims, const Shape& kernel, const std::optional<Shape>& stride = std::nullopt,
+                const Shape& padding = {0}, const Shape& dilation = {1}, bool ceil_mode = false);
+Tensor avg_pool(const Tensor& input, int64_t spatial_dims, const Shape& kernel, const std::optional<Shape>& stride = std::nullopt,
+                const Shape& padding = {0}, bool ceil_mode = false, bool count_include_pad = true,
+                std::optional<int64_t> divisor_override = std::nullopt);
+// Output cell i averages input [floor(i in / out), ceil((i + 1) in / out)) along each of the output_size's dims.
+Tensor adaptive_avg_pool(const Tensor& input, const Shape& output_size);
+// Resizes the spatial dims to `size` (or floor(in * scale_factor)): "nearest" (torch's: floor(out * in / out
+// ratio)), "linear" / "bilinear" / "trilinear" (half-pixel centres, or align_corners).
+Tensor interpolate(const Tensor& input, const std::optional<Shape>& size,
+                   const std::optional<std::vector<double>>& scale_factor = std::nullopt,
+                   std::string_view mode = "nearest", std::optional<bool> align_corners = std::nullopt);
 
 // Counts of each value of a 1-d non-negative integer tensor (or the summed weights): length max(x) + 1, at
 // least minlength. int64 without weights; float32 weights give float32, other weights float64.

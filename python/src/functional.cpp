@@ -9,9 +9,81 @@ void no_legacy(nb::handle size_average, nb::handle reduce, const char* op) {
   if (!size_average.is_none() || !reduce.is_none())
     throw Error(str(op, ": size_average and reduce are deprecated in torch and not supported: use reduction="));
 }
+// An int or a sequence of ints (torch's spatial arguments).
+Shape ints(nb::handle h, const char* what) {
+  if (PyLong_Check(h.ptr()) && !PyBool_Check(h.ptr())) return Shape{int_arg(h, what)};
+  return shape_args(nb::make_tuple(h), what);
+}
+
+void bind_conv(nb::module_& F, int nsp) {
+  const std::string conv = str("conv", nsp, "d"), convt = str("conv_transpose", nsp, "d");
+  F.def(conv.c_str(), [nsp](const Tensor& x, const Tensor& w, std::optional<Tensor> b, nb::handle stride, nb::handle padding,
+                            nb::handle dilation, int64_t groups) {
+    KILN_CHECK(w.dim() == nsp + 2, "conv", nsp, "d: the weight must have ", nsp + 2, " dims [C_out, C_in / groups, k...], got ",
+               w.meta());
+    ConvPadding p = nb::isinstance<nb::str>(padding) ? ConvPadding(nb::cast<std::string>(padding))
+                                                     : ConvPadding(ints(padding, "padding"));
+    const Shape s = ints(stride, "stride"), d = ints(dilation, "dilation");
+    nb::gil_scoped_release release;
+    return kiln::conv(x, w, b, s, p, d, groups);
+  }, nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), nb::arg("stride") = 1, nb::arg("padding") = 0,
+     nb::arg("dilation") = 1, nb::arg("groups") = 1);
+  F.def(convt.c_str(), [nsp](const Tensor& x, const Tensor& w, std::optional<Tensor> b, nb::handle stride,
+                             nb::handle padding, nb::handle output_padding, int64_t groups, nb::handle dilation) {
+    KILN_CHECK(w.dim() == nsp + 2, "conv_transpose", nsp, "d: the weight must have ", nsp + 2,
+               " dims [C_in, C_out / groups, k...], got ", w.meta());
+    const Shape s = ints(stride, "stride"), p = ints(padding, "padding"), op = ints(output_padding, "output_padding"),
+                d = ints(dilation, "dilation");
+    nb::gil_scoped_release release;
+    return conv_transpose(x, w, b, s, p, op, groups, d);
+  }, nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), nb::arg("stride") = 1, nb::arg("padding") = 0,
+     nb::arg("output_padding") = 0, nb::arg("groups") = 1, nb::arg("dilation") = 1);
+  F.def(str("max_pool", nsp, "d").c_str(), [nsp](const Tensor& x, nb::handle k, nb::handle stride, nb::handle padding,
+                                                 nb::handle dilation, bool ceil_mode, bool return_indices) {
+    KILN_CHECK(!return_indices, "max_pool: return_indices=True is not supported");
+    std::optional<Shape> s;
+    if (!stride.is_none()) s = ints(stride, "stride");
+    const Shape kk = ints(k, "kernel_size"), p = ints(padding, "padding"), d = ints(dilation, "dilation");
+    nb::gil_scoped_release release;
+    return max_pool(x, nsp, kk, s, p, d, ceil_mode);
+  }, nb::arg("input"), nb::arg("kernel_size"), nb::arg("stride").none() = nb::none(), nb::arg("padding") = 0,
+     nb::arg("dilation") = 1, nb::arg("ceil_mode") = false, nb::arg("return_indices") = false);
+  F.def(str("avg_pool", nsp, "d").c_str(), [nsp](const Tensor& x, nb::handle k, nb::handle stride, nb::handle padding,
+                                                 bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor) {
+    std::optional<Shape> s;
+    if (!stride.is_none()) s = ints(stride, "stride");
+    const Shape kk = ints(k, "kernel_size"), p = ints(padding, "padding");
+    nb::gil_scoped_release release;
+    return avg_pool(x, nsp, kk, s, p, ceil_mode, count_include_pad, divisor);
+  }, nb::arg("input"), nb::arg("kernel_size"), nb::arg("stride").none() = nb::none(), nb::arg("padding") = 0,
+     nb::arg("ceil_mode") = false, nb::arg("count_include_pad") = true, nb::arg("divisor_override") = nb::none());
+  F.def(str("adaptive_avg_pool", nsp, "d").c_str(), [nsp](const Tensor& x, nb::handle output_size) {
+    Shape o = ints(output_size, "output_size");
+    if (o.size() == 1) o.assign(static_cast<size_t>(nsp), o[0]);
+    nb::gil_scoped_release release;
+    return adaptive_avg_pool(x, o);
+  }, nb::arg("input"), nb::arg("output_size"));
+}
+
 }  // namespace
 
 void bind_functional(nb::module_& m, nb::module_& F) {
+  for (int nsp : {1, 2, 3}) bind_conv(F, nsp);
+  F.def("interpolate", [](const Tensor& x, nb::handle size, nb::handle scale, std::string_view mode,
+                          std::optional<bool> align_corners, nb::handle recompute) {
+    KILN_CHECK(recompute.is_none() || !nb::cast<bool>(recompute), "interpolate: recompute_scale_factor is not supported");
+    std::optional<Shape> sz;
+    std::optional<std::vector<double>> sc;
+    if (!size.is_none()) sz = ints(size, "size");
+    if (!scale.is_none()) {
+      if (PyFloat_Check(scale.ptr()) || PyLong_Check(scale.ptr())) sc = std::vector<double>{nb::cast<double>(scale)};
+      else sc = nb::cast<std::vector<double>>(scale);
+    }
+    nb::gil_scoped_release release;
+    return interpolate(x, sz, sc, mode, align_corners);
+  }, nb::arg("input"), nb::arg("size").none() = nb::none(), nb::arg("scale_factor").none() = nb::none(),
+     nb::arg("mode") = "nearest", nb::arg("align_corners") = nb::none(), nb::arg("recompute_scale_factor").none() = nb::none(),
+     "Resizes the spatial dims: nearest, or linear / bilinear / trilinear.");
   F.def("layer_norm", &layer_norm, nb::arg("input"), nb::arg("normalized_shape"), nb::arg("weight") = nb::none(),
         nb::arg("bias") = nb::none(), nb::arg("eps") = 1e-5, release_gil());
   F.def("group_norm", &group_norm, nb::arg("input"), nb::arg("num_groups"), nb::arg("weight") = nb::none(),
