@@ -192,6 +192,15 @@ ScalarArg scalar_arg(DType t, const Scalar& s) {
 
 Tensor blas_workspace(Device device, cudaStream_t stream) { return workspace_for(device, stream); }
 
+cublasHandle_t blas_handle(Device device, Tensor& ws) {
+  const cudaStream_t stream = stream_of(device);
+  cublasHandle_t h = handle_for(device.index);
+  check_cublas(cublasSetStream(h, stream), "cublasSetStream");
+  ws = workspace_for(device, stream);
+  check_cublas(cublasSetWorkspace(h, ws.data_ptr(), static_cast<size_t>(ws.numel())), "cublasSetWorkspace");
+  return h;
+}
+
 Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& input, const Scalar& beta, const Scalar& alpha) {
   const Device dev = a.device();
   check_same_device("matmul", dev, b);

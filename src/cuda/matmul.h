@@ -1,6 +1,7 @@
 // CUDA matrix products (cuBLAS) for mm, bmm, matmul and addmm. Only in KILN_HAVE_CUDA builds.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include "kiln/tensor.h"
@@ -18,6 +19,10 @@ Tensor gemm(const Tensor& a, const Tensor& b, const Tensor& input, const Scalar&
 // cuBLAS/cuBLASLt users of kiln: one per (thread, device, stream) outside a graph capture, a fresh one per
 // call inside one. Keep the tensor alive until the call that uses it has been enqueued.
 Tensor blas_workspace(Device device, cudaStream_t stream);
+
+// The calling thread's cuBLAS handle for `device` (the caller holds a DeviceGuard), bound to the current stream
+// with kiln's workspace, which `ws` keeps alive (until the calls that use it have been enqueued); host pointer mode.
+cublasHandle_t blas_handle(Device device, Tensor& ws);
 
 
 }  // namespace kiln::cuda

@@ -1,5 +1,7 @@
 // kiln::linalg (include/kiln/linalg.h): argument checks, batching and broadcasting, the layout LAPACK wants,
-// torch.linalg's conventions and error messages. The factorisations run in src/cpu/linalg.cpp.
+// torch.linalg's conventions and error messages. The factorisations run on the input's device: LAPACK on the
+// CPU (src/cpu/linalg.cpp), cuSOLVER and kiln's small-matrix kernels on CUDA (src/cuda/solver.h), both with one
+// contract (column-major buffers [B, cols, rows], 1-based int32 pivots, info per matrix).
 #include "kiln/linalg.h"
 
 #include <cmath>
@@ -10,6 +12,9 @@
 #include "cpu/linalg.h"
 #include "kiln/ops.h"
 #include "kiln/runtime.h"
+#if KILN_HAVE_CUDA
+#include "cuda/solver.h"
+#endif
 
 namespace kiln::linalg {
 
@@ -47,11 +52,11 @@ Shape cat_shape(Shape a, std::initializer_list<int64_t> tail) {
   return a;
 }
 
-// A batch of matrices [..., rows, cols] as LAPACK's column-major buffer [B, cols, rows] on the CPU: always a
-// new tensor (LAPACK overwrites it; .contiguous() could return the caller's own memory).
+// A batch of matrices [..., rows, cols] as LAPACK's column-major buffer [B, cols, rows] on A's device: always a
+// new tensor (the factorisation overwrites it; .contiguous() could return the caller's own memory).
 Tensor to_colmajor(const Tensor& A) {
   const int64_t rows = A.size(-2), cols = A.size(-1);
-  return A.cpu().reshape({count(batch_of(A)), rows, cols}).transpose(1, 2).clone();
+  return A.reshape({count(batch_of(A)), rows, cols}).transpose(1, 2).clone();
 }
 
 // Back from a column-major buffer [B, cols, rows] to row-major [batch..., rows, cols] on `device`.
@@ -60,19 +65,29 @@ Tensor from_colmajor(const Tensor& buf, const Shape& batch, Device device) {
   return buf.transpose(1, 2).contiguous().reshape(cat_shape(batch, {rows, cols})).to(device);
 }
 
-// The device work that produced A is done before the CPU reads it (CUDA input is computed on the CPU).
-Device prepare(const Tensor& A) {
-  if (A.is_cuda()) synchronize(A.device());
-  return A.device();
-}
-
-// info int32 [B] -> the first failing batch element, if any.
+// info int32 [B] (on any device: this waits for it) -> the first failing batch element, if any.
 std::optional<std::pair<int64_t, int32_t>> first_failure(const Tensor& info) {
-  const int32_t* p = info.data<int32_t>();
-  for (int64_t i = 0; i < info.numel(); ++i)
+  const Tensor host = info.cpu().contiguous();
+  const int32_t* p = host.data<int32_t>();
+  for (int64_t i = 0; i < host.numel(); ++i)
     if (p[i] != 0) return std::make_pair(i, p[i]);
   return std::nullopt;
 }
+
+// A factorisation on the buffers' device (see the top of the file): cuda::solver_NAME or cpu::lapack_NAME.
+#define KILN_SOLVER(t, name, ...)                                         \
+  do {                                                                    \
+    if ((t).is_cuda()) {                                                  \
+      KILN_CUDA_SOLVER(name, __VA_ARGS__);                               \
+    } else {                                                              \
+      cpu::lapack_##name(__VA_ARGS__);                                    \
+    }                                                                     \
+  } while (0)
+#if KILN_HAVE_CUDA
+#define KILN_CUDA_SOLVER(name, ...) cuda::solver_##name(__VA_ARGS__)
+#else
+#define KILN_CUDA_SOLVER(name, ...) throw Error("linalg: this build has no CUDA backend")
+#endif
 
 std::string element(int64_t i, bool batched) { return batched ? str("(batch element ", i, ") ") : std::string(); }
 
@@ -101,13 +116,13 @@ struct Factored {
 Factored factor_lu(const Tensor& A, const char* op, bool square) {
   check_matrix(A, op, square);
   Factored f;
-  f.dev = prepare(A);
+  f.dev = A.device();
   f.batch = batch_of(A);
   const int64_t B = count(f.batch);
   f.buf = to_colmajor(A);
-  f.piv = empty({B, std::min(A.size(-2), A.size(-1))}, DType::I32);
-  f.info = empty({B}, DType::I32);
-  cpu::lapack_getrf(f.buf, f.piv, f.info);
+  f.piv = empty({B, std::min(A.size(-2), A.size(-1))}, DType::I32, f.dev);
+  f.info = empty({B}, DType::I32, f.dev);
+  KILN_SOLVER(f.buf, getrf, f.buf, f.piv, f.info);
   return f;
 }
 
@@ -176,24 +191,23 @@ Tensor lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& B, bool le
              "linalg.lu_solve: pivots must be int32 [..., ", n, "] as lu_factor returns them, got ", pivots.meta());
   KILN_CHECK((left ? B.size(-2) : B.size(-1)) == n, "linalg.lu_solve: B ", B.meta(), " does not fit A [", n, ", ", n,
              "] on the ", left ? "left (B must be [..., n, k])" : "right (B must be [..., k, n])");
-  const Device dev = prepare(LU);
-  if (B.is_cuda() && !LU.is_cuda()) synchronize(B.device());
+  const Device dev = LU.device();
   const Shape batch = broadcast_shapes(batch_of(LU), batch_of(B));
   const int64_t nb = count(batch);
   const Tensor lu_buf = to_colmajor(LU.expand(cat_shape(batch, {n, n})));
-  const Tensor piv = pivots.cpu().expand(cat_shape(batch, {n})).reshape({nb, n}).contiguous();
+  const Tensor piv = pivots.expand(cat_shape(batch, {n})).reshape({nb, n}).contiguous();
   const bool cplx = B.dtype() == DType::C64;
   if (left) {
     // A X = B or A^H X = B: B's column-major buffer is B^T.
     Tensor b = to_colmajor(B.expand(cat_shape(batch, {n, B.size(-1)})));
-    cpu::lapack_getrs(lu_buf, piv, b, adjoint ? (cplx ? 'C' : 'T') : 'N');
+    KILN_SOLVER(b, getrs, lu_buf, piv, b, adjoint ? (cplx ? 'C' : 'T') : 'N');
     return from_colmajor(b, batch, dev);
   }
   // X A = B  <=>  A^H X^H = B^H;  X A^H = B  <=>  A X^H = B^H. The column-major buffer of B^H [n, r] is conj(B)
   // in row-major order, and the solution's buffer is X^H's, i.e. conj(X) row-major.
   const int64_t r = B.size(-2);
-  Tensor b = conj(B.cpu().expand(cat_shape(batch, {r, n}))).reshape({nb, r, n}).clone();
-  cpu::lapack_getrs(lu_buf, piv, b, adjoint ? 'N' : (cplx ? 'C' : 'T'));
+  Tensor b = conj(B.expand(cat_shape(batch, {r, n}))).reshape({nb, r, n}).clone();
+  KILN_SOLVER(b, getrs, lu_buf, piv, b, adjoint ? 'N' : (cplx ? 'C' : 'T'));
   return conj(b).reshape(cat_shape(batch, {r, n})).contiguous().to(dev);
 }
 
@@ -209,12 +223,16 @@ Tensor solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left,
   const int64_t n = A.size(-1);
   KILN_CHECK((left ? B.size(-2) : B.size(-1)) == n, "linalg.solve_triangular: B ", B.meta(), " does not fit A ", A.meta(),
              left ? " on the left (B must be [..., n, k])" : " on the right (B must be [..., k, n])");
-  const Device dev = prepare(A);
+  const Device dev = A.device();
   const Shape batch = broadcast_shapes(batch_of(A), batch_of(B));
   const int64_t nb = count(batch);
-  const Tensor a = A.cpu().expand(cat_shape(batch, {n, n})).reshape({nb, n, n}).contiguous();
-  Tensor b = B.cpu().expand(cat_shape(batch, {B.size(-2), B.size(-1)})).reshape({nb, B.size(-2), B.size(-1)}).clone();
-  cpu::blas_trsm(a, b, left, upper, unitriangular);
+  const Tensor a = A.expand(cat_shape(batch, {n, n})).reshape({nb, n, n}).contiguous();
+  Tensor b = B.expand(cat_shape(batch, {B.size(-2), B.size(-1)})).reshape({nb, B.size(-2), B.size(-1)}).clone();
+#if KILN_HAVE_CUDA
+  if (b.is_cuda()) cuda::blas_trsm(a, b, left, upper, unitriangular);
+  else
+#endif
+    cpu::blas_trsm(a, b, left, upper, unitriangular);
   return b.reshape(cat_shape(batch, {B.size(-2), B.size(-1)})).to(dev);
 }
 
@@ -246,7 +264,7 @@ Tensor solve(const Tensor& A, const Tensor& B, bool left) {
 
 InvEx inv_ex(const Tensor& A, bool check_errors) {
   Factored f = factor_lu(A, "linalg.inv", true);
-  cpu::lapack_getri(f.buf, f.piv, f.info);
+  KILN_SOLVER(f.buf, getri, f.buf, f.piv, f.info);
   if (check_errors) {
     if (auto e = first_failure(f.info))
       throw Error(str("linalg.inv_ex: ", element(e->first, f.info.numel() > 1), "the diagonal element ", e->second,
@@ -268,20 +286,21 @@ SlogDet slogdet(const Tensor& A) {
   Factored f = factor_lu(A, "linalg.slogdet", true);
   const Device dev = f.dev;
   const Shape batch = f.batch;
-  const Tensor buf = f.buf, piv = f.piv;
   const int64_t B = count(batch), n = A.size(-1);
+  // U's diagonal [B, n] and the pivots, read on the host.
+  const Tensor buf = f.buf.as_strided({B, n}, {n * n, n + 1}).cpu().contiguous(), piv = f.piv.cpu().contiguous();
   Tensor sign = empty({B}, A.dtype()), logabs = empty({B}, real_of(A.dtype()));
   visit_float(A.dtype(), "linalg.slogdet", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* lu = buf.data<T>();
     const int32_t* pv = piv.data<int32_t>();
     for (int64_t b = 0; b < B; ++b) {
-      // The diagonal of U (column-major: element (i, i) at i * n + i), the pivots' parity.
+      // The diagonal of U, the pivots' parity.
       double log_sum = 0;
       std::complex<double> phase(1, 0);
       bool zero = false;
       for (int64_t i = 0; i < n; ++i) {
-        const T d = lu[b * n * n + i * n + i];
+        const T d = lu[b * n + i];
         std::complex<double> z;
         if constexpr (std::is_same_v<T, Complex64>) z = {d.re, d.im};
         else z = {static_cast<double>(d), 0};
@@ -314,20 +333,20 @@ Tensor det(const Tensor& A) {
 
 CholeskyEx cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
   check_matrix(A, "linalg.cholesky", true);
-  const Device dev = prepare(A);
+  const Device dev = A.device();
   const Shape batch = batch_of(A);
   const int64_t B = count(batch);
   Tensor buf = to_colmajor(A);
-  Tensor info = empty({B}, DType::I32);
-  cpu::lapack_potrf(buf, /*upper=*/false, info);  // the lower triangle of A (column-major 'L')
+  Tensor info = empty({B}, DType::I32, dev);
+  KILN_SOLVER(buf, potrf, buf, /*upper=*/false, info);  // the lower triangle of A (column-major 'L')
   if (check_errors) {
     if (auto e = first_failure(info))
       throw Error(str("linalg.cholesky_ex: ", element(e->first, B > 1), "the leading minor of order ", e->second,
                       " is not positive-definite"));
   }
-  Tensor L = tril(from_colmajor(buf, batch, kCPU));
+  Tensor L = tril(from_colmajor(buf, batch, dev));
   if (upper) L = conj(L).transpose(-2, -1).contiguous();
-  return {L.to(dev), ex_info(info, batch, dev)};
+  return {L, ex_info(info, batch, dev)};
 }
 
 Tensor cholesky(const Tensor& A, bool upper) {
@@ -346,31 +365,31 @@ QR qr(const Tensor& A, std::string_view mode) {
   check_matrix(A, "linalg.qr", false);
   KILN_CHECK(mode == "reduced" || mode == "complete" || mode == "r", "linalg.qr: mode must be 'reduced', 'complete' or "
              "'r', got '", mode, "'");
-  const Device dev = prepare(A);
+  const Device dev = A.device();
   const Shape batch = batch_of(A);
   const int64_t B = count(batch), m = A.size(-2), n = A.size(-1), k = std::min(m, n);
   Tensor buf = to_colmajor(A);
-  Tensor tau = empty({B, k}, A.dtype());
-  cpu::lapack_geqrf(buf, tau);
-  const Tensor full = from_colmajor(buf, batch, kCPU);  // R above the diagonal, reflectors below
+  Tensor tau = empty({B, k}, A.dtype(), dev);
+  KILN_SOLVER(buf, geqrf, buf, tau);
+  const Tensor full = from_colmajor(buf, batch, dev);  // R above the diagonal, reflectors below
   const bool complete = mode == "complete";
   Tensor R = triu(complete ? full : full.narrow(-2, 0, k)).contiguous();
-  if (mode == "r") return {empty({0}, A.dtype(), dev), R.to(dev)};
+  if (mode == "r") return {empty({0}, A.dtype(), dev), R};
   const int64_t qcols = complete ? m : k;
   // Q's column-major buffer: the first qcols columns of the factored matrix (zeros past its n columns).
-  Tensor q = zeros({B, qcols, m}, A.dtype());
+  Tensor q = zeros({B, qcols, m}, A.dtype(), dev);
   q.narrow(1, 0, std::min(qcols, n)).copy_(buf.narrow(1, 0, std::min(qcols, n)));
-  cpu::lapack_orgqr(q, tau, k);
-  return {from_colmajor(q, batch, dev), R.to(dev)};
+  KILN_SOLVER(q, orgqr, q, tau, k);
+  return {from_colmajor(q, batch, dev), R};
 }
 
 namespace {
 
 void check_finite(const Tensor& A, const char* op) {
-  Tensor bad = logical_not(isfinite(A.is_cuda() ? A.cpu() : A));
+  Tensor bad = logical_not(isfinite(A));
   if (!bad.numel()) return;
-  Tensor per = any(bad.reshape({count(batch_of(A)), A.size(-2) * A.size(-1)}), {1});
-  const bool* p = per.contiguous().data<bool>();
+  const Tensor per = any(bad.reshape({count(batch_of(A)), A.size(-2) * A.size(-1)}), {1}).cpu().contiguous();
+  const bool* p = per.data<bool>();
   for (int64_t i = 0; i < per.numel(); ++i)
     if (p[i])
       throw Error(str(op, ": ", element(i, per.numel() > 1), "the input contains non-finite values (NaN or inf); the "
@@ -379,16 +398,30 @@ void check_finite(const Tensor& A, const char* op) {
 
 SVD svd_impl(const Tensor& A, char jobz, const char* op) {
   check_matrix(A, op, false);
-  const Device dev = prepare(A);
+  const Device dev = A.device();
   check_finite(A, op);
   const Shape batch = batch_of(A);
   const int64_t B = count(batch), m = A.size(-2), n = A.size(-1), k = std::min(m, n);
+  if (A.is_cuda() && m < n) {
+    // cuSOLVER's gesvd wants rows >= columns: A^H = U' S V'^H gives A = V' S U'^H.
+    SVD t = svd_impl(conj(A).transpose(-2, -1), jobz, op);
+    if (jobz != 'N') {
+      std::swap(t.U, t.Vh);
+      t.U = conj(t.U).transpose(-2, -1).contiguous();
+      t.Vh = conj(t.Vh).transpose(-2, -1).contiguous();
+    }
+    return t;
+  }
   Tensor buf = to_colmajor(A);
-  Tensor s = empty({B, k}, real_of(A.dtype()));
-  Tensor u = jobz == 'N' ? Tensor() : empty({B, jobz == 'A' ? m : k, m}, A.dtype());
-  Tensor vt = jobz == 'N' ? Tensor() : empty({B, n, jobz == 'A' ? n : k}, A.dtype());
-  Tensor info = empty({B}, DType::I32);
-  cpu::lapack_gesdd(buf, s, u, vt, jobz, info);
+  Tensor s = empty({B, k}, real_of(A.dtype()), dev);
+  Tensor u = jobz == 'N' ? Tensor() : empty({B, jobz == 'A' ? m : k, m}, A.dtype(), dev);
+  Tensor vt = jobz == 'N' ? Tensor() : empty({B, n, jobz == 'A' ? n : k}, A.dtype(), dev);
+  Tensor info = empty({B}, DType::I32, dev);
+#if KILN_HAVE_CUDA
+  if (buf.is_cuda()) cuda::solver_gesvd(buf, s, u, vt, jobz, info);
+  else
+#endif
+    cpu::lapack_gesdd(buf, s, u, vt, jobz, info);
   if (auto e = first_failure(info))
     throw Error(str(op, ": ", element(e->first, B > 1), "the algorithm failed to converge (LAPACK gesdd info ",
                     e->second, ")"));
@@ -420,14 +453,14 @@ namespace {
 Eigh eigh_impl(const Tensor& A, std::string_view UPLO, bool vectors, const char* op) {
   check_matrix(A, op, true);
   KILN_CHECK(UPLO == "L" || UPLO == "U", op, ": UPLO must be 'L' or 'U', got '", UPLO, "'");
-  const Device dev = prepare(A);
+  const Device dev = A.device();
   check_finite(A, op);
   const Shape batch = batch_of(A);
   const int64_t B = count(batch), n = A.size(-1);
   Tensor buf = to_colmajor(A);
-  Tensor w = empty({B, n}, real_of(A.dtype()));
-  Tensor info = empty({B}, DType::I32);
-  cpu::lapack_syevd(buf, w, vectors, UPLO == "U", info);
+  Tensor w = empty({B, n}, real_of(A.dtype()), dev);
+  Tensor info = empty({B}, DType::I32, dev);
+  KILN_SOLVER(buf, syevd, buf, w, vectors, UPLO == "U", info);
   if (auto e = first_failure(info))
     throw Error(str(op, ": ", element(e->first, B > 1), "the algorithm failed to converge (LAPACK info ", e->second, ")"));
   Eigh r;
@@ -447,30 +480,30 @@ Tensor pinv(const Tensor& A, std::optional<double> atol, std::optional<double> r
   const int64_t m = A.size(-2), n = A.size(-1);
   if (hermitian) {
     Eigh e = eigh_impl(A, "L", true, "linalg.pinv");
-    Tensor w = e.eigenvalues.cpu(), V = e.eigenvectors.cpu();
+    const Tensor &w = e.eigenvalues, &V = e.eigenvectors;
     Tensor mag = abs(w);
     Tensor tol = tolerance(amax(mag, {-1}, true), A.dtype(), m, n, atol, rtol);
     Tensor inv_w = where(gt(mag, tol), reciprocal(w), Scalar(0.0));
     Tensor Vs = mul(V, inv_w.unsqueeze(-2).to(V.dtype()));
-    return matmul(Vs, conj(V).transpose(-2, -1)).to(dev);
+    return matmul(Vs, conj(V).transpose(-2, -1));
   }
   SVD s = svd_impl(A, 'S', "linalg.pinv");
-  Tensor S = s.S.cpu(), U = s.U.cpu(), Vh = s.Vh.cpu();
+  const Tensor &S = s.S, &U = s.U, &Vh = s.Vh;
   if (S.size(-1) == 0) return zeros(cat_shape(batch_of(A), {n, m}), A.dtype(), dev);
   Tensor tol = tolerance(amax(S, {-1}, true), A.dtype(), m, n, atol, rtol);
   Tensor inv_s = where(gt(S, tol), reciprocal(S), Scalar(0.0));
   Tensor V = conj(Vh).transpose(-2, -1);
-  return matmul(mul(V, inv_s.unsqueeze(-2).to(V.dtype())), conj(U).transpose(-2, -1)).to(dev);
+  return matmul(mul(V, inv_s.unsqueeze(-2).to(V.dtype())), conj(U).transpose(-2, -1));
 }
 
 Tensor matrix_rank(const Tensor& A, std::optional<double> atol, std::optional<double> rtol, bool hermitian) {
   check_matrix(A, "linalg.matrix_rank", hermitian);
   const int64_t m = A.size(-2), n = A.size(-1);
-  Tensor vals = hermitian ? abs(eigh_impl(A, "L", false, "linalg.matrix_rank").eigenvalues.cpu())
-                          : svd_impl(A, 'N', "linalg.matrix_rank").S.cpu();
+  Tensor vals = hermitian ? abs(eigh_impl(A, "L", false, "linalg.matrix_rank").eigenvalues)
+                          : svd_impl(A, 'N', "linalg.matrix_rank").S;
   if (vals.size(-1) == 0) return zeros(batch_of(A), DType::I64, A.device());
   Tensor tol = tolerance(amax(vals, {-1}, true), A.dtype(), m, n, atol, rtol);
-  return sum(gt(vals, tol), {-1}).to(A.device());
+  return sum(gt(vals, tol), {-1});
 }
 
 // ---- Norms ------------------------------------------------------------------------------------------------------

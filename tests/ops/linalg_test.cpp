@@ -1,7 +1,8 @@
-// kiln::linalg on the CPU: reconstructions and residuals (P L U = A, Q R = A, U S Vh = A, A X = B, A A+ A = A)
+// kiln::linalg on the CPU and CUDA: reconstructions and residuals (P L U = A, Q R = A, U S Vh = A, A X = B, A A+ A = A)
 // at tolerances scaled by size, condition number and dtype, on fresh random matrices (real and complex, batched,
 // strided, broadcast) and on hard input (singular, rank-deficient, ill-conditioned, zeros, non-finite, huge and
-// tiny magnitudes, empty); and the error paths.
+// tiny magnitudes, empty); and the error paths. The dtype suites run on every device; CUDA's own kernels
+// (n <= 32) and cuSOLVER's paths are also compared with the CPU's factors.
 #include "kiln/linalg.h"
 
 #include <gtest/gtest.h>
@@ -26,19 +27,22 @@ Shape cat_shape_for_test(const Tensor& A, const Tensor& v) {
   return s;
 }
 
+// The device the dtype suites run on (set by the fixture): inputs are made there.
+Device g_dev = kCPU;
+
 double eps(DType t) { return t == DType::F64 ? 2.22e-16 : 1.19e-7; }
 
 // Fresh random matrices; complex ones with random real and imaginary parts.
 Tensor random_matrix(const Shape& shape, DType t, double lo = -1, double hi = 1) {
-  if (t != DType::C64) return test::random_tensor(shape, t, lo, hi);
+  if (t != DType::C64) return test::random_tensor(shape, t, lo, hi).to(g_dev);
   const Tensor re = test::random_tensor(shape, DType::F32, lo, hi), im = test::random_tensor(shape, DType::F32, lo, hi);
   Tensor z = empty(shape, DType::C64);
   view_as_real(z).select(-1, 0).copy_(re);
   view_as_real(z).select(-1, 1).copy_(im);
-  return z;
+  return z.to(g_dev);
 }
 
-Tensor eye_like(int64_t n, DType t) { return eye(n, std::nullopt, t); }
+Tensor eye_like(int64_t n, DType t) { return eye(n, std::nullopt, t, g_dev); }
 
 Tensor adjoint(const Tensor& x) { return conj(x).transpose(-2, -1); }
 
@@ -52,10 +56,17 @@ double rel_err(const Tensor& x, const Tensor& y) {
 // A well-conditioned tolerance for a product of n-sized factors.
 double tol(DType t, int64_t n) { return 30.0 * eps(t) * std::max<int64_t>(n, 1); }
 
-class LinalgDtype : public ::testing::TestWithParam<DType> {};
+class LinalgDtype : public ::testing::TestWithParam<std::tuple<DType, Device>> {
+ protected:
+  void SetUp() override {
+    if (std::get<1>(GetParam()).is_cuda()) KILN_REQUIRE_CUDA();
+    g_dev = std::get<1>(GetParam());
+  }
+  void TearDown() override { g_dev = kCPU; }
+};
 
 TEST_P(LinalgDtype, LuReconstructsWithPivots) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   for (const Shape& s : {Shape{4, 4}, Shape{5, 3}, Shape{3, 5}, Shape{2, 3, 6, 6}, Shape{1, 1}, Shape{33, 33}}) {
     SCOPED_TRACE(shape_str(s));
     const Tensor A = random_matrix(s, t);
@@ -80,7 +91,7 @@ double backward_err(const Tensor& AX, const Tensor& A, const Tensor& X, const Te
 }
 
 TEST_P(LinalgDtype, SolvesAndInversesHaveSmallResiduals) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   for (int64_t n : {1, 2, 4, 16, 65}) {
     SCOPED_TRACE(n);
     const Tensor A = add(random_matrix({3, n, n}, t), mul(eye_like(n, t), Scalar(2.0)));
@@ -107,7 +118,7 @@ TEST_P(LinalgDtype, SolvesAndInversesHaveSmallResiduals) {
 }
 
 TEST_P(LinalgDtype, TriangularSolvesEverySideAndTriangle) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   const int64_t n = 7;
   const Tensor M = add(random_matrix({2, n, n}, t), mul(eye_like(n, t), Scalar(4.0)));
   const Tensor B = random_matrix({2, n, 3}, t), Br = random_matrix({2, 3, n}, t);
@@ -126,11 +137,11 @@ TEST_P(LinalgDtype, TriangularSolvesEverySideAndTriangle) {
 }
 
 TEST_P(LinalgDtype, DeterminantsAgreeWithTheirDefinition) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   // Triangular: the product of the diagonal; a permutation flips the sign.
   const Tensor U = add(triu(random_matrix({5, 5}, t)), eye_like(5, t));
   std::complex<double> prod(1, 0);
-  const Tensor d = U.to(DType::C64).contiguous();
+  const Tensor d = U.to(DType::C64).cpu().contiguous();
   for (int i = 0; i < 5; ++i) {
     const Complex64 z = d.data<Complex64>()[i * 5 + i];
     prod *= std::complex<double>(z.re, z.im);
@@ -139,7 +150,7 @@ TEST_P(LinalgDtype, DeterminantsAgreeWithTheirDefinition) {
   const Complex64 g = got.item<Complex64>();
   EXPECT_NEAR(g.re, prod.real(), 1e-4 * std::abs(prod));
   EXPECT_NEAR(g.im, prod.imag(), 1e-4 * std::abs(prod));
-  const Tensor swap = index_select(U, 0, from_vector<int64_t>({1, 0, 2, 3, 4}));
+  const Tensor swap = index_select(U, 0, from_vector<int64_t>({1, 0, 2, 3, 4}).to(g_dev));
   EXPECT_LT(rel_err(det(swap), neg(det(U))), 1e-5);
   // det(A B) = det(A) det(B); slogdet's sign times exp(logabsdet) is det.
   const Tensor A = random_matrix({3, 6, 6}, t), B = random_matrix({3, 6, 6}, t);
@@ -147,13 +158,13 @@ TEST_P(LinalgDtype, DeterminantsAgreeWithTheirDefinition) {
   SlogDet s = slogdet(A);
   EXPECT_LT(rel_err(mul(s.sign, exp(s.logabsdet).to(t)), det(A)), 1e-5);
   // Singular: 0, sign 0, log -inf.
-  const Tensor Z = zeros({3, 3}, t);
+  const Tensor Z = zeros({3, 3}, t, g_dev);
   EXPECT_EQ(abs(det(Z)).to(DType::F64).item<double>(), 0.0);
   EXPECT_EQ(slogdet(Z).logabsdet.to(DType::F64).item<double>(), -std::numeric_limits<double>::infinity());
 }
 
 TEST_P(LinalgDtype, CholeskyOfPositiveDefiniteMatrices) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   for (int64_t n : {1, 3, 20}) {
     const Tensor M = random_matrix({2, n, n}, t);
     const Tensor A = add(matmul(M, adjoint(M)), mul(eye_like(n, t), Scalar(double(n))));
@@ -163,14 +174,14 @@ TEST_P(LinalgDtype, CholeskyOfPositiveDefiniteMatrices) {
     const Tensor Up = cholesky(A, /*upper=*/true);
     EXPECT_LT(rel_err(matmul(adjoint(Up), Up), A), tol(t, n));
   }
-  const Tensor bad = from_vector<double>({1, 0, 0, 0, -1, 0, 0, 0, 1}, Shape{3, 3}).to(t);
+  const Tensor bad = from_vector<double>({1, 0, 0, 0, -1, 0, 0, 0, 1}, Shape{3, 3}).to(g_dev, t);
   EXPECT_TRUE(test::throws_error([&] { cholesky(bad); }, {"not positive-definite", "order 2"}));
   CholeskyEx ex = cholesky_ex(stack({eye_like(3, t), bad}));
   EXPECT_EQ(ex.info.to_vector<int32_t>(), (std::vector<int32_t>{0, 2}));
 }
 
 TEST_P(LinalgDtype, QrInEveryMode) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   for (const Shape& s : {Shape{6, 4}, Shape{4, 6}, Shape{5, 5}, Shape{2, 65, 9}}) {
     SCOPED_TRACE(shape_str(s));
     const Tensor A = random_matrix(s, t);
@@ -192,7 +203,7 @@ TEST_P(LinalgDtype, QrInEveryMode) {
 }
 
 TEST_P(LinalgDtype, SvdReconstructsAndOrdersSingularValues) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   for (const Shape& s : {Shape{6, 4}, Shape{4, 6}, Shape{3, 8, 8}, Shape{1, 1}, Shape{40, 3}}) {
     SCOPED_TRACE(shape_str(s));
     const Tensor A = random_matrix(s, t);
@@ -213,7 +224,7 @@ TEST_P(LinalgDtype, SvdReconstructsAndOrdersSingularValues) {
 }
 
 TEST_P(LinalgDtype, EighDiagonalisesHermitianMatrices) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   for (int64_t n : {1, 4, 30}) {
     const Tensor M = random_matrix({2, n, n}, t);
     const Tensor A = add(M, adjoint(M));
@@ -229,7 +240,7 @@ TEST_P(LinalgDtype, EighDiagonalisesHermitianMatrices) {
 }
 
 TEST_P(LinalgDtype, PinvAndRankOfRankDeficientMatrices) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   // Rank 3 of a 6 x 5 matrix.
   const Tensor A = matmul(random_matrix({6, 3}, t), random_matrix({3, 5}, t));
   const Tensor P = pinv(A);
@@ -247,7 +258,7 @@ TEST_P(LinalgDtype, PinvAndRankOfRankDeficientMatrices) {
 }
 
 TEST_P(LinalgDtype, NormsAndConditionNumbers) {
-  const DType t = GetParam();
+  const DType t = std::get<0>(GetParam());
   const Tensor A = random_matrix({3, 5, 4}, t);
   const Tensor a = abs(A).to(DType::F64);
   const double inf = std::numeric_limits<double>::infinity();
@@ -263,11 +274,13 @@ TEST_P(LinalgDtype, NormsAndConditionNumbers) {
   const Tensor s = svdvals(S);
   EXPECT_LT(rel_err(cond(S), div(amax(s), amin(s))), 1e-4);
   EXPECT_LT(rel_err(cond(S, 1.0), mul(matrix_norm(S, 1.0), matrix_norm(inv(S), 1.0))), 1e-4);
-  EXPECT_EQ(cond(zeros({3, 3}, t), 1.0).to(DType::F64).item<double>(), inf);
+  EXPECT_EQ(cond(zeros({3, 3}, t, g_dev), 1.0).to(DType::F64).item<double>(), inf);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, LinalgDtype, ::testing::ValuesIn(kDtypes),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Dtypes, LinalgDtype, ::testing::Combine(::testing::ValuesIn(kDtypes), ::testing::Values(kCPU, cuda_device())),
+                         [](const auto& info) {
+                           return str(dtype_name(std::get<0>(info.param)), std::get<1>(info.param).is_cuda() ? "_cuda" : "_cpu");
+                         });
 
 // A U diag(s) V^T matrix with singular values from 1 down to 1/condition, built in f64.
 Tensor conditioned(int64_t n, double condition) {
@@ -396,6 +409,61 @@ TEST(Linalg, ComplexHelpers) {
   EXPECT_EQ(imag(z).to_vector<float>(), (std::vector<float>{0.5f, 0.5f}));
   EXPECT_EQ(triu(ones({3, 3}), 1).to_vector<float>(), (std::vector<float>{0, 1, 1, 0, 0, 1, 0, 0, 0}));
   EXPECT_EQ(tril(ones({2, 3}), -1).to_vector<float>(), (std::vector<float>{0, 0, 0, 1, 0, 0}));
+}
+
+// CUDA against the CPU: the one-launch kernels (n <= 32) and cuSOLVER (larger, rectangular) pick LAPACK's pivots
+// and report LAPACK's info; factors and results agree with the CPU's to rounding.
+TEST(LinalgCuda, FactorsPivotsAndInfoMatchTheCpu) {
+  KILN_REQUIRE_CUDA();
+  const Device dev = cuda_device();
+  for (DType t : kDtypes) {
+    for (const Shape& s : {Shape{257, 1, 1}, Shape{300, 2, 2}, Shape{100, 3, 3}, Shape{1000, 4, 4}, Shape{64, 7, 7},
+                           Shape{33, 16, 16}, Shape{9, 31, 31}, Shape{5, 32, 32}, Shape{3, 33, 33}, Shape{2, 100, 100},
+                           Shape{2, 40, 20}, Shape{2, 20, 40}, Shape{1, 300, 300}}) {
+      SCOPED_TRACE(str(dtype_name(t), " ", shape_str(s)));
+      const Tensor A = random_matrix(s, t);  // g_dev is the CPU here
+      const Tensor Ad = A.to(dev);
+      const LUFactorEx c = lu_factor_ex(A), g = lu_factor_ex(Ad);
+      EXPECT_TRUE(g.LU.is_cuda() && g.pivots.is_cuda() && g.info.is_cuda());
+      // Pivots are chosen by exact comparisons of the same values: equal unless rounding in f32 reorders a
+      // near-tie, which fresh random matrices make rare; LU's entries agree to rounding.
+      const auto pc = c.pivots.to_vector<int32_t>(), pg = g.pivots.to_vector<int32_t>();
+      int64_t differ = 0;
+      for (size_t i = 0; i < pc.size(); ++i) differ += pc[i] != pg[i];
+      EXPECT_LE(differ, t == DType::F64 ? 0 : static_cast<int64_t>(pc.size() / 100 + 1));
+      if (differ == 0) EXPECT_LT(rel_err(g.LU.cpu(), c.LU), tol(t, s.back()) * 10);
+      EXPECT_EQ(g.info.to_vector<int32_t>(), c.info.to_vector<int32_t>());
+      if (s[1] != s[2]) continue;
+      const int64_t n = s.back();
+      const Tensor W = add(A, mul(eye_like(n, t), Scalar(2.0))), Wd = W.to(dev);
+      const Tensor Xc = inv(W), Xg = inv(Wd);
+      EXPECT_LT(backward_err(matmul(W, Xg.cpu()), W, Xg.cpu(), eye_like(n, t).expand(W.sizes())), tol(t, n));
+      EXPECT_LT(rel_err(Xg.cpu(), Xc), 1e3 * eps(t) * n);
+      const Tensor B = random_matrix({s[0], n, 3}, t);
+      for (bool adjoint_solve : {false, true}) {
+        const LUFactor f = lu_factor(Wd);
+        const Tensor X = lu_solve(f.LU, f.pivots, B.to(dev), true, adjoint_solve).cpu();
+        EXPECT_LT(backward_err(matmul(adjoint_solve ? adjoint(W) : W, X), W, X, B), tol(t, n));
+      }
+      EXPECT_LT(rel_err(det(Wd).cpu(), det(W)), 1e3 * eps(t) * n);
+    }
+  }
+}
+
+// The first zero pivot of each matrix is its info, as LAPACK's getrf reports it, on both paths.
+TEST(LinalgCuda, SingularMatricesReportTheFirstZeroPivot) {
+  KILN_REQUIRE_CUDA();
+  for (int64_t n : {4, 32, 40}) {
+    SCOPED_TRACE(n);
+    Tensor A = add(random_matrix({3, n, n}, DType::F64), mul(eye_like(n, DType::F64), Scalar(4.0)));
+    A.select(0, 1).select(-1, 2).fill_(0.0);  // matrix 1: column 2 is zero
+    A.select(0, 2).fill_(0.0);               // matrix 2: all zero
+    const LUFactorEx c = lu_factor_ex(A), g = lu_factor_ex(A.to(cuda_device()));
+    EXPECT_EQ(g.info.to_vector<int32_t>(), c.info.to_vector<int32_t>());
+    EXPECT_EQ(g.info.to_vector<int32_t>(), (std::vector<int32_t>{0, 3, 1}));
+    EXPECT_TRUE(test::throws_error([&] { inv(A.to(cuda_device())); }, {"linalg.inv", "batch element 1", "singular"}));
+    EXPECT_EQ(inv_ex(A.to(cuda_device())).info.to_vector<int32_t>(), (std::vector<int32_t>{0, 3, 1}));
+  }
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
-"""kiln.linalg against NumPy (and torch.linalg where installed) on the CPU, in one process.
+"""kiln.linalg against torch.linalg (where installed) and, on the CPU, NumPy, in one process.
 
-    python3 bench/linalg_cpu.py [--repeats N] [--json FILE]
+    python3 bench/linalg.py [--device cpu|cuda] [--repeats N] [--json FILE]
 
-Median wall time of each case over the repeats, fresh random inputs (well-conditioned: A + n I). NumPy's
-wheels carry their own OpenBLAS build; kiln uses the system's (Debian's OpenBLAS, OpenMP)."""
+Median wall time of each case over the repeats, fresh random inputs (well-conditioned: A + n I), each call
+followed by a device synchronisation on CUDA (kiln's and torch's). On the CPU NumPy's wheels carry their own
+OpenBLAS build; kiln uses the system's (Debian's OpenBLAS, OpenMP)."""
 import argparse
 import json
 import statistics
@@ -37,22 +38,28 @@ def make(shape, dtype, rng):
     return a.astype(dtype)
 
 
-def time_it(fn, repeats):
+def time_it(fn, repeats, sync=lambda: None):
     fn()
+    sync()
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
+        sync()
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts) * 1e3
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--json")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
+    cuda = a.device == "cuda"
+    ksync = kiln.cuda.synchronize if cuda else (lambda: None)
+    tsync = torch.cuda.synchronize if (cuda and torch is not None) else (lambda: None)
     rows = []
     for op, dt, shape in CASES:
         x = make(shape, dt, rng)
@@ -60,7 +67,7 @@ def main():
             x = (x @ np.swapaxes(x, -1, -2)).astype(dt)
         if op == "eigh":
             x = (x + np.swapaxes(x, -1, -2)).astype(dt)
-        k = kiln.from_numpy(x)
+        k = kiln.tensor(x, device=a.device)
         kf = {"inv": lambda: kiln.linalg.inv(k), "solve": lambda: kiln.linalg.solve(k, k[..., :1]),
               "lu_factor": lambda: kiln.linalg.lu_factor(k), "det": lambda: kiln.linalg.det(k),
               "qr": lambda: kiln.linalg.qr(k), "svd": lambda: kiln.linalg.svd(k, full_matrices=False),
@@ -69,22 +76,23 @@ def main():
               "lu_factor": None, "det": lambda: np.linalg.det(x), "qr": lambda: np.linalg.qr(x),
               "svd": lambda: np.linalg.svd(x, full_matrices=False), "eigh": lambda: np.linalg.eigh(x),
               "cholesky": lambda: np.linalg.cholesky(x)}[op]
-        row = {"op": op, "dtype": dt, "shape": list(shape), "kiln_ms": time_it(kf, a.repeats),
-               "numpy_ms": time_it(nf, a.repeats) if nf else None}
+        row = {"op": op, "dtype": dt, "shape": list(shape), "kiln_ms": time_it(kf, a.repeats, ksync),
+               "numpy_ms": time_it(nf, a.repeats) if (nf and not cuda) else None}
         if torch is not None:
-            t = torch.from_numpy(x)
+            t = torch.from_numpy(x).to(a.device)
             tf = {"inv": lambda: torch.linalg.inv(t), "solve": lambda: torch.linalg.solve(t, t[..., :1]),
                   "lu_factor": lambda: torch.linalg.lu_factor(t), "det": lambda: torch.linalg.det(t),
                   "qr": lambda: torch.linalg.qr(t), "svd": lambda: torch.linalg.svd(t, full_matrices=False),
                   "eigh": lambda: torch.linalg.eigh(t), "cholesky": lambda: torch.linalg.cholesky(t)}[op]
-            row["torch_ms"] = time_it(tf, a.repeats)
+            row["torch_ms"] = time_it(tf, a.repeats, tsync)
         rows.append(row)
         fmt = lambda v: f"{v:9.3f}" if v is not None else f"{'-':>9}"
         print(f"{op:10} {dt:9} {str(shape):18} kiln {fmt(row['kiln_ms'])} ms  numpy {fmt(row['numpy_ms'])} ms"
               + (f"  torch {fmt(row['torch_ms'])} ms" if "torch_ms" in row else ""), flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"cases": rows, "numpy": np.__version__, "torch": getattr(torch, "__version__", None)}, f, indent=1)
+            json.dump({"device": a.device, "cases": rows, "numpy": np.__version__,
+                       "torch": getattr(torch, "__version__", None)}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,36 @@
+// Batched dense linear algebra on CUDA for kiln::linalg (src/ops/linalg.cpp), with the contract of the CPU's
+// LAPACK layer (src/cpu/linalg.h): matrices column-major in contiguous device tensors [B, cols, rows], pivots
+// int32 1-based, info int32 [B] written on the device (the caller reads it only when it must). Everything is
+// asynchronous on the current stream. Only in KILN_HAVE_CUDA builds.
+//
+// Square matrices of n <= kSmallN take kiln's own one-launch kernels (src/cuda/solver_small.cu) for LU,
+// inverse and LU solves; the rest, and the other factorisations, cuSOLVER's 64-bit API per matrix, with its
+// device workspace from kiln's caching allocator (so the memory figures count it).
+#pragma once
+
+#include "kiln/tensor.h"
+
+namespace kiln::cuda {
+
+inline constexpr int64_t kSmallN = 32;
+
+void solver_getrf(Tensor& a, Tensor& piv, Tensor& info);
+void solver_getrs(const Tensor& lu, const Tensor& piv, Tensor& b, char trans);
+void solver_getri(Tensor& lu, const Tensor& piv, Tensor& info);
+void solver_potrf(Tensor& a, bool upper, Tensor& info);
+void solver_geqrf(Tensor& a, Tensor& tau);
+void solver_orgqr(Tensor& q, const Tensor& tau, int64_t k);
+// SVD (cuSOLVER's gesvd, which needs rows >= cols: the caller passes the adjoint otherwise); jobz as the CPU's
+// gesdd: 'N', 'S' or 'A'.
+void solver_gesvd(Tensor& a, Tensor& s, Tensor& u, Tensor& vt, char jobz, Tensor& info);
+void solver_syevd(Tensor& a, Tensor& w, bool vectors, bool upper, Tensor& info);
+// Row-major triangular solves (cuBLAS trsm), as cpu::blas_trsm.
+void blas_trsm(const Tensor& a, Tensor& b, bool left, bool upper, bool unit);
+
+// The one-launch kernels for n <= kSmallN (square): LU in place; the inverse from the LU in place; LU solves of
+// b [B, k, n] in place (trans 'N', 'T' or 'C').
+void lu_small(Tensor& a, Tensor& piv, Tensor& info);
+void inverse_small(Tensor& lu, const Tensor& piv);
+void lu_solve_small(const Tensor& lu, const Tensor& piv, Tensor& b, char trans);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,230 @@
+// Batched LU, inverse and LU solves of small square matrices (n <= 32): one warp per matrix, the matrix in
+// shared memory, the whole batch in one launch. cuSOLVER's per-matrix routines launch several kernels per
+// matrix, which dominates for the batches of tiny systems that graphics, robotics and per-head attention
+// math produce.
+//
+// Buffers are column-major, as LAPACK's (src/cuda/solver.h): element (r, c) of matrix b at b * n * n + c * n + r.
+#include <cuda/std/complex>
+
+#include "cuda/launch.h"
+#include "cuda/solver.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+using cfloat = ::cuda::std::complex<float>;
+
+template <class T> struct DeviceType { using type = T; };
+template <> struct DeviceType<Complex64> { using type = cfloat; };
+
+// The pivot's magnitude as LAPACK's i?amax measures it: |x| for reals, |re| + |im| for complex.
+__device__ inline float pivot_abs(float x) { return fabsf(x); }
+__device__ inline double pivot_abs(double x) { return fabs(x); }
+__device__ inline float pivot_abs(cfloat x) { return fabsf(x.real()) + fabsf(x.imag()); }
+
+template <class T> __device__ inline bool is_zero(T x) { return x == T(0); }
+
+constexpr int kWarps = 4;  // matrices per block
+
+// LU with partial pivoting of each matrix in place; lane r holds row r during the pivot search and column r
+// during the row swaps. Pivots are 1-based; info is the first zero pivot's 1-based index (0: none), as getrf.
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps) lu_small_kernel(T* __restrict__ a, int32_t* __restrict__ piv,
+                                                               int32_t* __restrict__ info, int n, int64_t batch) {
+  extern __shared__ unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (b >= batch) return;
+  T* s = reinterpret_cast<T*>(smem_raw) + warp * n * n;
+  T* g = a + b * n * n;
+  for (int i = lane; i < n * n; i += 32) s[i] = g[i];
+  __syncwarp();
+  int first_zero = 0;
+  for (int k = 0; k < n; ++k) {
+    // The first row of the largest magnitude in column k, rows k.. (ties: the lower index, as i?amax).
+    using R = decltype(pivot_abs(T()));
+    R best = lane >= k && lane < n ? pivot_abs(s[k * n + lane]) : R(-1);
+    int where = lane;
+    for (int off = 16; off > 0; off /= 2) {
+      const R ob = __shfl_down_sync(0xffffffffu, best, off);
+      const int ow = __shfl_down_sync(0xffffffffu, where, off);
+      if (ob > best || (ob == best && ow < where)) {
+        best = ob;
+        where = ow;
+      }
+    }
+    const int p = __shfl_sync(0xffffffffu, where, 0);
+    if (lane == 0) piv[b * n + k] = p + 1;
+    const T pivot = s[k * n + p];
+    __syncwarp();
+    if (is_zero(pivot)) {
+      // LAPACK records the first zero pivot and goes on; the column below it is zero, so nothing to eliminate.
+      if (first_zero == 0) first_zero = k + 1;
+      continue;
+    }
+    if (p != k && lane < n) {
+      const T t = s[lane * n + k];
+      s[lane * n + k] = s[lane * n + p];
+      s[lane * n + p] = t;
+    }
+    __syncwarp();
+    if (lane > k && lane < n) {
+      const T l = s[k * n + lane] / pivot;
+      s[k * n + lane] = l;
+      for (int j = k + 1; j < n; ++j) s[j * n + lane] -= l * s[j * n + k];
+    }
+    __syncwarp();
+  }
+  for (int i = lane; i < n * n; i += 32) g[i] = s[i];
+  if (lane == 0) info[b] = first_zero;
+}
+
+// Solves op(A) x = rhs for one right-hand side in place, given A's LU (column-major, n x n) and 1-based pivots.
+// x is reached through `at(i)`; `lu(r, c)` reads the factor. trans: 0 A, 1 A^T, 2 A^H.
+template <class T, class X, class LU>
+__device__ void lu_solve_one(int n, const int32_t* pv, int trans, X&& at, LU&& lu) {
+  if (trans == 0) {
+    for (int k = 0; k < n; ++k) {  // P x
+      const int p = pv[k] - 1;
+      if (p != k) {
+        const T t = at(k);
+        at(k) = at(p);
+        at(p) = t;
+      }
+    }
+    for (int i = 1; i < n; ++i) {  // L y = x, unit diagonal
+      T acc = at(i);
+      for (int l = 0; l < i; ++l) acc -= lu(i, l) * at(l);
+      at(i) = acc;
+    }
+    for (int i = n - 1; i >= 0; --i) {  // U z = y
+      T acc = at(i);
+      for (int l = i + 1; l < n; ++l) acc -= lu(i, l) * at(l);
+      at(i) = acc / lu(i, i);
+    }
+    return;
+  }
+  // A^T = U^T L^T P^T (A^H likewise with conjugates): U^T y = x, L^T z = y, then x = P z (swaps in reverse).
+  auto f = [trans](T v) {
+    if constexpr (std::is_same_v<T, cfloat>) return trans == 2 ? ::cuda::std::conj(v) : v;
+    else return v;
+  };
+  for (int i = 0; i < n; ++i) {
+    T acc = at(i);
+    for (int l = 0; l < i; ++l) acc -= f(lu(l, i)) * at(l);
+    at(i) = acc / f(lu(i, i));
+  }
+  for (int i = n - 2; i >= 0; --i) {
+    T acc = at(i);
+    for (int l = i + 1; l < n; ++l) acc -= f(lu(l, i)) * at(l);
+    at(i) = acc;
+  }
+  for (int k = n - 1; k >= 0; --k) {
+    const int p = pv[k] - 1;
+    if (p != k) {
+      const T t = at(k);
+      at(k) = at(p);
+      at(p) = t;
+    }
+  }
+}
+
+// The inverse from the LU in place: lane j solves A x = e_j into column j of a padded shared copy (stride
+// n + 1 keeps the lanes on different banks), then the block writes the result over the LU.
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps) inverse_small_kernel(T* __restrict__ a, const int32_t* __restrict__ piv,
+                                                                    int n, int64_t batch) {
+  extern __shared__ unsigned char smem_raw[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (b >= batch) return;
+  T* s = reinterpret_cast<T*>(smem_raw) + warp * (n * n + n * (n + 1));
+  T* x = s + n * n;
+  T* g = a + b * n * n;
+  const int32_t* pv = piv + b * n;
+  for (int i = lane; i < n * n; i += 32) s[i] = g[i];
+  __syncwarp();
+  if (lane < n) {
+    T* col = x + lane * (n + 1);
+    for (int i = 0; i < n; ++i) col[i] = T(i == lane ? 1 : 0);
+    lu_solve_one<T>(n, pv, 0, [col](int i) -> T& { return col[i]; },
+                    [s, n](int r, int c) { return s[c * n + r]; });
+  }
+  __syncwarp();
+  for (int i = lane; i < n * n; i += 32) g[i] = x[(i / n) * (n + 1) + i % n];
+}
+
+// LU solves: one thread per (matrix, right-hand side); rhs b [batch, k, n] (column-major n x k).
+template <class T>
+__global__ void lu_solve_small_kernel(const T* __restrict__ lu, const int32_t* __restrict__ piv, T* __restrict__ rhs,
+                                      int n, int64_t k, int64_t batch, int trans) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= batch * k) return;
+  const int64_t b = t / k;
+  T* x = rhs + t * n;
+  const T* f = lu + b * n * n;
+  lu_solve_one<T>(n, piv + b * n, trans, [x](int i) -> T& { return x[i]; },
+                  [f, n](int r, int c) { return f[c * n + r]; });
+}
+
+template <class F>
+void visit(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32: return f(float{});
+    case DType::F64: return f(double{});
+    case DType::C64: return f(cfloat{});
+    default: throw Error(str(op, ": internal error: unexpected dtype ", dtype_name(t)));
+  }
+}
+
+}  // namespace
+
+void lu_small(Tensor& a, Tensor& piv, Tensor& info) {
+  const int n = static_cast<int>(a.size(1));
+  const int64_t batch = a.size(0);
+  if (batch == 0 || n == 0) return;
+  DeviceGuard guard(a.device());
+  visit(a.dtype(), "linalg.lu_factor", [&](auto tag) {
+    using T = decltype(tag);
+    const size_t smem = sizeof(T) * kWarps * n * n;
+    const unsigned blocks = static_cast<unsigned>((batch + kWarps - 1) / kWarps);
+    lu_small_kernel<T><<<blocks, 32 * kWarps, smem, stream_of(a.device())>>>(
+        static_cast<T*>(a.data_ptr()), piv.data<int32_t>(), info.data<int32_t>(), n, batch);
+  });
+  check_launch("linalg.lu_factor");
+}
+
+void inverse_small(Tensor& lu, const Tensor& piv) {
+  const int n = static_cast<int>(lu.size(1));
+  const int64_t batch = lu.size(0);
+  if (batch == 0 || n == 0) return;
+  DeviceGuard guard(lu.device());
+  visit(lu.dtype(), "linalg.inv", [&](auto tag) {
+    using T = decltype(tag);
+    const size_t smem = sizeof(T) * kWarps * (n * n + n * (n + 1));
+    set_max_dynamic_smem(reinterpret_cast<const void*>(&inverse_small_kernel<T>), smem, lu.device().index, "linalg.inv");
+    const unsigned blocks = static_cast<unsigned>((batch + kWarps - 1) / kWarps);
+    inverse_small_kernel<T><<<blocks, 32 * kWarps, smem, stream_of(lu.device())>>>(
+        static_cast<T*>(lu.data_ptr()), piv.data<int32_t>(), n, batch);
+  });
+  check_launch("linalg.inv");
+}
+
+void lu_solve_small(const Tensor& lu, const Tensor& piv, Tensor& b, char trans) {
+  const int n = static_cast<int>(lu.size(1));
+  const int64_t batch = b.size(0), k = b.size(1);
+  if (batch == 0 || k == 0 || n == 0) return;
+  DeviceGuard guard(lu.device());
+  const int tr = trans == 'N' ? 0 : trans == 'T' ? 1 : 2;
+  visit(lu.dtype(), "linalg.lu_solve", [&](auto tag) {
+    using T = decltype(tag);
+    const int threads = 128;
+    const int64_t blocks = (batch * k + threads - 1) / threads;
+    lu_solve_small_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream_of(lu.device())>>>(
+        static_cast<const T*>(lu.data_ptr()), piv.data<int32_t>(), static_cast<T*>(b.data_ptr()), n, k, batch, tr);
+  });
+  check_launch("linalg.lu_solve");
+}
+
+}  // namespace kiln::cuda
