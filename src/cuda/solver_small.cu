@@ -203,7 +203,9 @@ void inverse_small(Tensor& lu, const Tensor& piv) {
   visit(lu.dtype(), "linalg.inv", [&](auto tag) {
     using T = decltype(tag);
     const size_t smem = sizeof(T) * kWarps * (n * n + n * (n + 1));
-    set_max_dynamic_smem(reinterpret_cast<const void*>(&inverse_small_kernel<T>), smem, lu.device().index, "linalg.inv");
+    // The attribute is set once per kernel: to what the largest n takes.
+    const size_t most = sizeof(T) * kWarps * (kSmallN * kSmallN + kSmallN * (kSmallN + 1));
+    set_max_dynamic_smem(reinterpret_cast<const void*>(&inverse_small_kernel<T>), most, lu.device().index, "linalg.inv");
     const unsigned blocks = static_cast<unsigned>((batch + kWarps - 1) / kWarps);
     inverse_small_kernel<T><<<blocks, 32 * kWarps, smem, stream_of(lu.device())>>>(
         static_cast<T*>(lu.data_ptr()), piv.data<int32_t>(), n, batch);
