@@ -169,12 +169,12 @@ void versioned_capsule_destructor(PyObject* cap) {
 }
 
 // The consumer's stream as the protocol passes it: None (the legacy default stream), 1 (legacy default),
-// 2 (per-thread default), -1 (no synchronisation wanted), or a cudaStream_t as an integer.
-void sync_for_consumer(const Tensor& t, nb::handle stream) {
+// 2 (per-thread default), -1 (no synchronisation wanted), or a cudaStream_t as an integer. Read with the GIL held.
+intptr_t consumer_stream(const Tensor& t, nb::handle stream) {
   if (!t.is_cuda()) {
     if (!stream.is_none() && !(PyLong_Check(stream.ptr()) && PyLong_AsLongLong(stream.ptr()) == -1))
       throw nb::buffer_error("__dlpack__: a CPU tensor takes no stream (stream must be None)");
-    return;
+    return -1;
   }
   intptr_t s = 1;
   if (!stream.is_none()) {
@@ -182,8 +182,14 @@ void sync_for_consumer(const Tensor& t, nb::handle stream) {
     s = static_cast<intptr_t>(PyLong_AsLongLong(stream.ptr()));
     if (PyErr_Occurred()) throw nb::python_error();
   }
-  if (s == -1) return;
   if (s == 0) throw nb::buffer_error("__dlpack__: stream 0 is ambiguous for CUDA (use 1 or 2 for a default stream)");
+  return s;
+}
+
+// Makes the consumer's stream wait for the work enqueued so far on the tensor's stream (an event; no host
+// sync). No Python API here: it runs with the GIL released.
+void sync_for_consumer(const Tensor& t, intptr_t s) {
+  if (s == -1) return;
   const Stream producer = current_stream(t.device());
   // 1 and 2 are the legacy and per-thread default streams' handles in CUDA (cudaStreamLegacy, cudaStreamPerThread).
   const Stream consumer = Stream::from_handle(t.device(), reinterpret_cast<void*>(s));
@@ -202,9 +208,10 @@ nb::object export_dlpack(const Tensor& t, nb::handle stream, nb::handle max_vers
     if (!same) throw nb::buffer_error("__dlpack__: kiln exports a tensor on its own device only (dl_device differs)");
   }
   if (!copy.is_none() && nb::cast<bool>(copy)) src = t.clone();
+  const intptr_t consumer = consumer_stream(src, stream);
   {
     nb::gil_scoped_release release;
-    sync_for_consumer(src, stream);
+    sync_for_consumer(src, consumer);
   }
   bool versioned = false;
   if (!max_version.is_none()) {

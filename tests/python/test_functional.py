@@ -95,8 +95,9 @@ def test_embedding(rng, device):
     w = rng.standard_normal((10, 4))
     idx = np.array([[1, 9], [0, 1]])
     close(F.embedding(t(idx, device), t(w, device)), w[idx], 0, 0)
-    with pytest.raises(kiln.KilnError):
-        F.embedding(t(np.array([10]), device), t(w, device))
+    # On CUDA the kernel finds the bad index: the error is raised at the next synchronisation (reading the result).
+    with pytest.raises(kiln.KilnError, match="out of (range|bounds)"):
+        to_numpy(F.embedding(t(np.array([10]), device), t(w, device)))
 
 
 def test_regression_losses(rng, device):
