@@ -104,6 +104,35 @@ struct Workspace {
 
 int32_t* info_at(Tensor& info, int64_t i) { return info.data<int32_t>() + i; }
 
+// cuBLAS's batched routines take an array of matrix pointers on the device: buf's matrices, `stride` elements apart.
+Tensor pointer_array(const Tensor& buf, int64_t batch, int64_t stride) {
+  Tensor host = empty({batch}, DType::I64);
+  int64_t* p = host.data<int64_t>();
+  const int64_t base = reinterpret_cast<int64_t>(buf.data_ptr()), bytes = stride * item_bytes(buf);
+  for (int64_t i = 0; i < batch; ++i) p[i] = base + i * bytes;
+  return host.to(buf.device());
+}
+
+// cuBLAS's batched LU family by dtype: f(getrf, getrs, getri, element type).
+template <class F>
+void visit_batched(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32: return f(cublasSgetrfBatched, cublasSgetrsBatched, cublasSgetriBatched, float{});
+    case DType::F64: return f(cublasDgetrfBatched, cublasDgetrsBatched, cublasDgetriBatched, double{});
+    case DType::C64: return f(cublasCgetrfBatched, cublasCgetrsBatched, cublasCgetriBatched, cuComplex{});
+    default: throw Error(str(op, ": internal error: unexpected dtype ", dtype_name(t)));
+  }
+}
+
+// Batches of mid-sized square matrices go to cuBLAS's batched LU (one call for the batch); single matrices and
+// large ones to cuSOLVER, whose blocked per-matrix routines then fill the GPU.
+bool batched_lu(int64_t batch, int64_t n) { return batch > 1 && n > kSmallN && n <= 512; }
+
+int checked_int(int64_t v, const char* what) {
+  KILN_CHECK(v <= INT32_MAX, "linalg: ", what, " ", v, " exceeds cuBLAS's 32-bit sizes");
+  return static_cast<int>(v);
+}
+
 }  // namespace
 
 void solver_getrf(Tensor& a, Tensor& piv, Tensor& info) {
@@ -115,6 +144,18 @@ void solver_getrf(Tensor& a, Tensor& piv, Tensor& info) {
   }
   if (m == n && n <= kSmallN) return lu_small(a, piv, info);
   DeviceGuard guard(a.device());
+  if (m == n && batched_lu(batch, n)) {
+    Tensor ws;
+    cublasHandle_t bh = blas_handle(a.device(), ws);
+    const Tensor ptrs = pointer_array(a, batch, n * n);
+    const int ni = static_cast<int>(n), bi = checked_int(batch, "batch");
+    visit_batched(a.dtype(), "linalg.lu_factor", [&](auto getrf, auto, auto, auto tag) {
+      using T = decltype(tag);
+      check_blas(getrf(bh, ni, static_cast<T* const*>(ptrs.data_ptr()), ni, piv.data<int32_t>(), info.data<int32_t>(), bi),
+                 "cublas?getrfBatched");
+    });
+    return;
+  }
   Handle& h = solver_for(a.device());
   const cudaDataType t = data_type(a.dtype());
   size_t dbytes = 0, hbytes = 0;
@@ -135,6 +176,22 @@ void solver_getrs(const Tensor& lu, const Tensor& piv, Tensor& b, char trans) {
   if (batch == 0 || n == 0 || nrhs == 0) return;
   if (n <= kSmallN) return lu_solve_small(lu, piv, b, trans);
   DeviceGuard guard(lu.device());
+  if (batched_lu(batch, n)) {
+    Tensor ws;
+    cublasHandle_t bh = blas_handle(lu.device(), ws);
+    const Tensor pa = pointer_array(lu, batch, n * n), pb = pointer_array(b, batch, n * nrhs);
+    const cublasOperation_t op = trans == 'N' ? CUBLAS_OP_N : trans == 'T' ? CUBLAS_OP_T : CUBLAS_OP_C;
+    const int ni = static_cast<int>(n), ki = checked_int(nrhs, "right-hand sides"), bi = checked_int(batch, "batch");
+    int host_info = 0;
+    visit_batched(lu.dtype(), "linalg.lu_solve", [&](auto, auto getrs, auto, auto tag) {
+      using T = decltype(tag);
+      check_blas(getrs(bh, op, ni, ki, static_cast<const T* const*>(pa.data_ptr()), ni, piv.data<int32_t>(),
+                       static_cast<T* const*>(pb.data_ptr()), ni, &host_info, bi),
+                 "cublas?getrsBatched");
+    });
+    KILN_CHECK(host_info == 0, "linalg.lu_solve: internal error: cublas?getrsBatched rejected argument ", -host_info);
+    return;
+  }
   Handle& h = solver_for(lu.device());
   const cudaDataType t = data_type(lu.dtype());
   const cublasOperation_t op = trans == 'N' ? CUBLAS_OP_N : trans == 'T' ? CUBLAS_OP_T : CUBLAS_OP_C;
@@ -151,6 +208,22 @@ void solver_getri(Tensor& lu, const Tensor& piv, Tensor& info) {
   const int64_t batch = lu.size(0), n = lu.size(1);
   if (batch == 0 || n == 0) return;
   if (n <= kSmallN) return inverse_small(lu, piv);
+  if (batched_lu(batch, n)) {
+    DeviceGuard guard(lu.device());
+    Tensor ws;
+    cublasHandle_t bh = blas_handle(lu.device(), ws);
+    Tensor out = empty_like(lu), status = empty({batch}, DType::I32, lu.device());
+    const Tensor pa = pointer_array(lu, batch, n * n), pc = pointer_array(out, batch, n * n);
+    const int ni = static_cast<int>(n), bi = checked_int(batch, "batch");
+    visit_batched(lu.dtype(), "linalg.inv", [&](auto, auto, auto getri, auto tag) {
+      using T = decltype(tag);
+      check_blas(getri(bh, ni, static_cast<const T* const*>(pa.data_ptr()), ni, piv.data<int32_t>(),
+                       static_cast<T* const*>(pc.data_ptr()), ni, status.data<int32_t>(), bi),
+                 "cublas?getriBatched");
+    });
+    lu.copy_(out);
+    return;
+  }
   // A^-1 = solve(A, I): getrs against the identity (cuSOLVER has no getri).
   Tensor x = eye(n, std::nullopt, lu.dtype(), lu.device()).expand({batch, n, n}).contiguous();
   solver_getrs(lu, piv, x, 'N');
@@ -230,6 +303,35 @@ void solver_orgqr(Tensor& q, const Tensor& tau, int64_t k) {
   }
 }
 
+namespace {
+
+// cuSOLVER's Jacobi SVD by dtype: f(gesvdj, gesvdj_bufferSize, gesvdjBatched, gesvdjBatched_bufferSize, T, R).
+template <class F>
+void visit_gesvdj(DType t, F&& f) {
+  switch (t) {
+    case DType::F32:
+      return f(cusolverDnSgesvdj, cusolverDnSgesvdj_bufferSize, cusolverDnSgesvdjBatched,
+               cusolverDnSgesvdjBatched_bufferSize, float{}, float{});
+    case DType::F64:
+      return f(cusolverDnDgesvdj, cusolverDnDgesvdj_bufferSize, cusolverDnDgesvdjBatched,
+               cusolverDnDgesvdjBatched_bufferSize, double{}, double{});
+    case DType::C64:
+      return f(cusolverDnCgesvdj, cusolverDnCgesvdj_bufferSize, cusolverDnCgesvdjBatched,
+               cusolverDnCgesvdjBatched_bufferSize, cuComplex{}, float{});
+    default: throw Error(str("linalg.svd: internal error: unexpected dtype ", dtype_name(t)));
+  }
+}
+
+struct GesvdjParams {
+  gesvdjInfo_t p = nullptr;
+  GesvdjParams() { check_solver(cusolverDnCreateGesvdjInfo(&p), "cusolverDnCreateGesvdjInfo"); }
+  ~GesvdjParams() { cusolverDnDestroyGesvdjInfo(p); }
+};
+
+}  // namespace
+
+// Jacobi SVD (as torch on CUDA): one gesvdjBatched call for batches of matrices up to 32 x 32, gesvdj per matrix
+// otherwise. cuSOLVER returns V; the caller's buffer holds V^H, so V lands in a scratch buffer first.
 void solver_gesvd(Tensor& a, Tensor& s, Tensor& u, Tensor& vt, char jobz, Tensor& info) {
   const int64_t batch = a.size(0), n = a.size(1), m = a.size(2), k = std::min(m, n);
   if (batch == 0) return;
@@ -237,28 +339,50 @@ void solver_gesvd(Tensor& a, Tensor& s, Tensor& u, Tensor& vt, char jobz, Tensor
     info.fill_(0);
     return;
   }
-  KILN_CHECK(m >= n, "linalg.svd: internal error: cuSOLVER's gesvd needs rows >= columns, got ", m, " x ", n);
+  const int mi = checked_int(m, "rows"), ni = checked_int(n, "columns");
   DeviceGuard guard(a.device());
   Handle& h = solver_for(a.device());
-  const cudaDataType t = data_type(a.dtype()), r = real_type(a.dtype());
-  const signed char job = static_cast<signed char>(jobz);
-  const int64_t ldu = m, ldvt = jobz == 'A' ? n : std::max<int64_t>(k, 1);
-  void* up = jobz == 'N' ? nullptr : u.data_ptr();
-  void* vp = jobz == 'N' ? nullptr : vt.data_ptr();
-  size_t dbytes = 0, hbytes = 0;
-  check_solver(cusolverDnXgesvd_bufferSize(h.h, h.params, job, job, m, n, t, a.data_ptr(), m, r, s.data_ptr(), t, up, ldu,
-                                           t, vp, ldvt, t, &dbytes, &hbytes),
-               "cusolverDnXgesvd_bufferSize");
-  Workspace ws(a.device(), dbytes, hbytes);
-  const int64_t es = item_bytes(a), a_stride = m * n * es, s_stride = k * item_bytes(s);
-  const int64_t u_stride = jobz == 'N' ? 0 : u.size(1) * u.size(2) * es;
-  const int64_t v_stride = jobz == 'N' ? 0 : vt.size(1) * vt.size(2) * es;
-  for (int64_t i = 0; i < batch; ++i)
-    check_solver(cusolverDnXgesvd(h.h, h.params, job, job, m, n, t, bytes_of(a) + i * a_stride, m, r,
-                                  bytes_of(s) + i * s_stride, t, up ? static_cast<char*>(up) + i * u_stride : nullptr, ldu,
-                                  t, vp ? static_cast<char*>(vp) + i * v_stride : nullptr, ldvt, t, ws.d(), ws.d_bytes(),
-                                  ws.h(), ws.h_bytes(), info_at(info, i)),
-                 "cusolverDnXgesvd");
+  const cusolverEigMode_t job = jobz == 'N' ? CUSOLVER_EIG_MODE_NOVECTOR : CUSOLVER_EIG_MODE_VECTOR;
+  const bool batched = batch > 1 && m <= 32 && n <= 32;
+  // U [B, ucols, m] and V [B, vcols, n], column-major: full for the batched routine, else as jobz asks.
+  const int64_t ucols = batched || jobz == 'A' ? m : k, vcols = batched || jobz == 'A' ? n : k;
+  const bool own_u = batched || jobz == 'N';
+  Tensor U = own_u ? empty({batch, ucols, m}, a.dtype(), a.device()) : u;
+  Tensor V = empty({batch, vcols, n}, a.dtype(), a.device());
+  GesvdjParams params;
+  visit_gesvdj(a.dtype(), [&](auto gesvdj, auto gesvdj_size, auto gesvdj_batched, auto gesvdj_batched_size, auto tag,
+                              auto rtag) {
+    using T = decltype(tag);
+    using R = decltype(rtag);
+    T* A = static_cast<T*>(a.data_ptr());
+    R* S = static_cast<R*>(s.data_ptr());
+    T* Up = static_cast<T*>(U.data_ptr());
+    T* Vp = static_cast<T*>(V.data_ptr());
+    int lwork = 0;
+    if (batched) {
+      const int bi = checked_int(batch, "batch");
+      check_solver(gesvdj_batched_size(h.h, job, mi, ni, A, mi, S, Up, mi, Vp, ni, &lwork, params.p, bi),
+                   "cusolverDn?gesvdjBatched_bufferSize");
+      Tensor work = empty({std::max(lwork, 1) * static_cast<int64_t>(sizeof(T))}, DType::U8, a.device());
+      check_solver(gesvdj_batched(h.h, job, mi, ni, A, mi, S, Up, mi, Vp, ni, static_cast<T*>(work.data_ptr()), lwork,
+                                  info.data<int32_t>(), params.p, bi),
+                   "cusolverDn?gesvdjBatched");
+      return;
+    }
+    const int econ = jobz == 'A' ? 0 : 1;
+    check_solver(gesvdj_size(h.h, job, econ, mi, ni, A, mi, S, Up, mi, Vp, ni, &lwork, params.p),
+                 "cusolverDn?gesvdj_bufferSize");
+    Tensor work = empty({std::max(lwork, 1) * static_cast<int64_t>(sizeof(T))}, DType::U8, a.device());
+    for (int64_t i = 0; i < batch; ++i)
+      check_solver(gesvdj(h.h, job, econ, mi, ni, A + i * m * n, mi, S + i * k, Up + i * ucols * m, mi, Vp + i * vcols * n,
+                          ni, static_cast<T*>(work.data_ptr()), lwork, info_at(info, i), params.p),
+                   "cusolverDn?gesvdj");
+  });
+  if (jobz == 'N') return;
+  const int64_t cols = jobz == 'A' ? m : k, rows = jobz == 'A' ? n : k;
+  if (own_u) u.copy_(U.narrow(1, 0, cols));
+  // vt [B, n, rows] holds V^H column-major: vt[b][j][i] = conj(V(j, i)) = conj(V[b][i][j]).
+  vt.copy_(conj(V.narrow(1, 0, rows)).transpose(1, 2));
 }
 
 void solver_syevd(Tensor& a, Tensor& w, bool vectors, bool upper, Tensor& info) {

@@ -4,8 +4,9 @@
 // asynchronous on the current stream. Only in KILN_HAVE_CUDA builds.
 //
 // Square matrices of n <= kSmallN take kiln's own one-launch kernels (src/cuda/solver_small.cu) for LU,
-// inverse and LU solves; the rest, and the other factorisations, cuSOLVER's 64-bit API per matrix, with its
-// device workspace from kiln's caching allocator (so the memory figures count it).
+// inverse, LU solves and determinants; batches of mid-sized ones (up to 512) cuBLAS's batched LU; the rest, and
+// the other factorisations, cuSOLVER per matrix, with its device workspace from kiln's caching allocator (so
+// the memory figures count it).
 #pragma once
 
 #include "kiln/tensor.h"
@@ -20,8 +21,8 @@ void solver_getri(Tensor& lu, const Tensor& piv, Tensor& info);
 void solver_potrf(Tensor& a, bool upper, Tensor& info);
 void solver_geqrf(Tensor& a, Tensor& tau);
 void solver_orgqr(Tensor& q, const Tensor& tau, int64_t k);
-// SVD (cuSOLVER's gesvd, which needs rows >= cols: the caller passes the adjoint otherwise); jobz as the CPU's
-// gesdd: 'N', 'S' or 'A'.
+// SVD by one-sided Jacobi (cuSOLVER's gesvdj; gesvdjBatched for batches of matrices up to 32 x 32), with the
+// outputs of the CPU's gesdd: jobz 'N', 'S' or 'A', vt holding V^H.
 void solver_gesvd(Tensor& a, Tensor& s, Tensor& u, Tensor& vt, char jobz, Tensor& info);
 void solver_syevd(Tensor& a, Tensor& w, bool vectors, bool upper, Tensor& info);
 // Row-major triangular solves (cuBLAS trsm), as cpu::blas_trsm.
@@ -32,5 +33,8 @@ void blas_trsm(const Tensor& a, Tensor& b, bool left, bool upper, bool unit);
 void lu_small(Tensor& a, Tensor& piv, Tensor& info);
 void inverse_small(Tensor& lu, const Tensor& piv);
 void lu_solve_small(const Tensor& lu, const Tensor& piv, Tensor& b, char trans);
+// sign (lu's dtype) and log|det| (its real dtype), [B] each, from an LU of any n and its pivots: one thread per
+// matrix, accumulated in double.
+void slogdet_from_lu(const Tensor& lu, const Tensor& piv, Tensor& sign, Tensor& logabs);
 
 }  // namespace kiln::cuda

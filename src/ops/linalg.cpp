@@ -287,8 +287,15 @@ SlogDet slogdet(const Tensor& A) {
   const Device dev = f.dev;
   const Shape batch = f.batch;
   const int64_t B = count(batch), n = A.size(-1);
-  // U's diagonal [B, n] and the pivots, read on the host.
-  const Tensor buf = f.buf.as_strided({B, n}, {n * n, n + 1}).cpu().contiguous(), piv = f.piv.cpu().contiguous();
+#if KILN_HAVE_CUDA
+  if (f.buf.is_cuda()) {
+    Tensor sign = empty({B}, A.dtype(), dev), logabs = empty({B}, real_of(A.dtype()), dev);
+    cuda::slogdet_from_lu(f.buf, f.piv, sign, logabs);
+    return {sign.reshape(batch), logabs.reshape(batch)};
+  }
+#endif
+  // U's diagonal [B, n] and the pivots.
+  const Tensor buf = f.buf.as_strided({B, n}, {n * n, n + 1}).contiguous(), piv = f.piv;
   Tensor sign = empty({B}, A.dtype()), logabs = empty({B}, real_of(A.dtype()));
   visit_float(A.dtype(), "linalg.slogdet", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -402,16 +409,6 @@ SVD svd_impl(const Tensor& A, char jobz, const char* op) {
   check_finite(A, op);
   const Shape batch = batch_of(A);
   const int64_t B = count(batch), m = A.size(-2), n = A.size(-1), k = std::min(m, n);
-  if (A.is_cuda() && m < n) {
-    // cuSOLVER's gesvd wants rows >= columns: A^H = U' S V'^H gives A = V' S U'^H.
-    SVD t = svd_impl(conj(A).transpose(-2, -1), jobz, op);
-    if (jobz != 'N') {
-      std::swap(t.U, t.Vh);
-      t.U = conj(t.U).transpose(-2, -1).contiguous();
-      t.Vh = conj(t.Vh).transpose(-2, -1).contiguous();
-    }
-    return t;
-  }
   Tensor buf = to_colmajor(A);
   Tensor s = empty({B, k}, real_of(A.dtype()), dev);
   Tensor u = jobz == 'N' ? Tensor() : empty({B, jobz == 'A' ? m : k, m}, A.dtype(), dev);
