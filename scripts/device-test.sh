@@ -125,7 +125,10 @@ sanitizer() {
   compute-sanitizer --version | tail -1 >> "$OUT/sanitizer.log"
   # The >2^31-element tests move ~13 GB: far too slow under a sanitizer, and their kernels run in the suite.
   local exes=($(ls -Sr "$BUILD"/tests/kiln_cuda*_tests | grep -v large))
-  local mixed=(kiln_core_tests kiln_creation_tests kiln_io_tests kiln_llm_tests kiln_nn_tests)
+  local mixed=(kiln_core_tests kiln_creation_tests kiln_io_tests kiln_llm_tests kiln_nn_tests kiln_linalg_tests)
+  # Of those, the ones whose CUDA tests run kernels with shared memory and warp barriers (linalg's small-matrix
+  # kernels): under every tool.
+  local mixed_shared=(kiln_linalg_tests)
   # The kernels with shared memory, warp or block barriers, or cluster barriers (softmax, sampling, norms,
   # reductions, attention, the grouped and one-row products, FP8).
   local shared=(softmax sampling norm reduce attention moe linear fp8 matmul index)
@@ -140,9 +143,13 @@ sanitizer() {
       if [ "$tool" = memcheck ] || [[ " ${shared[*]} " == *" $fam "* ]]; then jobs+=("$tool:$name:*"); fi
     done
   done
-  if [[ " ${tools[*]} " == *" memcheck "* ]]; then
-    for m in "${mixed[@]}"; do [ -x "$BUILD/tests/$m" ] && jobs+=("memcheck:$m:*Cuda*"); done
-  fi
+  # A mixed executable's CUDA tests: suites named *Cuda*, or parameterised cases named *_cuda.
+  for m in "${mixed[@]}"; do
+    [ -x "$BUILD/tests/$m" ] || continue
+    for tool in "${tools[@]}"; do
+      if [ "$tool" = memcheck ] || [[ " ${mixed_shared[*]} " == *" $m "* ]]; then jobs+=("$tool:$m:*Cuda*:*_cuda"); fi
+    done
+  done
   # The CPU references of the tests run in SAN_JOBS processes at once: a few OpenMP threads each, not all
   # cores each (threads that outnumber the cores spin against each other).
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}

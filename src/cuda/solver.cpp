@@ -127,6 +127,9 @@ void visit_batched(DType t, const char* op, F&& f) {
 // Batches of mid-sized square matrices go to cuBLAS's batched LU (one call for the batch); single matrices and
 // large ones to cuSOLVER, whose blocked per-matrix routines then fill the GPU.
 bool batched_lu(int64_t batch, int64_t n) { return batch > 1 && n > kSmallN && n <= 512; }
+// cuBLAS's batched LU picks complex pivots by |z|, not LAPACK's |re| + |im|: complex LU above kSmallLuN goes to
+// cuSOLVER, whose pivots are LAPACK's.
+bool batched_getrf(DType t, int64_t batch, int64_t n) { return t != DType::C64 && batched_lu(batch, n); }
 
 int checked_int(int64_t v, const char* what) {
   KILN_CHECK(v <= INT32_MAX, "linalg: ", what, " ", v, " exceeds cuBLAS's 32-bit sizes");
@@ -142,9 +145,9 @@ void solver_getrf(Tensor& a, Tensor& piv, Tensor& info) {
     info.fill_(0);
     return;
   }
-  if (m == n && n <= kSmallN) return lu_small(a, piv, info);
+  if (m == n && n <= kSmallLuN) return lu_small(a, piv, info);
   DeviceGuard guard(a.device());
-  if (m == n && batched_lu(batch, n)) {
+  if (m == n && batched_getrf(a.dtype(), batch, n)) {
     Tensor ws;
     cublasHandle_t bh = blas_handle(a.device(), ws);
     const Tensor ptrs = pointer_array(a, batch, n * n);

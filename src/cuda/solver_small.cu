@@ -1,4 +1,4 @@
-// Batched LU, inverse and LU solves of small square matrices (n <= 32): one warp per matrix, the matrix in
+// Batched LU (n <= 64), inverse and LU solves (n <= 32) of small square matrices: one warp per matrix, the matrix in
 // shared memory, the whole batch in one launch. cuSOLVER's per-matrix routines launch several kernels per
 // matrix, which dominates for the batches of tiny systems that graphics, robotics and per-head attention
 // math produce.
@@ -29,14 +29,15 @@ template <class T> __device__ inline bool is_zero(T x) { return x == T(0); }
 
 constexpr int kWarps = 4;  // matrices per block
 
-// LU with partial pivoting of each matrix in place; lane r holds row r during the pivot search and column r
-// during the row swaps. Pivots are 1-based; info is the first zero pivot's 1-based index (0: none), as getrf.
-template <class T>
-__global__ void __launch_bounds__(32 * kWarps) lu_small_kernel(T* __restrict__ a, int32_t* __restrict__ piv,
-                                                               int32_t* __restrict__ info, int n, int64_t batch) {
+// LU with partial pivoting of each matrix in place, one warp per matrix (W per block), n <= 32 RPL: lane l holds
+// rows l, l + 32, ... during the pivot search and the elimination, and columns l, l + 32, ... during the row
+// swaps. Pivots are 1-based; info is the first zero pivot's 1-based index (0: none), as getrf.
+template <class T, int RPL, int W>
+__global__ void __launch_bounds__(32 * W) lu_small_kernel(T* __restrict__ a, int32_t* __restrict__ piv,
+                                                          int32_t* __restrict__ info, int n, int64_t batch) {
   extern __shared__ unsigned char smem_raw[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * W + warp;
   if (b >= batch) return;
   T* s = reinterpret_cast<T*>(smem_raw) + warp * n * n;
   T* g = a + b * n * n;
@@ -46,8 +47,19 @@ __global__ void __launch_bounds__(32 * kWarps) lu_small_kernel(T* __restrict__ a
   for (int k = 0; k < n; ++k) {
     // The first row of the largest magnitude in column k, rows k.. (ties: the lower index, as i?amax).
     using R = decltype(pivot_abs(T()));
-    R best = lane >= k && lane < n ? pivot_abs(s[k * n + lane]) : R(-1);
-    int where = lane;
+    R best = R(-1);
+    int where = n;
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      const int r = lane + 32 * j;
+      if (r >= k && r < n) {
+        const R v = pivot_abs(s[k * n + r]);
+        if (v > best) {
+          best = v;
+          where = r;
+        }
+      }
+    }
     for (int off = 16; off > 0; off /= 2) {
       const R ob = __shfl_down_sync(0xffffffffu, best, off);
       const int ow = __shfl_down_sync(0xffffffffu, where, off);
@@ -56,7 +68,8 @@ __global__ void __launch_bounds__(32 * kWarps) lu_small_kernel(T* __restrict__ a
         where = ow;
       }
     }
-    const int p = __shfl_sync(0xffffffffu, where, 0);
+    int p = __shfl_sync(0xffffffffu, where, 0);
+    if (p >= n) p = k;  // every candidate NaN: LAPACK's i?amax keeps the first
     if (lane == 0) piv[b * n + k] = p + 1;
     const T pivot = s[k * n + p];
     __syncwarp();
@@ -65,16 +78,26 @@ __global__ void __launch_bounds__(32 * kWarps) lu_small_kernel(T* __restrict__ a
       if (first_zero == 0) first_zero = k + 1;
       continue;
     }
-    if (p != k && lane < n) {
-      const T t = s[lane * n + k];
-      s[lane * n + k] = s[lane * n + p];
-      s[lane * n + p] = t;
+    if (p != k) {
+#pragma unroll
+      for (int j = 0; j < RPL; ++j) {
+        const int c = lane + 32 * j;
+        if (c < n) {
+          const T t = s[c * n + k];
+          s[c * n + k] = s[c * n + p];
+          s[c * n + p] = t;
+        }
+      }
     }
     __syncwarp();
-    if (lane > k && lane < n) {
-      const T l = s[k * n + lane] / pivot;
-      s[k * n + lane] = l;
-      for (int j = k + 1; j < n; ++j) s[j * n + lane] -= l * s[j * n + k];
+#pragma unroll
+    for (int j = 0; j < RPL; ++j) {
+      const int r = lane + 32 * j;
+      if (r > k && r < n) {
+        const T l = s[k * n + r] / pivot;
+        s[k * n + r] = l;
+        for (int c = k + 1; c < n; ++c) s[c * n + r] -= l * s[c * n + k];
+      }
     }
     __syncwarp();
   }
@@ -231,10 +254,16 @@ void lu_small(Tensor& a, Tensor& piv, Tensor& info) {
   DeviceGuard guard(a.device());
   visit(a.dtype(), "linalg.lu_factor", [&](auto tag) {
     using T = decltype(tag);
-    const size_t smem = sizeof(T) * kWarps * n * n;
-    const unsigned blocks = static_cast<unsigned>((batch + kWarps - 1) / kWarps);
-    lu_small_kernel<T><<<blocks, 32 * kWarps, smem, stream_of(a.device())>>>(
-        static_cast<T*>(a.data_ptr()), piv.data<int32_t>(), info.data<int32_t>(), n, batch);
+    auto launch = [&](auto kernel, int warps, int rows) {
+      // The attribute is set once per kernel: to what the largest n it takes needs.
+      set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), sizeof(T) * warps * rows * rows, a.device().index,
+                           "linalg.lu_factor");
+      const unsigned blocks = static_cast<unsigned>((batch + warps - 1) / warps);
+      kernel<<<blocks, 32 * warps, sizeof(T) * warps * n * n, stream_of(a.device())>>>(
+          static_cast<T*>(a.data_ptr()), piv.data<int32_t>(), info.data<int32_t>(), n, batch);
+    };
+    if (n <= 32) launch(&lu_small_kernel<T, 1, kWarps>, kWarps, 32);
+    else launch(&lu_small_kernel<T, 2, 2>, 2, 64);
   });
   check_launch("linalg.lu_factor");
 }

@@ -418,7 +418,8 @@ TEST(LinalgCuda, FactorsPivotsAndInfoMatchTheCpu) {
   const Device dev = cuda_device();
   for (DType t : kDtypes) {
     for (const Shape& s : {Shape{257, 1, 1}, Shape{300, 2, 2}, Shape{100, 3, 3}, Shape{1000, 4, 4}, Shape{64, 7, 7},
-                           Shape{33, 16, 16}, Shape{9, 31, 31}, Shape{5, 32, 32}, Shape{3, 33, 33}, Shape{2, 100, 100},
+                           Shape{33, 16, 16}, Shape{9, 31, 31}, Shape{5, 32, 32}, Shape{3, 33, 33}, Shape{8, 64, 64}, Shape{2, 65, 65},
+                           Shape{2, 100, 100},
                            Shape{2, 40, 20}, Shape{2, 20, 40}, Shape{1, 300, 300}}) {
       SCOPED_TRACE(str(dtype_name(t), " ", shape_str(s)));
       const Tensor A = random_matrix(s, t);  // g_dev is the CPU here
