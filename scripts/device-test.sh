@@ -10,6 +10,8 @@
 #   KILN_PERF=1     also time every CUDA conformance case (perf.log)
 #   TESTS=REGEX     only the test executables whose names match
 #   TEST_TIMEOUT=S  seconds each executable may take (default 240)
+#   SAN_EXES=REGEX  sanitizer modes: only the test executables whose names match
+#   SAN_DEADLINE=S  sanitizer modes: seconds for all of it (default 480); SAN_JOBS=N processes at once (8)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -138,6 +140,7 @@ sanitizer() {
   local jobs=() tools=(${SAN_TOOLS:-$1})
   for x in "${exes[@]}"; do
     local name=$(basename "$x") fam
+    [[ "$name" =~ ${SAN_EXES:-.} ]] || continue
     fam=${name#kiln_cuda_}; fam=${fam%_tests}
     for tool in "${tools[@]}"; do
       if [ "$tool" = memcheck ] || [[ " ${shared[*]} " == *" $fam "* ]]; then jobs+=("$tool:$name:*"); fi
@@ -145,7 +148,7 @@ sanitizer() {
   done
   # A mixed executable's CUDA tests: suites named *Cuda*, or parameterised cases named *_cuda.
   for m in "${mixed[@]}"; do
-    [ -x "$BUILD/tests/$m" ] || continue
+    [ -x "$BUILD/tests/$m" ] && [[ "$m" =~ ${SAN_EXES:-.} ]] || continue
     for tool in "${tools[@]}"; do
       if [ "$tool" = memcheck ] || [[ " ${mixed_shared[*]} " == *" $m "* ]]; then jobs+=("$tool:$m:*Cuda*:*_cuda"); fi
     done
