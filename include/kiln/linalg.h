@@ -7,8 +7,9 @@
 // throw kiln::Error naming the batch element and the failure, as torch.linalg does. The spectral functions
 // (svd, svdvals, eigh, eigvalsh, pinv, cond, matrix_rank) refuse non-finite input with an error.
 //
-// The CPU runs LAPACK (OpenBLAS's; batches of matrices spread over the threads). CUDA tensors are computed on
-// the CPU and the results copied back (the device work is synchronised first).
+// The CPU runs LAPACK (OpenBLAS's; batches of matrices spread over the threads); CUDA runs cuSOLVER, cuBLAS and
+// kiln's small-matrix kernels on the current stream (docs/architecture.md, "Linear algebra"). The `_ex` forms
+// do not synchronise; the plain forms wait for `info` to raise their errors.
 #pragma once
 
 #include <optional>

@@ -145,7 +145,9 @@ void solver_getrf(Tensor& a, Tensor& piv, Tensor& info) {
     info.fill_(0);
     return;
   }
-  if (m == n && n <= kSmallLuN) return lu_small(a, piv, info);
+  // The one-warp kernel for batches (and any n <= kSmallN); a single larger matrix fills more of the GPU in
+  // cuSOLVER's blocked routine (a 64 x 64 complex LU: 0.14 ms there, 0.33 ms in one warp, on an H200).
+  if (m == n && (n <= kSmallN || (n <= kSmallLuN && batch > 1))) return lu_small(a, piv, info);
   DeviceGuard guard(a.device());
   if (m == n && batched_getrf(a.dtype(), batch, n)) {
     Tensor ws;
