@@ -1,23 +1,74 @@
-// pad (kiln/nn.h): constant padding writes the input into a filled output (negative pads crop); reflect,
-// replicate and circular gather each padded dim through an index map (one index_select per padded dim).
+// pad (kiln/nn.h): one pass over the output on either device (cpu/pad.cpp, cuda/pad.cu) for up to 3 padded
+// dims, from the index map of ops/pad_index.h: no temporaries, whatever the mode. Constant padding of more dims
+// writes the input into a filled output (negative pads crop).
 #include <algorithm>
+#include <optional>
 
+#include "cpu/pad.h"
 #include "kiln/nn.h"
+#include "ops/pad_index.h"
+#if KILN_HAVE_CUDA
+#include "cuda/pad.h"
+#endif
 
 namespace kiln {
 
 namespace {
 
-// Source index of output position i along a dim of `size` padded by `left`: reflect, replicate or circular.
-int64_t source(int64_t i, int64_t left, int64_t size, std::string_view mode) {
-  int64_t j = i - left;
-  if (mode == "replicate") return std::clamp<int64_t>(j, 0, size - 1);
-  if (mode == "circular") return ((j % size) + size) % size;
-  // reflect: mirror about the edges, the edge itself not repeated
-  if (size == 1) return 0;
-  const int64_t period = 2 * (size - 1);
-  j = ((j % period) + period) % period;
-  return j < size ? j : period - j;
+PadMode mode_of(std::string_view mode) {
+  if (mode == "reflect") return PadMode::Reflect;
+  if (mode == "replicate") return PadMode::Replicate;
+  if (mode == "circular") return PadMode::Circular;
+  return PadMode::Constant;
+}
+
+// The element stride that steps through dims [0, end) of t as one flattened dim, if there is one.
+std::optional<int64_t> flat_stride(const Tensor& t, int64_t end) {
+  int64_t stride = 0, inner = 1;
+  bool first = true;
+  for (int64_t d = end - 1; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (first) {
+      stride = t.stride(d);
+      first = false;
+    } else if (t.stride(d) != stride * inner) {
+      return std::nullopt;
+    }
+    inner *= t.size(d);
+  }
+  return stride;
+}
+
+// The one-pass kernel: x [outer..., padded (k <= 3)...] into a new tensor of shape `out`.
+Tensor pad_native(const Tensor& input, const Shape& out, const std::vector<int64_t>& p, PadMode mode, double value) {
+  const int64_t k = static_cast<int64_t>(p.size() / 2), outer_dims = input.dim() - k;
+  Tensor x = input;
+  std::optional<int64_t> os = flat_stride(x, outer_dims);
+  if (!os) {
+    x = x.contiguous();
+    os = flat_stride(x, outer_dims);
+  }
+  PadGeometry g;
+  g.mode = mode;
+  g.outer_stride = *os;
+  for (int64_t d = 0; d < outer_dims; ++d) g.outer *= x.size(d);
+  for (int64_t d = 0; d < k; ++d) {  // pad pair d is dim (dim - 1 - d), geometry slot 2 - d
+    const int64_t dim = x.dim() - 1 - d;
+    g.out[2 - d] = out[dim];
+    g.in[2 - d] = x.size(dim);
+    g.left[2 - d] = p[2 * d];
+    g.in_stride[2 - d] = x.stride(dim);
+  }
+  Tensor y = empty(out, x.dtype(), x.device());
+  const Tensor v = full({}, Scalar(value), x.dtype(), kCPU);
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    cuda::pad(x, y, g, v.data_ptr());
+    return y;
+  }
+#endif
+  cpu::pad(x, y, g, v.data_ptr());
+  return y;
 }
 
 }  // namespace
@@ -35,6 +86,7 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& p, std::string_view mode
     KILN_CHECK(out[dim] >= 0, "pad: padding (", left, ", ", right, ") of dim ", dim, " (size ", x.size(dim),
                ") leaves a negative size");
   }
+  if (mode == "constant" && k <= 3) return pad_native(x, out, p, PadMode::Constant, value);
   if (mode == "constant") {
     Tensor y = full(out, Scalar(value), x.dtype(), x.device());
     // The region input and output share: each dim from max(0, -left) in x and max(0, left) in y.
@@ -50,7 +102,6 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& p, std::string_view mode
     return y;
   }
   KILN_CHECK(k <= 3, "pad: mode '", mode, "' pads at most the last 3 dims, got ", k);
-  Tensor y = x;
   for (int64_t d = 0; d < k; ++d) {
     const int64_t dim = x.dim() - 1 - d, left = p[2 * d], right = p[2 * d + 1], size = x.size(dim);
     if (left == 0 && right == 0) continue;
@@ -61,11 +112,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& p, std::string_view mode
     if (mode == "circular")
       KILN_CHECK(left <= size && right <= size, "pad: circular padding (", left, ", ", right, ") must not exceed dim ", dim,
                  " (size ", size, ")");
-    std::vector<int64_t> idx(static_cast<size_t>(out[dim]));
-    for (int64_t i = 0; i < out[dim]; ++i) idx[i] = source(i, left, size, mode);
-    y = index_select(y, dim, from_vector(idx, std::nullopt, x.device()));
   }
-  return y.contiguous();
+  return pad_native(x, out, p, mode_of(mode), 0.0);
 }
 
 }  // namespace kiln

@@ -187,6 +187,39 @@ def test_pad_matches_numpy(rng, device, mode, np_mode):
             F.pad(t(x, device), [6, 0], mode="reflect")
 
 
+@pytest.mark.parametrize("mode,np_mode", [("constant", "constant"), ("reflect", "reflect"), ("replicate", "edge"),
+                                          ("circular", "wrap")])
+def test_pad_layouts_dtypes_and_sizes(rng, device, mode, np_mode):
+    kw = {"constant_values": 3} if mode == "constant" else {}
+    value = 3.0 if mode == "constant" else None
+    # A 5-D video-shaped tensor padded in its last 3 dims (the VAE's causal pads: time on one side only).
+    x = rng.standard_normal((1, 4, 3, 9, 7)).astype(np.float32)
+    pads = (1, 1, 2, 1, 2, 0)
+    width = [(0, 0), (0, 0), (2, 0), (2, 1), (1, 1)]
+    close(F.pad(t(x, device), list(pads), mode=mode, value=value), np.pad(x, width, mode=np_mode, **kw), 0, 0)
+    # Non-contiguous input (a transposed and a sliced view) and an outer dim that is not one flat block.
+    v = t(x, device).transpose(3, 4)
+    close(F.pad(v, [1, 2], mode=mode, value=value), np.pad(x.swapaxes(3, 4), [(0, 0)] * 4 + [(1, 2)], mode=np_mode, **kw), 0, 0)
+    s = t(x, device)[:, ::2, 1:]
+    close(F.pad(s, [2, 1, 1, 1], mode=mode, value=value),
+          np.pad(x[:, ::2, 1:], [(0, 0)] * 3 + [(1, 1), (2, 1)], mode=np_mode, **kw), 0, 0)
+    # Integer, half and bool elements move as bytes.
+    xi = rng.integers(-100, 100, (3, 4, 5))
+    got = F.pad(t(xi, device, kiln.int32), [2, 2], mode=mode, value=value)
+    assert got.dtype == kiln.int32 and to_numpy(got).tolist() == np.pad(xi, [(0, 0), (0, 0), (2, 2)], mode=np_mode, **kw).tolist()
+    close(F.pad(t(x, device, kiln.bfloat16), list(pads), mode=mode, value=value),
+          np.pad(to_numpy(t(x, device, kiln.bfloat16)), width, mode=np_mode, **kw), 0, 0)
+    xb = rng.random((2, 6)) < 0.5
+    got = F.pad(t(xb, device), [1, 1], mode=mode, value=1.0 if mode == "constant" else None)
+    assert to_numpy(got).astype(bool).tolist() == np.pad(xb, [(0, 0), (1, 1)], mode=np_mode,
+                                                          **({"constant_values": True} if mode == "constant" else {})).tolist()
+    # A zero-size batch, and a plane of more than 65536 elements.
+    assert F.pad(t(np.zeros((0, 3, 4)), device), [1, 1], mode=mode, value=value).shape == (0, 3, 6)
+    big = rng.standard_normal((1, 2, 300, 260)).astype(np.float32)
+    close(F.pad(t(big, device), [1, 1, 1, 1], mode=mode, value=value),
+          np.pad(big, [(0, 0), (0, 0), (1, 1), (1, 1)], mode=np_mode, **kw), 0, 0)
+
+
 def test_bincount_and_histc(rng, device):
     v = rng.integers(0, 50, 10_000)
     w = rng.random(10_000).astype(np.float32)
