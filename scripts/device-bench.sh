@@ -13,6 +13,7 @@
 #     --contexts L  with --e2e: also kiln's decode after prompts of each length in the comma-separated list L
 #                (e.g. 2048,8192), to see how decode slows as the context grows
 #     --no-ops   skip the operator benchmark (with --e2e: only the engine)
+#     --vae P    also `kiln bench vae --preset P` (f32 and bf16) and bench/torch_vae.py, same run (vae_*.json)
 #   OPS_TIMEOUT=S  seconds each `kiln bench ops` run may take (default 400; a hang shows as rc=124)
 #
 # To compare two builds or two settings of kiln on one card, use scripts/ab-binaries.sh. To keep the results,
@@ -28,6 +29,7 @@ REPEATS=100
 E2E=""
 CONTEXTS=""
 OPS=1
+VAE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --filter) FILTER=$2; shift 2 ;;
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     --e2e) E2E=$2; shift 2 ;;
     --contexts) CONTEXTS=$2; shift 2 ;;
     --no-ops) OPS=0; shift ;;
+    --vae) VAE=$2; shift 2 ;;
     -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) echo "device-bench.sh: unknown argument $1 (see --help)"; exit 1 ;;
   esac
@@ -130,4 +133,17 @@ PY
   cat "$OUT/e2e.md"
   echo "SUMMARY: e2e rc=$e2e_rc, total $(( $(date +%s) - t_all )) s"
 fi
-[ "$kiln_rc" -eq 0 ] && [ "$torch_rc" -eq 0 ] && [ "$e2e_rc" -eq 0 ]
+# ---- the video-VAE decoder: kiln (frames/s, the three memory peaks, PSNR against the CPU) and PyTorch
+vae_rc=0
+if [ -n "$VAE" ]; then
+  for dt in f32 bf16; do
+    timeout 300 "$BUILD/bin/kiln" bench vae --preset "$VAE" --device cuda --dtype "$dt" --json "$OUT/vae_kiln_$dt.json" \
+      2>&1 | tee -a "$OUT/vae.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || vae_rc=1
+    timeout 300 python3 bench/torch_vae.py --preset "$VAE" --device cuda --dtype "$dt" --json "$OUT/vae_torch_$dt.json" \
+      2>&1 | tee -a "$OUT/vae.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || vae_rc=1
+  done
+  echo "SUMMARY: vae rc=$vae_rc"
+fi
+[ "$kiln_rc" -eq 0 ] && [ "$torch_rc" -eq 0 ] && [ "$e2e_rc" -eq 0 ] && [ "$vae_rc" -eq 0 ]

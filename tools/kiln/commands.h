@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace CLI {
@@ -19,6 +20,19 @@ struct BenchOpsOptions {
 };
 int run_bench_ops(const BenchOpsOptions& options);
 int run_inspect(const std::string& path, bool read, const std::string& device);
+// bench_vae.cpp
+struct BenchVaeOptions {
+  std::string preset = "small";  // wan (81 frames of 720p) or small
+  std::string device = "auto";
+  std::string dtype = "f32";
+  int64_t frames = 0;            // latent frames (0: the preset's)
+  int64_t tile = 0;              // latent tile edge (0: the preset's)
+  uint64_t seed = 1;
+  bool check = true;             // on CUDA: PSNR of the first tile against the CPU
+  int64_t check_frames = 2;      // latent frames of that comparison
+  std::string json;
+};
+int run_bench_vae(const BenchVaeOptions& options);
 // tokenize.cpp
 struct TokenizerArgs {
   std::string model_dir, tokenizer_file, text;

@@ -32,6 +32,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_ops->add_option("--device", bench_opts.device, "cuda or cuda:N")->capture_default_str();
   bench_ops->add_flag("--list", bench_opts.list, "Print the cases (name, bytes, copy bytes, max copies) and exit");
+  auto* bench_vae = bench->add_subcommand("vae", "Decode a video latent with a tiled causal 3-D convolutional VAE decoder");
+  kiln::cli::BenchVaeOptions vae_opts;
+  bench_vae->add_option("--preset", vae_opts.preset, "wan (81 frames of 1280 x 720) or small")->capture_default_str();
+  bench_vae->add_option("--device", vae_opts.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  bench_vae->add_option("--dtype", vae_opts.dtype, "f32, bf16 or f16")->capture_default_str();
+  bench_vae->add_option("--frames", vae_opts.frames, "Latent frames (default: the preset's)")->check(CLI::Range(1, 100000));
+  bench_vae->add_option("--tile", vae_opts.tile, "Latent tile edge (default: the preset's)")->check(CLI::Range(1, 100000));
+  bench_vae->add_option("--seed", vae_opts.seed, "Seed of the weights and the latent")->capture_default_str();
+  bench_vae->add_flag("!--no-check", vae_opts.check, "On CUDA: skip the PSNR against the CPU");
+  bench_vae->add_option("--json", vae_opts.json, "Also write the results as JSON to this file");
   auto* inspect = app.add_subcommand("inspect", "List the tensors of a safetensors file, index or checkpoint directory");
   std::string inspect_path, inspect_device;
   bool inspect_read = false;
@@ -61,6 +71,7 @@ int main(int argc, char** argv) {
     if (*info) return kiln::cli::run_info(memory);
     if (*demo) return kiln::cli::run_demo(device, repeats);
     if (*bench_ops) return kiln::cli::run_bench_ops(bench_opts);
+    if (*bench_vae) return kiln::cli::run_bench_vae(vae_opts);
     if (*inspect) return kiln::cli::run_inspect(inspect_path, inspect_read, inspect_device);
     if (*tokenize) return kiln::cli::run_tokenize(tokenize_args);
     if (*detokenize) return kiln::cli::run_detokenize(detokenize_args);
