@@ -4,6 +4,7 @@
 
 #include "core/dispatch.h"
 #include "core/philox.h"
+#include "ops/dropout_math.h"
 
 namespace kiln::cpu {
 
@@ -66,6 +67,19 @@ void randint_fill(Tensor& out, int64_t low, uint64_t range, uint64_t seed, uint6
       const uint64_t r = philox_u64(philox_element(seed, offset, static_cast<uint64_t>(i))) % range;
       p[i] = convert<T>(static_cast<int64_t>(static_cast<uint64_t>(low) + r));
     });
+  });
+}
+
+void dropout_apply(Tensor& out, const Tensor& x, double p, double ka, double kb, double drop, uint64_t seed,
+                   uint64_t offset) {
+  visit_dtypes<kFloatTypes>(x.dtype(), "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const DropoutRule<C> rule{seed, offset, static_cast<float>(p), static_cast<C>(ka), static_cast<C>(kb),
+                              static_cast<C>(drop)};
+    const T* in = x.data<T>();
+    T* o = out.data<T>();
+    parallel_index(x.numel(), [&](int64_t i) { o[i] = convert<T>(rule(convert<C>(in[i]), static_cast<uint64_t>(i))); });
   });
 }
 

@@ -5,11 +5,19 @@
 #include "cuda/kernels/random.cuh"
 #include "cuda/launch.h"
 #include "cuda/offsets.h"
+#include "ops/dropout_math.h"
 
 namespace kiln::cuda {
 
 namespace {
 constexpr int kThreads = 256;
+
+template <class T, class C>
+__global__ void dropout_kernel(T* __restrict__ out, const T* __restrict__ x, DropoutRule<C> rule, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = convert<T>(rule(convert<C>(x[i]), static_cast<uint64_t>(i)));
+}
 
 Offsets<1> output_offsets(const char* op, const Tensor& t) { return make_offsets<1>(op, t.sizes(), {t.strides()}); }
 }  // namespace
@@ -54,6 +62,22 @@ void randint_fill(const Tensor& out, int64_t low, uint64_t range, uint64_t seed,
         static_cast<T*>(out.data_ptr()), n, low, range, seed, offset);
   });
   check_launch("randint");
+}
+
+void dropout_apply(const Tensor& out, const Tensor& x, double p, double ka, double kb, double drop, uint64_t seed,
+                   uint64_t offset) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  DeviceGuard guard(x.device());
+  visit_dtypes<kFloatTypes>(x.dtype(), "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const DropoutRule<C> rule{seed, offset, static_cast<float>(p), static_cast<C>(ka), static_cast<C>(kb),
+                              static_cast<C>(drop)};
+    dropout_kernel<T, C><<<grid_for(n, kThreads, x.device().index), kThreads, 0, stream_of(x.device())>>>(
+        static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), rule, n);
+  });
+  check_launch("dropout");
 }
 
 }  // namespace kiln::cuda

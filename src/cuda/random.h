@@ -11,4 +11,7 @@ namespace kiln::cuda {
 void uniform_fill(const Tensor& t, double from, double to, uint64_t seed, uint64_t offset);
 void normal_fill(const Tensor& t, double mean, double std, uint64_t seed, uint64_t offset);
 void randint_fill(const Tensor& out, int64_t low, uint64_t range, uint64_t seed, uint64_t offset);
+// cpu::dropout_apply's contract: out and x contiguous, one pass, the CPU's values for the same (seed, offset).
+void dropout_apply(const Tensor& out, const Tensor& x, double p, double ka, double kb, double drop, uint64_t seed,
+                   uint64_t offset);
 }  // namespace kiln::cuda

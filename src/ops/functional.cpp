@@ -3,7 +3,12 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/random.h"
 #include "kiln/nn.h"
+#include "ops/generator_offset.h"
+#if KILN_HAVE_CUDA
+#include "cuda/random.h"
+#endif
 
 namespace kiln {
 
@@ -164,8 +169,21 @@ namespace {
 void check_p(double p, const char* op) {
   KILN_CHECK(p >= 0 && p <= 1, op, ": p must be in [0, 1], got ", p);
 }
-// Keep an element where its uniform draw is >= p (probability 1 - p); f32 draws of the generator's stream.
-Tensor keep_mask(const Tensor& x, double p, Generator* gen) { return ge(rand(x.sizes(), DType::F32, x.device(), gen), Scalar(p)); }
+// The one-pass dropout kernel (ops/dropout_math.h): an element is kept where the f32 draw of the generator's
+// stream is >= p (probability 1 - p), as rand(x.sizes()) >= p, and becomes x * ka + kb, else `drop`.
+Tensor dropout_pass(const Tensor& input, double p, double ka, double kb, double drop, Generator* gen) {
+  const Tensor x = input.contiguous();
+  Tensor out = empty(x.sizes(), x.dtype(), x.device());
+  const auto [seed, offset] = take_generator_offset(gen);
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    cuda::dropout_apply(out, x, p, ka, kb, drop, seed, offset);
+    return out;
+  }
+#endif
+  cpu::dropout_apply(out, x, p, ka, kb, drop, seed, offset);
+  return out;
+}
 }  // namespace
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
@@ -173,8 +191,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0) return x;
   check_float(x, "dropout");
   if (p == 1) return zeros_like(x);
-  const Tensor scaled = mul(compute(x), Scalar(1.0 / (1.0 - p)));
-  return where(keep_mask(x, p, gen), scaled, Scalar(0.0)).to(x.dtype());
+  return dropout_pass(x, p, 1.0 / (1.0 - p), 0.0, 0.0, gen);
 }
 
 Tensor& dropout_(Tensor& x, double p, bool training, Generator* gen) {
@@ -192,8 +209,10 @@ Tensor alpha_dropout(const Tensor& x, double p, bool training, Generator* gen) {
   // SELU's negative saturation -lambda * alpha; a and b keep zero mean and unit variance.
   const double alpha_p = -1.7580993408473766, q = 1 - p;
   const double a = 1.0 / std::sqrt(q + alpha_p * alpha_p * q * p), b = -a * alpha_p * p;
-  const Tensor kept = where(keep_mask(x, p, gen), compute(x), Scalar(alpha_p));
-  return add(mul(kept, Scalar(a)), Scalar(b)).to(x.dtype());
+  // The dropped value computed as the kernel computes the kept ones: (alpha' * a) + b in the compute type.
+  const bool f64 = x.dtype() == DType::F64;
+  const double drop = f64 ? alpha_p * a + b : double(float(float(alpha_p) * float(a)) + float(b));
+  return dropout_pass(x, p, a, b, drop, gen);
 }
 
 // ---- Embedding -----------------------------------------------------------------------------------------------

@@ -91,6 +91,25 @@ def test_dropout_statistics_and_reproducibility(device):
     assert abs(a.mean()) < 0.01 and abs(a.std() - 1) < 0.01  # SELU's fixed point kept
 
 
+def test_dropout_is_one_pass_over_the_generators_stream(rng, device):
+    # Element i is kept where the i-th f32 draw of the same (seed, offset) is >= p: the mask of rand().
+    x = t(rng.standard_normal((64, 300)).astype(np.float32), device)
+    for p in (0.1, 0.7):
+        u = to_numpy(kiln.rand(64, 300, device=device, generator=kiln.Generator(11)))
+        got = to_numpy(F.dropout(x, p, generator=kiln.Generator(11)))
+        expected = np.where(u >= np.float32(p), to_numpy(x).astype(np.float32) * np.float32(1 / (1 - p)), 0)
+        np.testing.assert_array_equal(got, expected)
+    # The same numbers on every device, for every float dtype, whatever the input's layout.
+    for dt in (kiln.float32, kiln.bfloat16, kiln.float16, kiln.float64):
+        xv = t(rng.standard_normal((50, 40)), device, dt).transpose(0, 1)
+        cpu = to_numpy(F.dropout(xv.cpu(), 0.25, generator=kiln.Generator(5)))
+        np.testing.assert_array_equal(to_numpy(F.dropout(xv, 0.25, generator=kiln.Generator(5))), cpu)
+        a_cpu = to_numpy(F.alpha_dropout(xv.cpu(), 0.25, training=True, generator=kiln.Generator(6)))
+        np.testing.assert_array_equal(to_numpy(F.alpha_dropout(xv, 0.25, training=True, generator=kiln.Generator(6))), a_cpu)
+    with pytest.raises(kiln.KilnError, match="floating"):
+        F.dropout(t(np.arange(6), device), 0.5)
+
+
 def test_embedding(rng, device):
     w = rng.standard_normal((10, 4))
     idx = np.array([[1, 9], [0, 1]])
