@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/bincount.h"
 #include "cpu/random.h"
 #include "kiln/nn.h"
 #include "ops/generator_offset.h"
@@ -355,18 +356,33 @@ Tensor bincount(const Tensor& x, const std::optional<Tensor>& weights, int64_t m
   KILN_CHECK(minlength >= 0, "bincount: minlength must be >= 0, got ", minlength);
   if (weights) KILN_CHECK(weights->sizes() == x.sizes(), "bincount: weights ", weights->meta(), " must have the input's shape ",
                           x.meta());
-  const Tensor idx = x.to(DType::I64);
+  // int32 and int64 indices are read as they are; other integer dtypes widen to int64 first.
+  const Tensor idx = (x.dtype() == DType::I32 || x.dtype() == DType::I64 ? x : x.to(DType::I64)).contiguous();
   int64_t len = minlength;
   if (idx.numel()) {
-    const int64_t lo = amin(idx).item<int64_t>();
+    // The smallest and largest value in one copy to the host (the output's size depends on them).
+    const Tensor range = stack({amin(idx).to(DType::I64), amax(idx).to(DType::I64)}).cpu();
+    const int64_t lo = range.data<int64_t>()[0], hi = range.data<int64_t>()[1];
     KILN_CHECK(lo >= 0, "bincount: the input holds a negative value (", lo, "); only non-negative integers count");
-    len = std::max(len, amax(idx).item<int64_t>() + 1);
+    len = std::max(len, hi + 1);
   }
   const DType out = !weights ? DType::I64 : weights->dtype() == DType::F32 ? DType::F32 : DType::F64;
   Tensor counts = zeros({len}, out, x.device());
   if (!idx.numel()) return counts;
-  const Tensor src = weights ? weights->to(out) : ones({idx.numel()}, out, x.device());
-  return scatter_add_(counts, 0, idx, src);
+  std::optional<Tensor> w;
+  if (weights) {
+    KILN_CHECK(weights->device() == x.device(), "bincount: weights ", weights->meta(), " must be on the input's device (",
+               x.meta(), ")");
+    w = weights->to(out).contiguous();
+  }
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    cuda::bincount(idx, w, counts);
+    return counts;
+  }
+#endif
+  cpu::bincount(idx, w, counts);
+  return counts;
 }
 
 Tensor histc(const Tensor& x, int64_t bins, double lo, double hi) {

@@ -250,6 +250,18 @@ def test_bincount_and_histc(rng, device):
     assert kiln.bincount(t(v, device), t(v, device)).dtype == kiln.float64
     with pytest.raises(kiln.KilnError, match="negative"):
         kiln.bincount(t(np.array([1, -2]), device))
+    # Every index dtype; many values (the CPU's per-thread histograms) into few and into many bins (CUDA's
+    # shared-memory and global paths); f64 weights.
+    big = rng.integers(0, 1000, 300_000)
+    for dt in (np.int32, np.int64, np.uint8, np.int16):
+        v8 = (big % 200).astype(dt)
+        assert kiln.bincount(t(v8, device)).tolist() == np.bincount(v8).tolist()
+    many = rng.integers(0, 40_000, 200_000)
+    assert kiln.bincount(t(many, device)).tolist() == np.bincount(many).tolist()
+    w64 = rng.random(200_000)
+    close(kiln.bincount(t(many, device), t(w64, device)), np.bincount(many, w64), rtol=1e-12, atol=1e-12)
+    w32 = rng.random(300_000).astype(np.float32)
+    close(kiln.bincount(t(big, device), t(w32, device)), np.bincount(big, w32), rtol=1e-4)
     x = rng.standard_normal(5000).astype(np.float32)
     h = kiln.histc(t(x, device), bins=20, min=-2, max=2)
     ref, _ = np.histogram(x, bins=20, range=(-2, 2))
