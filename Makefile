@@ -20,10 +20,10 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
-$(VENV)/.ready:
+$(VENV)/.ready2:
 	@scripts/python-venv.sh $(VENV)
 
-$(BUILD)/build.ninja: | deps $(if $(filter ON,$(PYTHON)),$(VENV)/.ready)
+$(BUILD)/build.ninja: | deps $(if $(filter ON,$(PYTHON)),$(VENV)/.ready2)
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(PY_ARGS)
 
 configure: $(BUILD)/build.ninja

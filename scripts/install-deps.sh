@@ -11,7 +11,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-openmp-dev liblapacke-dev
-  libfmt-dev libcli11-dev nlohmann-json3-dev
+  libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libpcre2-dev libutf8proc-dev
 )
 if [ "${1:-}" = "--fuzz" ]; then

@@ -328,6 +328,10 @@ int run_check(const LlmOptions& o) {
 
 }  // namespace
 
+Device device_of(const std::string& s) { return parse_device(s); }
+
+llm::Model open_model_for(const LlmOptions& o, Device dev, int64_t ctx) { return open_model(o, dev, ctx); }
+
 void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
   auto model_opts = [&](CLI::App* c) {
     c->add_option("-m,--model", o.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)");

@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "kiln/llm/model.h"
+
 namespace kiln::cli {
 
 struct LlmOptions {
@@ -23,5 +25,9 @@ struct LlmOptions {
 void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& options);
 // Runs the command that was given, if it is one of these.
 std::optional<int> run_llm_commands(const LlmOptions& options);
+// --device's value (cpu, cuda, cuda:N, auto) as a Device.
+Device device_of(const std::string& s);
+// The model of -m DIR or --preset NAME (random weights) on `dev`, with a KV cache of `ctx` tokens.
+llm::Model open_model_for(const LlmOptions& options, Device dev, int64_t ctx);
 
 }  // namespace kiln::cli

@@ -5,6 +5,9 @@
 #include "commands.h"
 #include "init_model.h"
 #include "llm.h"
+#if KILN_HAVE_SERVE
+#include "serve.h"
+#endif
 #include "kiln/error.h"
 
 int main(int argc, char** argv) {
@@ -63,11 +66,39 @@ int main(int argc, char** argv) {
 
   kiln::cli::LlmOptions llm;
   kiln::cli::add_llm_commands(app, *bench, llm);
+#if KILN_HAVE_SERVE
+  auto* serve = app.add_subcommand("serve", "An OpenAI-compatible HTTP server over a model (-m DIR | --preset NAME)");
+  kiln::cli::LlmOptions serve_model;
+  kiln::cli::ServeOptions serve_opts;
+  serve->add_option("-m,--model", serve_model.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)");
+  serve->add_option("--preset", serve_model.preset, "Random weights at the shapes of a known model (token-id prompts only)");
+  serve->add_option("--device", serve_model.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  serve->add_option("--dtype", serve_model.dtype, "bf16, f16 or f32 (default: bf16 on CUDA, f32 on the CPU)")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  serve->add_flag("--no-graph", serve_model.no_graph, "Do not capture the decode step as a CUDA graph");
+  serve->add_option("--host", serve_opts.host, "Address to listen on (loopback by default)")->capture_default_str();
+  serve->add_option("--port", serve_opts.port, "Port")->capture_default_str()->check(CLI::Range(0, 65535));
+  serve->add_option("--ctx", serve_opts.ctx, "Context (KV cache) of a request, prompt and output")
+      ->capture_default_str()->check(CLI::Range(int64_t{2}, int64_t{1} << 22));
+  serve->add_option("--api-key", serve_opts.api_key, "Require 'Authorization: Bearer KEY' (use it when not on loopback)");
+  serve->add_option("--max-queue", serve_opts.max_queue, "Requests that may wait; more get 429")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  serve->add_option("--max-body", serve_opts.max_body, "Largest request body in bytes (413 above)")->capture_default_str();
+#endif
 
   CLI11_PARSE(app, argc, argv);
   try {
     if (auto rc = kiln::cli::run_llm_commands(llm)) return *rc;
     if (*init_model) return kiln::cli::run_init_model(init_opts);
+#if KILN_HAVE_SERVE
+    if (*serve) {
+      if (serve_opts.host != "127.0.0.1" && serve_opts.host != "localhost" && serve_opts.host != "::1" &&
+          serve_opts.api_key.empty())
+        std::cerr << "kiln serve: warning: listening on " << serve_opts.host << " without --api-key: anyone who reaches "
+                  << "this address can use the model\n";
+      return kiln::cli::run_serve(serve_opts, serve_model);
+    }
+#endif
     if (*info) return kiln::cli::run_info(memory);
     if (*demo) return kiln::cli::run_demo(device, repeats);
     if (*bench_ops) return kiln::cli::run_bench_ops(bench_opts);

@@ -1,0 +1,236 @@
+"""`kiln serve` on loopback, against the OpenAI Python client and raw HTTP: a small random Qwen3 checkpoint
+(kiln init-model, with its tokenizer and ChatML template) served on the CPU.
+
+Greedy results equal `kiln generate`; streamed pieces concatenate to the non-streamed text; concurrent greedy
+requests equal their solo results; stop strings, usage; hostile requests get clean errors and the server keeps
+answering; SIGTERM exits cleanly."""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+KILN = os.environ.get("KILN_CLI", "")
+
+pytestmark = pytest.mark.skipif(not KILN or not os.path.exists(KILN), reason="KILN_CLI (the kiln binary) is not set")
+
+
+def has_serve():
+    r = subprocess.run([KILN, "serve", "--help"], capture_output=True, text=True)
+    return r.returncode == 0
+
+
+class Server:
+    def __init__(self, model, *args, ctx=128):
+        self.proc = subprocess.Popen([KILN, "serve", "-m", model, "--device", "cpu", "--port", "0", "--ctx", str(ctx), *args],
+                                     stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        self.port = None
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        assert self.port, "kiln serve did not start"
+        # Keep reading stderr so the server never blocks on a full pipe.
+        self.log = []
+        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers=headers or {"Content-Type": "application/json"})
+        r = c.getresponse()
+        text = r.read().decode()
+        c.close()
+        return r.status, text
+
+    def post(self, path, body, **kw):
+        status, text = self.request("POST", path, body, **kw)
+        return status, json.loads(text) if text.startswith("{") else text
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    if not has_serve():
+        pytest.skip("this kiln was built without kiln serve (cpp-httplib not found)")
+    d = str(tmp_path_factory.mktemp("serve") / "tiny")
+    data = os.environ.get("KILN_TEST_DATA", os.path.join(os.path.dirname(__file__), "..", "data"))
+    subprocess.run([KILN, "init-model", d, "--layers", "2", "--hidden", "128", "--seed", "3", "--tokenizer",
+                    os.path.join(data, "tokenizers", "qwen2.json")], check=True, capture_output=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def server(model):
+    s = Server(model)
+    yield s
+    assert s.stop() == 0
+
+
+def generate_ids(model, prompt, n):
+    r = subprocess.run([KILN, "generate", "-m", model, "--device", "cpu", "-p", prompt, "-n", str(n), "--temp", "0",
+                        "--ids"], capture_output=True, text=True, check=True)
+    return [int(x) for x in r.stdout.strip().split(",") if x]
+
+
+def test_greedy_completion_equals_kiln_generate(server, model):
+    for prompt in ("Hello world", "The sky is"):
+        status, r = server.post("/v1/completions", {"prompt": prompt, "max_tokens": 12, "temperature": 0})
+        assert status == 200, r
+        ids = generate_ids(model, prompt, 12)
+        status, d = server.post("/detokenize", {"tokens": ids, "skip_special_tokens": True})
+        assert r["choices"][0]["text"] == d["content"]
+        assert r["usage"]["completion_tokens"] == len(ids)
+        status, t = server.post("/tokenize", {"content": prompt, "add_special": True})
+        assert r["usage"]["prompt_tokens"] == len(t["tokens"])
+        assert r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
+
+
+def test_openai_client_streams_what_it_returns_whole(server):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none")
+    whole = client.completions.create(model="tiny", prompt="Once upon", max_tokens=20, temperature=0)
+    pieces = [c.choices[0].text for c in client.completions.create(model="tiny", prompt="Once upon", max_tokens=20,
+                                                                   temperature=0, stream=True) if c.choices]
+    assert "".join(pieces) == whole.choices[0].text
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi there"}],
+                                          max_tokens=10, temperature=0)
+    assert chat.choices[0].message.role == "assistant"
+    stream = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi there"}],
+                                            max_tokens=10, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    text, usage = "", None
+    for c in stream:
+        if c.choices and c.choices[0].delta.content:
+            text += c.choices[0].delta.content
+        if c.usage:
+            usage = c.usage
+    assert text == chat.choices[0].message.content
+    assert usage.completion_tokens == chat.usage.completion_tokens and usage.prompt_tokens == chat.usage.prompt_tokens
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+
+
+def test_concurrent_greedy_requests_equal_their_solo_results(server):
+    prompts = [f"Request number {i} says" for i in range(16)]
+    solo = [server.post("/v1/completions", {"prompt": p, "max_tokens": 8, "temperature": 0})[1]["choices"][0]["text"]
+            for p in prompts]
+    with ThreadPoolExecutor(16) as ex:
+        together = list(ex.map(lambda p: server.post("/v1/completions", {"prompt": p, "max_tokens": 8,
+                                                                         "temperature": 0})[1], prompts))
+    assert [r["choices"][0]["text"] for r in together] == solo
+
+
+def test_stop_strings_end_the_text_before_them(server):
+    status, full = server.post("/v1/completions", {"prompt": "Hello world", "max_tokens": 24, "temperature": 0,
+                                                   "ignore_eos": True})
+    text = full["choices"][0]["text"]
+    # A stop string from the middle of the greedy text (whole characters).
+    cut = len(text) // 2
+    stop = text[cut:cut + 2]
+    if len(stop) < 2:
+        pytest.skip("the greedy text is too short for a stop string")
+    status, r = server.post("/v1/completions", {"prompt": "Hello world", "max_tokens": 24, "temperature": 0,
+                                                "ignore_eos": True, "stop": [stop]})
+    assert status == 200
+    assert r["choices"][0]["text"] == text[:text.find(stop)]
+    assert r["choices"][0]["finish_reason"] == "stop"
+    status, r = server.post("/v1/completions", {"prompt": "Hello world", "max_tokens": 24, "temperature": 0,
+                                                "ignore_eos": True, "stop": stop, "stream": True})
+    assert status == 200
+    streamed = "".join(json.loads(l[6:])["choices"][0]["text"] for l in r.split("\n")
+                       if l.startswith("data: {") and json.loads(l[6:])["choices"])
+    assert streamed == text[:text.find(stop)]
+
+
+@pytest.mark.parametrize("body,status,param", [
+    ({"prompt": 5}, 400, "prompt"),
+    ({"prompt": "x", "max_tokens": "ten"}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 10 ** 6}, 400, "max_tokens"),
+    ({"prompt": "x", "temperature": -0.5}, 400, "temperature"),
+    ({"prompt": "x", "top_p": 2}, 400, "top_p"),
+    ({"prompt": "x", "n": 2}, 400, "n"),
+    ({"prompt": "x", "logprobs": 3}, 400, "logprobs"),
+    ({"prompt": "x", "stop": [1]}, 400, "stop"),
+    ({"prompt": "x", "stream": "yes"}, 400, "stream"),
+    ({"prompt": "x " * 400}, 400, "prompt"),
+    ({"prompt": [1, 2, -3]}, 400, "prompt"),
+    ({"prompt": "x", "model": "gpt-4"}, 404, "model"),
+    ({}, 400, "prompt"),
+])
+def test_bad_requests_name_the_field(server, body, status, param):
+    got, r = server.post("/v1/completions", body)
+    assert got == status, r
+    assert r["error"]["param"] == param and r["error"]["message"]
+
+
+def test_hostile_input_leaves_the_server_serving(server):
+    assert server.request("POST", "/v1/completions", raw="{not json")[0] == 400
+    assert server.request("POST", "/v1/completions", raw="[1, 2]")[0] == 400
+    assert server.request("POST", "/v1/completions", raw='{"prompt": NaN}')[0] == 400
+    assert server.request("POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]})[0] == 400
+    assert server.request("POST", "/v1/chat/completions", {"messages": "hello"})[0] == 400
+    # A body over the limit (1 MiB): 413 from the headers alone.
+    big = socket.create_connection(("127.0.0.1", server.port))
+    big.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{")
+    assert big.recv(4096).startswith(b"HTTP/1.1 413")
+    big.close()
+    assert server.request("GET", "/v1/nothing")[0] == 404
+    # A client that sends half a request and stalls does not hold up the others.
+    stall = socket.create_connection(("127.0.0.1", server.port))
+    stall.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+    assert server.request("GET", "/health") == (200, '{"status":"ok"}')
+    stall.close()
+    assert server.request("GET", "/health") == (200, '{"status":"ok"}')
+    assert re.search(r"^kiln_generation_tokens_total \d+", server.request("GET", "/metrics")[1], re.M)
+
+
+def test_a_client_that_disconnects_mid_stream_frees_the_engine(model):
+    s = Server(model, ctx=4096)
+    try:
+        c = socket.create_connection(("127.0.0.1", s.port))
+        body = json.dumps({"prompt": "Hello", "max_tokens": 4000, "stream": True, "ignore_eos": True})
+        c.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+        got = b""
+        while b"data:" not in got:
+            chunk = c.recv(4096)
+            assert chunk, got
+            got += chunk
+        c.close()
+        # The next request runs as soon as the abandoned one stops (it does not wait out 4000 tokens).
+        t0 = time.time()
+        status, r = s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 4, "temperature": 0})
+        assert status == 200 and r["usage"]["completion_tokens"] == 4
+        metrics = s.request("GET", "/metrics")[1]
+        assert re.search(r"^kiln_requests_cancelled_total 1", metrics, re.M), metrics
+        gen = int(re.search(r"^kiln_generation_tokens_total (\d+)", metrics, re.M).group(1))
+        assert gen < 4000, f"the abandoned request ran to its end ({gen} tokens, {time.time() - t0:.1f} s)"
+    finally:
+        assert s.stop() == 0
+
+
+def test_api_key_is_required_when_set(model):
+    s = Server(model, "--api-key", "sesame")
+    try:
+        assert s.request("GET", "/v1/models")[0] == 401
+        assert s.request("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert s.request("GET", "/v1/models", headers={"Authorization": "Bearer sesame"})[0] == 200
+        assert s.request("GET", "/health")[0] == 200  # health checks need no key
+    finally:
+        assert s.stop() == 0

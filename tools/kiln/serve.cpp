@@ -1,0 +1,602 @@
+// `kiln serve`: an OpenAI-compatible HTTP server over one model (cpp-httplib: a maintained HTTP/1.1 server,
+// packaged by Debian, with keep-alive, chunked responses, timeouts and a thread pool; docs/architecture.md).
+//
+// Requests are validated on the HTTP threads (a 400 naming the field, 401, 413, 429) and queued; one engine
+// thread owns the model and runs them in arrival order, handing each token's text to the request's stream.
+// A client that disconnects cancels its request at the next token. SIGTERM and SIGINT stop accepting, let
+// the running and queued requests finish, and exit 0.
+#include "serve.h"
+
+#include <httplib.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "kiln/chat.h"
+#include "kiln/llm/generate.h"
+#include "kiln/runtime.h"
+#include "kiln/tokenizer.h"
+
+namespace kiln::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+// ---- errors in OpenAI's shape -----------------------------------------------------------------------------------
+
+struct HttpError {
+  int status;
+  std::string message, param, type;
+};
+
+HttpError bad_request(std::string message, std::string param = "") {
+  return {400, std::move(message), std::move(param), "invalid_request_error"};
+}
+
+void send_error(httplib::Response& res, const HttpError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"code", nullptr}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  res.status = e.status;
+  res.set_content(json{{"error", err}}.dump(), "application/json");
+}
+
+// ---- strict field access ------------------------------------------------------------------------------------------
+
+json parse_body(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    throw bad_request(str("the body is not valid JSON: ", e.what()));
+  }
+  if (!j.is_object()) throw bad_request("the body must be a JSON object");
+  return j;
+}
+
+std::optional<double> number(const json& j, const char* key, double lo, double hi) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_number()) throw bad_request(str("'", key, "' must be a number"), key);
+  const double v = j[key].get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) throw bad_request(str("'", key, "' must be in [", lo, ", ", hi, "], got ", v), key);
+  return v;
+}
+
+std::optional<int64_t> integer(const json& j, const char* key, int64_t lo, int64_t hi) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (!j[key].is_number_integer() && !j[key].is_number_unsigned())
+    throw bad_request(str("'", key, "' must be an integer"), key);
+  const int64_t v = j[key].is_number_unsigned() && j[key].get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : j[key].get<int64_t>();
+  if (v < lo || v > hi) throw bad_request(str("'", key, "' must be in [", lo, ", ", hi, "], got ", v), key);
+  return v;
+}
+
+bool boolean(const json& j, const char* key, bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean()) throw bad_request(str("'", key, "' must be a boolean"), key);
+  return j[key].get<bool>();
+}
+
+// ---- a request and its stream ---------------------------------------------------------------------------------
+
+struct Job {
+  std::vector<int64_t> prompt;
+  llm::GenerateOptions options;
+  std::vector<std::string> stop;
+  // Written by the engine thread, read by the HTTP thread under `mu`.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string pending;  // text not yet sent
+  bool done = false;
+  std::string finish_reason;
+  std::string error;
+  int64_t generated = 0;
+  std::atomic<bool> cancelled{false};
+};
+
+struct Metrics {
+  std::atomic<int64_t> requests{0}, errors{0}, prompt_tokens{0}, generated_tokens{0}, cancelled{0};
+  std::atomic<double> prefill_seconds{0}, decode_seconds{0};
+};
+
+// The model, its tokenizer and the queue; one engine thread.
+class Engine {
+ public:
+  Engine(llm::Model model, std::optional<Tokenizer> tok, std::optional<ChatTemplate> chat, const ServeOptions& o)
+      : model_(std::move(model)), tok_(std::move(tok)), chat_(std::move(chat)), o_(o), thread_([this] { run(); }) {}
+
+  ~Engine() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  const llm::Model& model() const { return model_; }
+  const Tokenizer* tokenizer() const { return tok_ ? &*tok_ : nullptr; }
+  const ChatTemplate* chat() const { return chat_ ? &*chat_ : nullptr; }
+  Metrics& metrics() { return metrics_; }
+
+  size_t queued() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queue_.size();
+  }
+
+  // Queues a job; a full queue is a 429.
+  void submit(const std::shared_ptr<Job>& job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (static_cast<int64_t>(queue_.size()) >= o_.max_queue)
+        throw HttpError{429, str("the server has ", queue_.size(), " requests waiting; try again later"), "",
+                        "rate_limit_error"};
+      queue_.push_back(job);
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and everything queued has run
+        job = queue_.front();
+        queue_.pop_front();
+      }
+      execute(*job);
+    }
+  }
+
+  void execute(Job& job) {
+    std::vector<int32_t> ids;
+    std::string text;  // the decoded text so far (special tokens skipped)
+    size_t sent = 0;   // bytes of `text` handed to the stream
+    std::string reason = "length";
+    llm::GenerateOptions g = job.options;
+    g.on_token = [&](int64_t t) {
+      if (job.cancelled.load()) {
+        reason = "cancelled";
+        return false;
+      }
+      ids.push_back(static_cast<int32_t>(t));
+      for (int64_t e : g.stop_ids)
+        if (e == t) reason = "stop";
+      if (tok_) text = tok_->decode(ids, true);
+      // Hold back an incomplete UTF-8 sequence, and any tail that could still become a stop string.
+      size_t ready = text.size();
+      if (ready >= 3 && text.compare(ready - 3, 3, "\xEF\xBF\xBD") == 0) ready -= 3;
+      for (const std::string& s : job.stop) {
+        const size_t at = text.find(s, sent > s.size() ? sent - s.size() : 0);
+        if (at != std::string::npos) {
+          text.resize(at);
+          ready = std::max(at, sent);
+          reason = "stop";
+        } else {
+          for (size_t k = std::min(s.size() - 1, ready); k > 0; --k)
+            if (text.compare(ready - k, k, s, 0, k) == 0) {
+              ready -= k;
+              break;
+            }
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(job.mu);
+        if (ready > sent) {
+          job.pending += text.substr(sent, ready - sent);
+          sent = ready;
+        }
+        job.generated = static_cast<int64_t>(ids.size());
+      }
+      job.cv.notify_all();
+      return reason != "stop";
+    };
+    llm::GenerateStats st;
+    std::string error;
+    try {
+      llm::generate(model_, job.prompt, g, &st);
+    } catch (const std::exception& e) {
+      error = e.what();
+      metrics_.errors++;
+    }
+    if (reason == "cancelled") metrics_.cancelled++;
+    metrics_.prompt_tokens += st.prompt_tokens;
+    metrics_.generated_tokens += st.generated;
+    metrics_.prefill_seconds = metrics_.prefill_seconds.load() + st.prefill_seconds;
+    metrics_.decode_seconds = metrics_.decode_seconds.load() + st.decode_seconds;
+    {
+      std::lock_guard<std::mutex> lock(job.mu);
+      if (text.size() > sent) job.pending += text.substr(sent);  // the held-back tail (text ends before a stop string)
+      job.finish_reason = reason;
+      job.error = error;
+      job.generated = static_cast<int64_t>(ids.size());
+      job.done = true;
+    }
+    job.cv.notify_all();
+  }
+
+  llm::Model model_;
+  std::optional<Tokenizer> tok_;
+  std::optional<ChatTemplate> chat_;
+  ServeOptions o_;
+  Metrics metrics_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// ---- the API --------------------------------------------------------------------------------------------------
+
+int64_t now_s() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string request_id(const char* prefix) {
+  static std::atomic<uint64_t> n{0};
+  return str(prefix, std::hex, now_s(), "-", ++n);
+}
+
+// A prompt's ids: text (tokenized) or an array of token ids.
+std::vector<int64_t> prompt_of(const json& p, const Engine& e, const char* field) {
+  std::vector<int64_t> ids;
+  if (p.is_string()) {
+    if (!e.tokenizer()) throw bad_request("this model has no tokenizer: give the prompt as token ids", field);
+    try {
+      for (int32_t t : e.tokenizer()->encode(p.get<std::string>(), true)) ids.push_back(t);
+    } catch (const Error& err) {
+      throw bad_request(str("'", field, "': ", err.what()), field);
+    }
+  } else if (p.is_array()) {
+    const int64_t vocab = e.model().config().vocab_size;
+    for (const json& t : p) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+        throw bad_request(str("'", field, "' must be a string or an array of token ids in [0, ", vocab, ")"), field);
+      ids.push_back(t.get<int64_t>());
+    }
+  } else {
+    throw bad_request(str("'", field, "' must be a string or an array of token ids"), field);
+  }
+  if (ids.empty()) throw bad_request(str("'", field, "' is empty"), field);
+  return ids;
+}
+
+// The sampling and length fields shared by both endpoints, checked against the model's context.
+std::shared_ptr<Job> make_job(const json& j, std::vector<int64_t> prompt, const Engine& e, bool chat) {
+  auto job = std::make_shared<Job>();
+  if (j.contains("n") && !j["n"].is_null() && integer(j, "n", 1, 1) != 1) throw bad_request("only n = 1 is supported", "n");
+  if (j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false && j["logprobs"] != 0)
+    throw bad_request("logprobs are not supported yet", "logprobs");
+  const int64_t ctx = e.model().max_context(), room = ctx - static_cast<int64_t>(prompt.size());
+  if (room < 1)
+    throw bad_request(str("the prompt has ", prompt.size(), " tokens; the context holds ", ctx), chat ? "messages" : "prompt");
+  const char* len_key = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const std::optional<int64_t> max_tokens = integer(j, len_key, 1, INT64_MAX);
+  if (max_tokens && *max_tokens > room)
+    throw bad_request(str("'", len_key, "' (", *max_tokens, ") exceeds the room the context leaves after the prompt (", ctx,
+                          " - ", prompt.size(), " = ", room, ")"),
+                      len_key);
+  job->options.max_new_tokens = max_tokens.value_or(chat ? room : std::min<int64_t>(16, room));
+  job->options.sampling.temperature = number(j, "temperature", 0, 100).value_or(1.0);
+  job->options.sampling.top_p = number(j, "top_p", 0, 1).value_or(1.0);
+  job->options.sampling.top_k = integer(j, "top_k", 0, INT32_MAX).value_or(0);
+  job->options.sampling.min_p = number(j, "min_p", 0, 1).value_or(0.0);
+  job->options.seed = static_cast<uint64_t>(integer(j, "seed", INT64_MIN, INT64_MAX).value_or(0));
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    const json& s = j["stop"];
+    if (s.is_string()) job->stop.push_back(s.get<std::string>());
+    else if (s.is_array() && s.size() <= 4) {
+      for (const json& x : s) {
+        if (!x.is_string()) throw bad_request("'stop' must be a string or an array of up to 4 strings", "stop");
+        job->stop.push_back(x.get<std::string>());
+      }
+    } else {
+      throw bad_request("'stop' must be a string or an array of up to 4 strings", "stop");
+    }
+    for (const auto& x : job->stop)
+      if (x.empty()) throw bad_request("'stop' strings must not be empty", "stop");
+  }
+  if (!boolean(j, "ignore_eos", false)) job->options.stop_ids = e.model().config().eos_token_ids;
+  job->prompt = std::move(prompt);
+  return job;
+}
+
+void check_model_name(const json& j, const std::string& id) {
+  if (!j.contains("model") || j["model"].is_null()) return;
+  if (!j["model"].is_string()) throw bad_request("'model' must be a string", "model");
+  const std::string m = j["model"].get<std::string>();
+  if (!m.empty() && m != id)
+    throw HttpError{404, str("the model '", m, "' does not exist; this server serves '", id, "'"), "model",
+                    "invalid_request_error"};
+}
+
+json usage(const Job& job) {
+  const int64_t p = static_cast<int64_t>(job.prompt.size());
+  return {{"prompt_tokens", p}, {"completion_tokens", job.generated}, {"total_tokens", p + job.generated}};
+}
+
+std::string finish(const std::string& reason) { return reason == "cancelled" ? "length" : reason; }
+
+// Runs the job and answers: one JSON body, or Server-Sent Events as the text arrives.
+void respond(Engine& e, const std::shared_ptr<Job>& job, bool chat, bool stream, bool include_usage, const std::string& model_id,
+             httplib::Response& res) {
+  const std::string id = request_id(chat ? "chatcmpl-" : "cmpl-");
+  const int64_t created = now_s();
+  const char* object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  e.submit(job);
+  if (!stream) {
+    std::unique_lock<std::mutex> lock(job->mu);
+    job->cv.wait(lock, [&] { return job->done; });
+    if (!job->error.empty()) throw HttpError{500, job->error, "", "server_error"};
+    json choice = {{"index", 0}, {"finish_reason", finish(job->finish_reason)}};
+    if (chat) choice["message"] = {{"role", "assistant"}, {"content", job->pending}};
+    else {
+      choice["text"] = job->pending;
+      choice["logprobs"] = nullptr;
+    }
+    res.set_content(json{{"id", id}, {"object", object}, {"created", created}, {"model", model_id},
+                         {"choices", json::array({choice})}, {"usage", usage(*job)}}
+                        .dump(),
+                    "application/json");
+    return;
+  }
+  auto chunk = [=](const json& delta_or_text, const json& reason) {
+    json choice = {{"index", 0}, {"finish_reason", reason}};
+    if (chat) choice["delta"] = delta_or_text;
+    else {
+      choice["text"] = delta_or_text;
+      choice["logprobs"] = nullptr;
+    }
+    return json{{"id", id}, {"object", object}, {"created", created}, {"model", model_id}, {"choices", json::array({choice})}};
+  };
+  auto started = std::make_shared<bool>(false);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [=](size_t, httplib::DataSink& sink) {
+        auto send = [&](const json& j) {
+          const std::string s = "data: " + j.dump() + "\n\n";
+          return sink.write(s.data(), s.size());
+        };
+        if (chat && !*started) {
+          *started = true;
+          if (!send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return false;
+        }
+        std::string piece;
+        bool done = false;
+        {
+          std::unique_lock<std::mutex> lock(job->mu);
+          job->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return job->done || !job->pending.empty(); });
+          piece.swap(job->pending);
+          done = job->done;
+        }
+        if (!piece.empty() && !send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr))) return false;
+        if (!sink.is_writable()) return false;
+        if (!done) return true;
+        if (!job->error.empty()) {
+          send(json{{"error", {{"message", job->error}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
+        } else if (!send(chunk(chat ? json::object() : json(""), finish(job->finish_reason)))) {
+          return false;
+        }
+        if (include_usage) {
+          json u = {{"id", id}, {"object", object}, {"created", created}, {"model", model_id}, {"choices", json::array()},
+                    {"usage", usage(*job)}};
+          if (!send(u)) return false;
+        }
+        const std::string end = "data: [DONE]\n\n";
+        sink.write(end.data(), end.size());
+        sink.done();
+        return true;
+      },
+      [job](bool success) {
+        // The client went away (or the stream ended): a running job stops at its next token.
+        if (!success) job->cancelled = true;
+      });
+}
+
+bool equal_constant_time(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
+  return diff == 0;
+}
+
+// SIGTERM and SIGINT, blocked in every thread, are taken by one thread with sigwait (no work in a handler).
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+}  // namespace
+
+int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
+  // Before any thread starts, so that every thread inherits the mask.
+  const sigset_t signals = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const Device dev = device_of(model_options.device);
+  std::optional<Tokenizer> tok;
+  std::optional<ChatTemplate> chat;
+  std::string model_id = model_options.preset;
+  if (!model_options.model.empty()) {
+    model_id = std::filesystem::path(model_options.model).filename().string();
+    if (model_id.empty()) model_id = std::filesystem::path(model_options.model).parent_path().filename().string();
+    if (std::filesystem::exists(model_options.model + "/tokenizer.json")) tok = Tokenizer::from_model_dir(model_options.model);
+    try {
+      chat = ChatTemplate::from_model_dir(model_options.model);
+    } catch (const Error& e) {
+      std::cerr << "kiln serve: no chat template (" << e.what() << "): /v1/chat/completions is off\n";
+    }
+  }
+  Engine engine(open_model_for(model_options, dev, o.ctx), std::move(tok), std::move(chat), o);
+
+  httplib::Server svr;
+  svr.set_payload_max_length(o.max_body);
+  // A client that stalls mid-request (slow-loris) holds a worker thread this long at most.
+  svr.set_read_timeout(5, 0);
+  svr.set_write_timeout(10, 0);
+  svr.set_keep_alive_timeout(5);
+
+  // Every handler: the API key, then the work; HttpError and kiln::Error become OpenAI-shaped errors.
+  auto guarded = [&](auto&& fn) {
+    return [&, fn](const httplib::Request& req, httplib::Response& res) {
+      engine.metrics().requests++;
+      try {
+        if (!o.api_key.empty()) {
+          const std::string auth = req.get_header_value("Authorization");
+          const std::string want = "Bearer " + o.api_key;
+          if (!equal_constant_time(auth, want))
+            throw HttpError{401, "a valid API key is required (Authorization: Bearer KEY)", "", "authentication_error"};
+        }
+        fn(req, res);
+      } catch (const HttpError& e) {
+        engine.metrics().errors++;
+        send_error(res, e);
+      } catch (const Error& e) {
+        engine.metrics().errors++;
+        send_error(res, bad_request(e.what()));
+      } catch (const std::exception& e) {
+        engine.metrics().errors++;
+        send_error(res, HttpError{500, e.what(), "", "server_error"});
+      }
+    };
+  };
+
+  svr.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  svr.Get("/v1/models", guarded([&](const httplib::Request&, httplib::Response& res) {
+    const json m = {{"id", model_id}, {"object", "model"}, {"created", now_s()}, {"owned_by", "kiln"},
+                    {"max_context", engine.model().max_context()}};
+    res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+  }));
+  svr.Post("/v1/completions", guarded([&](const httplib::Request& req, httplib::Response& res) {
+    const json j = parse_body(req.body);
+    check_model_name(j, model_id);
+    if (!j.contains("prompt")) throw bad_request("'prompt' is required", "prompt");
+    auto job = make_job(j, prompt_of(j["prompt"], engine, "prompt"), engine, false);
+    const bool stream = boolean(j, "stream", false);
+    const bool include_usage = j.contains("stream_options") && j["stream_options"].is_object() &&
+                               boolean(j["stream_options"], "include_usage", false);
+    respond(engine, job, false, stream, include_usage, model_id, res);
+  }));
+  svr.Post("/v1/chat/completions", guarded([&](const httplib::Request& req, httplib::Response& res) {
+    const json j = parse_body(req.body);
+    check_model_name(j, model_id);
+    if (!engine.chat()) throw bad_request("this model has no chat template: use /v1/completions");
+    if (!j.contains("messages")) throw bad_request("'messages' is required", "messages");
+    std::vector<ChatMessage> messages;
+    try {
+      messages = parse_chat_messages(j["messages"].dump());
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "messages");
+    }
+    if (messages.empty()) throw bad_request("'messages' is empty", "messages");
+    std::string text;
+    try {
+      text = engine.chat()->render(messages);
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "messages");
+    }
+    if (!engine.tokenizer()) throw bad_request("this model has no tokenizer");
+    std::vector<int64_t> ids;
+    for (int32_t t : engine.tokenizer()->encode(text, false)) ids.push_back(t);
+    auto job = make_job(j, std::move(ids), engine, true);
+    const bool stream = boolean(j, "stream", false);
+    const bool include_usage = j.contains("stream_options") && j["stream_options"].is_object() &&
+                               boolean(j["stream_options"], "include_usage", false);
+    respond(engine, job, true, stream, include_usage, model_id, res);
+  }));
+  svr.Post("/tokenize", guarded([&](const httplib::Request& req, httplib::Response& res) {
+    const json j = parse_body(req.body);
+    const char* key = j.contains("content") ? "content" : "prompt";
+    if (!j.contains(key) || !j[key].is_string()) throw bad_request("'content' must be a string", "content");
+    if (!engine.tokenizer()) throw bad_request("this model has no tokenizer");
+    json ids = json::array();
+    for (int32_t t : engine.tokenizer()->encode(j[key].get<std::string>(), boolean(j, "add_special", false))) ids.push_back(t);
+    res.set_content(json{{"tokens", ids}}.dump(), "application/json");
+  }));
+  svr.Post("/detokenize", guarded([&](const httplib::Request& req, httplib::Response& res) {
+    const json j = parse_body(req.body);
+    if (!j.contains("tokens") || !j["tokens"].is_array()) throw bad_request("'tokens' must be an array of token ids", "tokens");
+    if (!engine.tokenizer()) throw bad_request("this model has no tokenizer");
+    std::vector<int32_t> ids;
+    const int64_t vocab = engine.tokenizer()->vocab_size();
+    for (const json& t : j["tokens"]) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+        throw bad_request(str("'tokens' must hold token ids in [0, ", vocab, ")"), "tokens");
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    const bool skip = boolean(j, "skip_special_tokens", false);
+    res.set_content(json{{"content", engine.tokenizer()->decode(ids, skip)}}.dump(), "application/json");
+  }));
+  svr.Get("/metrics", guarded([&](const httplib::Request&, httplib::Response& res) {
+    Metrics& m = engine.metrics();
+    std::string s;
+    auto metric = [&](const char* name, const char* type, const char* help, double v) {
+      s += str("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", name, " ", v, "\n");
+    };
+    metric("kiln_requests_total", "counter", "HTTP requests received", double(m.requests.load()));
+    metric("kiln_request_errors_total", "counter", "Requests answered with an error", double(m.errors.load()));
+    metric("kiln_requests_cancelled_total", "counter", "Requests whose client went away", double(m.cancelled.load()));
+    metric("kiln_prompt_tokens_total", "counter", "Prompt tokens processed", double(m.prompt_tokens.load()));
+    metric("kiln_generation_tokens_total", "counter", "Tokens generated", double(m.generated_tokens.load()));
+    metric("kiln_queue_length", "gauge", "Requests waiting for the engine", double(engine.queued()));
+    const double pf = m.prefill_seconds.load(), dc = m.decode_seconds.load();
+    metric("kiln_prefill_seconds_total", "counter", "Time spent in prefill", pf);
+    metric("kiln_decode_seconds_total", "counter", "Time spent decoding", dc);
+    if (dev.is_cuda()) {
+      const MemoryStats ms = memory_stats(dev);
+      metric("kiln_memory_tensors_bytes", "gauge", "Bytes in live tensors", double(ms.allocated));
+      metric("kiln_memory_reserved_bytes", "gauge", "Bytes the caching allocator holds", double(ms.reserved));
+      metric("kiln_memory_driver_bytes", "gauge", "Device memory in use (driver)", double(ms.driver_used));
+    }
+    res.set_content(s, "text/plain; version=0.0.4");
+  }));
+  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const char* message = res.status == 413 ? "the request body is too large"
+                          : res.status == 404 ? "no such endpoint"
+                                              : "the request could not be served";
+    send_error(res, HttpError{res.status, message, "", "invalid_request_error"});
+  });
+
+  // Port 0: any free port (the line below says which).
+  const int port = o.port == 0 ? svr.bind_to_any_port(o.host.c_str()) : (svr.bind_to_port(o.host.c_str(), o.port) ? o.port : -1);
+  if (port <= 0)
+    throw Error(str("serve: cannot listen on ", o.host, ":", o.port, " (in use, or not an address of this machine)"));
+  std::atomic<bool> listening{true};
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (listening) std::cerr << "kiln serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << "\n";
+    svr.stop();
+  });
+  std::cerr << "kiln serve: " << model_id << " on " << dev.str() << ", context " << engine.model().max_context()
+            << " tokens; listening on http://" << o.host << ":" << port << (o.api_key.empty() ? "" : " (API key required)")
+            << "\n"
+            << std::flush;
+  svr.listen_after_bind();
+  listening = false;
+  pthread_kill(signal_thread.native_handle(), SIGTERM);  // wakes the signal thread if no signal came
+  signal_thread.join();
+  std::cerr << "kiln serve: stopping; finishing the queued requests\n";
+  return 0;  // the engine's destructor runs what is queued, then joins
+}
+
+}  // namespace kiln::cli
