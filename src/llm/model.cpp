@@ -3,6 +3,7 @@
 #include "kiln/llm/model.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <tuple>
 
@@ -117,12 +118,46 @@ struct StepInputs {
 
 }  // namespace
 
-// One pass over all layers for T new tokens; returns the hidden state after the final norm [T, H].
-static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, Model::State& s, const StepInputs& in,
-                         DType dtype, Trace* trace) {
-  const int64_t T = in.ids.numel(), Hq = c.num_heads, Hk = c.num_kv_heads, D = c.head_dim;
+// The attention of T new tokens of one sequence in layer L: q/k norms, RoPE and the append to its cache
+// (kc, vc [1, Hkv, max_context, D]) in one op, then attention over the cache; returns [T, q_size].
+static Tensor attend(const ModelConfig& c, const LayerWeights& L, const Model::State& s, Tensor q, const Tensor& k,
+                     const Tensor& v, Tensor& kc, Tensor& vc, const StepInputs& in) {
+  const int64_t T = q.size(0), Hq = c.num_heads, D = c.head_dim;
+  // q/k norms, RoPE and the cache append in one op (one launch on CUDA): q is rotated in place, the rotated
+  // keys and the values land in the cache only.
+  qk_norm_rope_append_(q, k, v, c.qk_norm ? L.attn.q_norm : Tensor(), c.qk_norm ? L.attn.k_norm : Tensor(),
+                       c.rms_norm_eps, in.positions, s.inv_freq, s.attention_scaling, kc, vc, in.at);
+  const Tensor q4 = q.view({1, T, Hq, D}).transpose(1, 2);  // [1, Hq, T, D]
+  Tensor attn;
+  if (in.start == 0 && T > 8) {
+    // A prompt from position 0: causal attention over the new keys only (flash path on CUDA), read back
+    // from the cache slots they were just written to.
+    attn = scaled_dot_product_attention(q4, kc.narrow(2, 0, T), vc.narrow(2, 0, T), std::nullopt, true,
+                                        std::nullopt, true);
+  } else {
+    // Decode (and prompts continuing a cache): new queries against the cache, bottom-right causal.
+    attn = decode_attention(q4, kc, vc, in.lengths);
+  }
+  return attn.transpose(1, 2).reshape({T, c.q_size()});
+}
+
+// The attention of one layer: (layer index, its weights, q [T, Hq, D] (rotated in place), k, v) -> [T, q_size].
+using AttendFn = std::function<Tensor(int64_t, const LayerWeights&, Tensor&, const Tensor&, const Tensor&)>;
+
+// Attention against one sequence's caches (per layer), with the step's positions.
+static AttendFn cache_attention(const ModelConfig& c, const Model::State& s, const StepInputs& in,
+                                std::vector<Tensor>& kcs, std::vector<Tensor>& vcs) {
+  return [&c, &s, &in, &kcs, &vcs](int64_t i, const LayerWeights& L, Tensor& q, const Tensor& k, const Tensor& v) {
+    return attend(c, L, s, q, k, v, kcs[static_cast<size_t>(i)], vcs[static_cast<size_t>(i)], in);
+  };
+}
+
+// One pass over all layers for the new tokens `ids`; returns the hidden state after the final norm [T, H].
+static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, const Tensor& ids, DType dtype, Trace* trace,
+                         const AttendFn& attend_layer) {
+  const int64_t T = ids.numel(), Hq = c.num_heads, Hk = c.num_kv_heads, D = c.head_dim;
   const int64_t qs = c.q_size(), kvs = c.kv_size();
-  Tensor residual = index_select(w.embed, 0, in.ids);
+  Tensor residual = index_select(w.embed, 0, ids);
   if (residual.dtype() != dtype) residual = residual.to(dtype);
   Tensor h = rms_norm(residual, w.layers[0].input_norm, c.rms_norm_eps);
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -132,24 +167,7 @@ static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, Model::Sta
     Tensor q = qkv.narrow(1, 0, qs).view({T, Hq, D});
     const Tensor k = qkv.narrow(1, qs, kvs).view({T, Hk, D});
     const Tensor v = qkv.narrow(1, qs + kvs, kvs).view({T, Hk, D});
-    Tensor& kc = s.k_cache[static_cast<size_t>(i)];
-    Tensor& vc = s.v_cache[static_cast<size_t>(i)];
-    // q/k norms, RoPE and the cache append in one op (one launch on CUDA): q is rotated in place, the rotated
-    // keys and the values land in the cache only.
-    qk_norm_rope_append_(q, k, v, c.qk_norm ? L.attn.q_norm : Tensor(), c.qk_norm ? L.attn.k_norm : Tensor(),
-                         c.rms_norm_eps, in.positions, s.inv_freq, s.attention_scaling, kc, vc, in.at);
-    const Tensor q4 = q.view({1, T, Hq, D}).transpose(1, 2);  // [1, Hq, T, D]
-    Tensor attn;
-    if (in.start == 0 && T > 8) {
-      // A prompt from position 0: causal attention over the new keys only (flash path on CUDA), read back
-      // from the cache slots they were just written to.
-      attn = scaled_dot_product_attention(q4, kc.narrow(2, 0, T), vc.narrow(2, 0, T), std::nullopt, true,
-                                          std::nullopt, true);
-    } else {
-      // Decode (and prompts continuing a cache): new queries against the cache, bottom-right causal.
-      attn = decode_attention(q4, kc, vc, in.lengths);
-    }
-    const Tensor o = L.attn.o(attn.transpose(1, 2).reshape({T, qs}));
+    const Tensor o = L.attn.o(attend_layer(i, L, q, k, v));
     h = add_rms_norm(o, residual, L.post_norm, c.rms_norm_eps);
     // ---- MLP
     Tensor m;
@@ -180,7 +198,7 @@ Tensor Model::forward(const Tensor& ids, int64_t start, bool all_logits, Trace* 
   in.positions = arange(start, start + T, 1, DType::I32, dev);
   in.at = i32_scalar_buffer(start, dev);
   in.lengths = i32_scalar_buffer(start + T, dev);
-  const Tensor h = run_layers(config_, weights_, *s_, in, dtype_, trace);
+  const Tensor h = run_layers(config_, weights_, ids, dtype_, trace, cache_attention(config_, *s_, in, s_->k_cache, s_->v_cache));
   const Tensor rows = all_logits ? h : h.narrow(0, T - 1, 1);
   Tensor logits = weights_.lm_head(rows).to(DType::F32);
   if (trace) trace->logits = logits.to(kCPU).clone();
@@ -259,7 +277,7 @@ Tensor Model::forward_decode_step() {
   in.at = s_->pos;
   in.lengths = s_->len;
   in.start = -1;
-  const Tensor h = run_layers(config_, weights_, *s_, in, dtype_, nullptr);
+  const Tensor h = run_layers(config_, weights_, s_->tok, dtype_, nullptr, cache_attention(config_, *s_, in, s_->k_cache, s_->v_cache));
   Tensor logits = weights_.lm_head(h).to(DType::F32).view({config_.vocab_size});
   // The step advances its own position, so a replay is the next token.
   add_(s_->pos, 1);
@@ -384,6 +402,79 @@ int64_t Model::decode_n(int64_t token, int64_t n, const SamplingParams& params, 
   if (ahead) s_->stream.synchronize();  // the step past the last one read: let it finish before anything else
   g.set_offset(offset0 + static_cast<uint64_t>(done));
   return done;
+}
+
+Sequence Model::new_sequence(int64_t max_context) const {
+  KILN_CHECK(max_context >= 1 && max_context <= (int64_t{1} << 22), "new_sequence: max_context must be in [1, 4194304], "
+             "got ", max_context);
+  const ModelConfig& c = config_;
+  Sequence seq;
+  seq.max_context = max_context;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    seq.k.push_back(empty({1, c.num_kv_heads, max_context, c.head_dim}, dtype_, options_.device));
+    seq.v.push_back(empty({1, c.num_kv_heads, max_context, c.head_dim}, dtype_, options_.device));
+  }
+  return seq;
+}
+
+Tensor Model::prefill(Sequence& seq, const std::vector<int64_t>& ids) {
+  OnModelStream on(options_.device, s_->stream);
+  KILN_CHECK(!ids.empty(), "prefill: the prompt is empty");
+  KILN_CHECK(static_cast<int64_t>(seq.k.size()) == config_.num_layers, "prefill: the sequence was not made by this model");
+  KILN_CHECK(seq.position + static_cast<int64_t>(ids.size()) <= seq.max_context, "prefill: ", ids.size(), " tokens after ",
+             seq.position, " in the sequence exceed its context of ", seq.max_context);
+  for (int64_t id : ids)
+    KILN_CHECK(id >= 0 && id < config_.vocab_size, "prefill: token id ", id, " is outside the vocabulary [0, ",
+               config_.vocab_size, ")");
+  const Device dev = options_.device;
+  const int64_t T = static_cast<int64_t>(ids.size()), start = seq.position;
+  StepInputs in;
+  in.ids = from_vector<int64_t>(ids).to(dev);
+  in.start = start;
+  in.positions = arange(start, start + T, 1, DType::I32, dev);
+  in.at = i32_scalar_buffer(start, dev);
+  in.lengths = i32_scalar_buffer(start + T, dev);
+  const Tensor h = run_layers(config_, weights_, in.ids, dtype_, nullptr, cache_attention(config_, *s_, in, seq.k, seq.v));
+  seq.position += T;
+  return weights_.lm_head(h.narrow(0, T - 1, 1)).to(DType::F32).view({config_.vocab_size});
+}
+
+Tensor Model::step(const std::vector<Sequence*>& seqs, const std::vector<int64_t>& tokens) {
+  OnModelStream on(options_.device, s_->stream);
+  const int64_t B = static_cast<int64_t>(seqs.size());
+  KILN_CHECK(B >= 1 && tokens.size() == seqs.size(), "step: one token per sequence, got ", tokens.size(), " for ", B);
+  const Device dev = options_.device;
+  std::vector<StepInputs> in(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    Sequence& seq = *seqs[static_cast<size_t>(b)];
+    KILN_CHECK(static_cast<int64_t>(seq.k.size()) == config_.num_layers, "step: sequence ", b,
+               " was not made by this model");
+    KILN_CHECK(seq.position + 1 <= seq.max_context, "step: sequence ", b, " is full (", seq.max_context, " tokens)");
+    for (int64_t c = 0; c < b; ++c)
+      KILN_CHECK(seqs[static_cast<size_t>(c)] != &seq, "step: sequence ", b, " is also sequence ", c);
+    const int64_t t = tokens[static_cast<size_t>(b)];
+    KILN_CHECK(t >= 0 && t < config_.vocab_size, "step: token id ", t, " is outside the vocabulary");
+    StepInputs& x = in[static_cast<size_t>(b)];
+    x.start = -1;
+    x.positions = i32_scalar_buffer(seq.position, dev);
+    x.at = x.positions;
+    x.lengths = i32_scalar_buffer(seq.position + 1, dev);
+  }
+  const Tensor ids = from_vector<int64_t>(tokens).to(dev);
+  // Row b of the products is sequence b's token; attention goes sequence by sequence.
+  const AttendFn by_sequence = [&](int64_t i, const LayerWeights& L, Tensor& q, const Tensor& k, const Tensor& v) {
+    std::vector<Tensor> rows;
+    for (int64_t b = 0; b < B; ++b) {
+      Sequence& seq = *seqs[static_cast<size_t>(b)];
+      Tensor qb = q.narrow(0, b, 1);
+      rows.push_back(attend(config_, L, *s_, qb, k.narrow(0, b, 1), v.narrow(0, b, 1), seq.k[static_cast<size_t>(i)],
+                            seq.v[static_cast<size_t>(i)], in[static_cast<size_t>(b)]));
+    }
+    return B == 1 ? rows[0] : cat(rows, 0);
+  };
+  const Tensor h = run_layers(config_, weights_, ids, dtype_, nullptr, by_sequence);
+  for (Sequence* seq : seqs) ++seq->position;
+  return weights_.lm_head(h).to(DType::F32);
 }
 
 int64_t Model::bytes_per_token() const {

@@ -105,5 +105,81 @@ INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::ValuesIn(kModels), [](const 
   return s;
 });
 
+// Sequences decoded together (Model::step over several sequences, as kiln serve runs them) give each its
+// solo tokens: prompts of different lengths, joining and leaving the batch at different steps; greedy and
+// seeded sampling (each sequence with its own generator, as generate() uses it).
+class Batched : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(Batched, SequencesDecodedTogetherEqualTheirSoloRuns) {
+  const auto& [name, cuda] = GetParam();
+  if (cuda) KILN_REQUIRE_CUDA();
+  ModelOptions o;
+  o.max_context = 64;
+  o.device = cuda ? cuda_device() : kCPU;
+  o.dtype = DType::F32;  // on CUDA too: solo decode (one-row kernels, graphs) and batched products round alike
+  Model m = load_model(dir_of(name), o);
+  const int64_t V = m.config().vocab_size;
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {7 % V, 11 % V, 13 % V, 17 % V, 19 % V, 23 % V, 29 % V, 31 % V, 37 % V, 41 % V},
+                                                     {5 % V}, {9 % V, 8 % V, 7 % V, 6 % V}};
+  const int64_t n = 12;
+  for (const double temperature : {0.0, 0.8}) {
+    SCOPED_TRACE(temperature);
+    const SamplingParams params{temperature, 0, 1.0, 0.0};
+    std::vector<std::vector<int64_t>> solo;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      GenerateOptions g;
+      g.max_new_tokens = n;
+      g.sampling = params;
+      g.seed = 100 + i;
+      solo.push_back(generate(m, prompts[i], g));
+    }
+    // Sequence i joins after i steps of the others and leaves after n tokens.
+    std::vector<Sequence> seqs;
+    for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(m.new_sequence(64));
+    std::vector<Generator> gens;
+    for (size_t i = 0; i < prompts.size(); ++i) gens.emplace_back(100 + i);
+    std::vector<std::vector<int64_t>> got(prompts.size());
+    for (int64_t round = 0; round < n + static_cast<int64_t>(prompts.size()); ++round) {
+      if (round < static_cast<int64_t>(prompts.size())) {
+        const size_t i = static_cast<size_t>(round);
+        got[i].push_back(m.sample_first(m.prefill(seqs[i], prompts[i]), params, &gens[i]));
+      }
+      std::vector<Sequence*> active;
+      std::vector<int64_t> tokens;
+      std::vector<size_t> which;
+      for (size_t i = 0; i < prompts.size(); ++i)
+        if (!got[i].empty() && static_cast<int64_t>(got[i].size()) < n) {
+          active.push_back(&seqs[i]);
+          tokens.push_back(got[i].back());
+          which.push_back(i);
+        }
+      if (active.empty()) continue;
+      const Tensor logits = m.step(active, tokens);
+      ASSERT_EQ(logits.sizes(), (Shape{static_cast<int64_t>(active.size()), V}));
+      for (size_t r = 0; r < which.size(); ++r)
+        got[which[r]].push_back(sample(logits.select(0, static_cast<int64_t>(r)), params, &gens[which[r]]).item<int64_t>());
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], solo[i]) << "sequence " << i;
+  }
+  // A sequence never holds more than its context; a token outside the vocabulary is refused.
+  Sequence small = m.new_sequence(4);
+  EXPECT_TRUE(test::throws_error([&] { m.prefill(small, {1, 2, 3, 4, 5}); }, {"context of 4"}));
+  m.prefill(small, {1, 2, 3, 4});
+  Sequence* one = &small;
+  EXPECT_TRUE(test::throws_error([&] { m.step({one}, {1}); }, {"is full"}));
+  Sequence other = m.new_sequence(8);
+  EXPECT_TRUE(test::throws_error([&] { m.step({&other}, {V}); }, {"outside the vocabulary"}));
+  EXPECT_TRUE(test::throws_error([&] { m.step({&other, &other}, {1, 2}); }, {"is also sequence 0"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Batched,
+                         ::testing::Combine(::testing::Values("qwen3-tiny", "qwen3-moe-tiny", "llama-tiny"),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           std::string s = std::get<0>(info.param) + (std::get<1>(info.param) ? "_cuda" : "_cpu");
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
 }  // namespace
 }  // namespace kiln::llm

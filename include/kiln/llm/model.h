@@ -37,6 +37,16 @@ struct Trace {
   Tensor logits;
 };
 
+// A sequence with a KV cache of its own, for decoding several sequences together (kiln serve): prefill(seq,
+// ids) appends a prompt to it, step(seqs, tokens) runs one token of each of several sequences through the model
+// at once (the matrix products read every weight once for all of them; attention runs per sequence). Eager on
+// every device (no CUDA graph). A sequence belongs to the model that made it.
+struct Sequence {
+  std::vector<Tensor> k, v;  // per layer [1, Hkv, max_context, D]
+  int64_t position = 0;      // tokens in its cache
+  int64_t max_context = 0;
+};
+
 class Model {
  public:
   Model(ModelConfig config, ModelWeights weights, const ModelOptions& options);
@@ -74,6 +84,14 @@ class Model {
   // The draws are the Generator's stream (seed, offset), which advances by one per token returned.
   int64_t decode_n(int64_t token, int64_t n, const SamplingParams& params, Generator* gen,
                    const std::function<bool(int64_t)>& on_token);
+
+  // A new, empty sequence (its cache allocated on the model's device).
+  Sequence new_sequence(int64_t max_context) const;
+  // Appends `ids` to the sequence's cache; returns the f32 logits [V] of the last new position.
+  Tensor prefill(Sequence& seq, const std::vector<int64_t>& ids);
+  // One token of each sequence (tokens[i] at seqs[i]->position); returns the f32 logits [B, V] of the next
+  // positions. The sequences must be distinct.
+  Tensor step(const std::vector<Sequence*>& seqs, const std::vector<int64_t>& tokens);
 
   // Bytes of weights read per decoded token (the dense weights, plus top_k of E experts for MoE layers).
   int64_t bytes_per_token() const;
