@@ -2,8 +2,9 @@
 // packaged by Debian, with keep-alive, chunked responses, timeouts and a thread pool; docs/architecture.md).
 //
 // Requests are validated on the HTTP threads (a 400 naming the field, 401, 413, 429) and queued; one engine
-// thread owns the model and runs them in arrival order, handing each token's text to the request's stream.
-// A client that disconnects cancels its request at the next token. SIGTERM and SIGINT stop accepting, let
+// thread owns the model and decodes up to --max-batch of them together (continuous batching: a request joins
+// the batch when a slot is free and leaves at the token that ends it), handing each token's text to the
+// request's stream. A client that disconnects cancels its request at the next token. SIGTERM and SIGINT stop accepting, let
 // the running and queued requests finish, and exit 0.
 #include "serve.h"
 
@@ -25,6 +26,7 @@
 
 #include "kiln/chat.h"
 #include "kiln/llm/generate.h"
+#include "kiln/nn.h"
 #include "kiln/runtime.h"
 #include "kiln/tokenizer.h"
 
@@ -110,11 +112,18 @@ struct Metrics {
   std::atomic<double> prefill_seconds{0}, decode_seconds{0};
 };
 
-// The model, its tokenizer and the queue; one engine thread.
+// The model, its tokenizer, the queue and the running batch; one engine thread (continuous batching: requests
+// join the batch when a slot is free and leave it at the token that ends them).
 class Engine {
  public:
   Engine(llm::Model model, std::optional<Tokenizer> tok, std::optional<ChatTemplate> chat, const ServeOptions& o)
-      : model_(std::move(model)), tok_(std::move(tok)), chat_(std::move(chat)), o_(o), thread_([this] { run(); }) {}
+      : model_(std::move(model)), tok_(std::move(tok)), chat_(std::move(chat)), o_(o) {
+    for (int64_t i = 0; i < o.max_batch; ++i) {
+      slots_.push_back(model_.new_sequence(model_.max_context()));
+      free_.push_back(static_cast<size_t>(i));
+    }
+    thread_ = std::thread([this] { run(); });
+  }
 
   ~Engine() {
     {
@@ -134,6 +143,7 @@ class Engine {
     std::lock_guard<std::mutex> lock(mu_);
     return queue_.size();
   }
+  int64_t running() const { return running_.load(); }
 
   // Queues a job; a full queue is a 429.
   void submit(const std::shared_ptr<Job>& job) {
@@ -148,92 +158,177 @@ class Engine {
   }
 
  private:
+  // A job in the batch: its slot (KV cache), its generator (the seed's stream, as generate() draws it), the
+  // tokens so far and how much of their text the stream has been given.
+  struct Active {
+    std::shared_ptr<Job> job;
+    size_t slot = 0;
+    Generator gen;
+    std::vector<int32_t> ids;
+    std::string text;
+    size_t sent = 0;
+    std::string reason = "length";
+  };
+
   void run() {
+    std::vector<Active> batch;
     for (;;) {
-      std::shared_ptr<Job> job;
+      std::vector<std::shared_ptr<Job>> joining;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and everything queued has run
-        job = queue_.front();
-        queue_.pop_front();
+        if (batch.empty()) cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (batch.empty() && queue_.empty()) return;  // stopping, and everything queued has run
+        while (!free_.empty() && !queue_.empty()) {
+          joining.push_back(queue_.front());
+          queue_.pop_front();
+        }
       }
-      execute(*job);
+      for (auto& job : joining) {
+        Active a;
+        a.job = job;
+        a.gen = Generator(job->options.seed);
+        if (start(a)) batch.push_back(std::move(a));
+      }
+      running_ = static_cast<int64_t>(batch.size());
+      if (batch.empty()) continue;
+      step(batch);
+      running_ = static_cast<int64_t>(batch.size());
     }
   }
 
-  void execute(Job& job) {
-    std::vector<int32_t> ids;
-    std::string text;  // the decoded text so far (special tokens skipped)
-    size_t sent = 0;   // bytes of `text` handed to the stream
-    std::string reason = "length";
-    llm::GenerateOptions g = job.options;
-    g.on_token = [&](int64_t t) {
-      if (job.cancelled.load()) {
-        reason = "cancelled";
-        return false;
-      }
-      ids.push_back(static_cast<int32_t>(t));
-      for (int64_t e : g.stop_ids)
-        if (e == t) reason = "stop";
-      if (tok_) text = tok_->decode(ids, true);
-      // Hold back an incomplete UTF-8 sequence, and any tail that could still become a stop string.
-      size_t ready = text.size();
-      if (ready >= 3 && text.compare(ready - 3, 3, "\xEF\xBF\xBD") == 0) ready -= 3;
-      for (const std::string& s : job.stop) {
-        const size_t at = text.find(s, sent > s.size() ? sent - s.size() : 0);
-        if (at != std::string::npos) {
-          text.resize(at);
-          ready = std::max(at, sent);
-          reason = "stop";
-        } else {
-          for (size_t k = std::min(s.size() - 1, ready); k > 0; --k)
-            if (text.compare(ready - k, k, s, 0, k) == 0) {
-              ready -= k;
-              break;
-            }
-        }
-      }
-      {
-        std::lock_guard<std::mutex> lock(job.mu);
-        if (ready > sent) {
-          job.pending += text.substr(sent, ready - sent);
-          sent = ready;
-        }
-        job.generated = static_cast<int64_t>(ids.size());
-      }
-      job.cv.notify_all();
-      return reason != "stop";
-    };
-    llm::GenerateStats st;
+  // Takes a slot, runs the prompt and the first token; false when the job already ended.
+  bool start(Active& a) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      a.slot = free_.back();
+      free_.pop_back();
+    }
+    llm::Sequence& seq = slots_[a.slot];
+    seq.position = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      const Tensor logits = model_.prefill(seq, a.job->prompt);
+      const int64_t t = model_.sample_first(logits, a.job->options.sampling, &a.gen);
+      metrics_.prompt_tokens += static_cast<int64_t>(a.job->prompt.size());
+      add(metrics_.prefill_seconds, seconds_since(t0));
+      if (accept(a, t)) return true;
+    } catch (const std::exception& e) {
+      a.reason = "error";
+      end(a, e.what());
+      return false;
+    }
+    end(a, "");
+    return false;
+  }
+
+  // One decode step of every sequence in the batch; the ones that end leave it.
+  void step(std::vector<Active>& batch) {
+    std::vector<llm::Sequence*> seqs;
+    std::vector<int64_t> tokens;
+    for (Active& a : batch) {
+      seqs.push_back(&slots_[a.slot]);
+      tokens.push_back(a.ids.back());
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<char> more(batch.size(), 0);
     std::string error;
     try {
-      llm::generate(model_, job.prompt, g, &st);
+      const Tensor logits = model_.step(seqs, tokens);
+      for (size_t r = 0; r < batch.size(); ++r) {
+        Active& a = batch[r];
+        const int64_t t =
+            sample(logits.select(0, static_cast<int64_t>(r)), a.job->options.sampling, &a.gen).item<int64_t>();
+        more[r] = accept(a, t);
+      }
     } catch (const std::exception& e) {
-      error = e.what();
-      metrics_.errors++;
+      error = e.what();  // every sequence of the step ends with it
     }
-    if (reason == "cancelled") metrics_.cancelled++;
-    metrics_.prompt_tokens += st.prompt_tokens;
-    metrics_.generated_tokens += st.generated;
-    metrics_.prefill_seconds = metrics_.prefill_seconds.load() + st.prefill_seconds;
-    metrics_.decode_seconds = metrics_.decode_seconds.load() + st.decode_seconds;
+    add(metrics_.decode_seconds, seconds_since(t0));
+    std::vector<Active> kept;
+    for (size_t r = 0; r < batch.size(); ++r) {
+      if (error.empty() && more[r]) kept.push_back(std::move(batch[r]));
+      else end(batch[r], error);
+    }
+    batch.swap(kept);
+  }
+
+  // A new token of `a`: its text to the stream (holding back an incomplete UTF-8 sequence and any tail that
+  // could still become a stop string); false when the job ends with it.
+  bool accept(Active& a, int64_t t) {
+    Job& job = *a.job;
+    if (job.cancelled.load()) {
+      a.reason = "cancelled";
+      return false;
+    }
+    a.ids.push_back(static_cast<int32_t>(t));
+    metrics_.generated_tokens++;
+    bool go_on = static_cast<int64_t>(a.ids.size()) < job.options.max_new_tokens;
+    for (int64_t e : job.options.stop_ids)
+      if (e == t) {
+        a.reason = "stop";
+        go_on = false;
+      }
+    if (tok_) a.text = tok_->decode(a.ids, true);
+    size_t ready = a.text.size();
+    if (ready >= 3 && a.text.compare(ready - 3, 3, "\xEF\xBF\xBD") == 0) ready -= 3;
+    for (const std::string& s : job.stop) {
+      const size_t at = a.text.find(s, a.sent > s.size() ? a.sent - s.size() : 0);
+      if (at != std::string::npos) {
+        a.text.resize(at);
+        ready = std::max(at, a.sent);
+        a.reason = "stop";
+        go_on = false;
+      } else {
+        for (size_t k = std::min(s.size() - 1, ready); k > 0; --k)
+          if (a.text.compare(ready - k, k, s, 0, k) == 0) {
+            ready -= k;
+            break;
+          }
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(job.mu);
-      if (text.size() > sent) job.pending += text.substr(sent);  // the held-back tail (text ends before a stop string)
-      job.finish_reason = reason;
+      if (ready > a.sent) {
+        job.pending += a.text.substr(a.sent, ready - a.sent);
+        a.sent = ready;
+      }
+      job.generated = static_cast<int64_t>(a.ids.size());
+    }
+    job.cv.notify_all();
+    return go_on;
+  }
+
+  // The job is over: the rest of its text, its finish reason, and its slot back.
+  void end(Active& a, const std::string& error) {
+    Job& job = *a.job;
+    if (a.reason == "cancelled") metrics_.cancelled++;
+    if (!error.empty()) metrics_.errors++;
+    {
+      std::lock_guard<std::mutex> lock(job.mu);
+      if (a.text.size() > a.sent) job.pending += a.text.substr(a.sent);  // the held-back tail (before any stop string)
+      job.finish_reason = a.reason;
       job.error = error;
-      job.generated = static_cast<int64_t>(ids.size());
+      job.generated = static_cast<int64_t>(a.ids.size());
       job.done = true;
     }
     job.cv.notify_all();
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(a.slot);
   }
+
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  static void add(std::atomic<double>& x, double v) { x = x.load() + v; }  // one writer: the engine thread
 
   llm::Model model_;
   std::optional<Tokenizer> tok_;
   std::optional<ChatTemplate> chat_;
   ServeOptions o_;
   Metrics metrics_;
+  std::vector<llm::Sequence> slots_;
+  std::vector<size_t> free_;
+  std::atomic<int64_t> running_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
@@ -557,6 +652,7 @@ int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
     metric("kiln_prompt_tokens_total", "counter", "Prompt tokens processed", double(m.prompt_tokens.load()));
     metric("kiln_generation_tokens_total", "counter", "Tokens generated", double(m.generated_tokens.load()));
     metric("kiln_queue_length", "gauge", "Requests waiting for the engine", double(engine.queued()));
+    metric("kiln_batch_running", "gauge", "Sequences in the running batch", double(engine.running()));
     const double pf = m.prefill_seconds.load(), dc = m.decode_seconds.load();
     metric("kiln_prefill_seconds_total", "counter", "Time spent in prefill", pf);
     metric("kiln_decode_seconds_total", "counter", "Time spent decoding", dc);
