@@ -246,3 +246,18 @@ def test_api_key_is_required_when_set(model):
         assert s.request("GET", "/health")[0] == 200  # health checks need no key
     finally:
         assert s.stop() == 0
+
+
+def test_bench_serve_loads_the_server(server, tmp_path):
+    out = tmp_path / "bench.json"
+    r = subprocess.run([KILN, "bench", "serve", "--url", f"http://127.0.0.1:{server.port}", "--concurrency", "1,4",
+                        "-p", "16", "-n", "12", "--requests", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    levels = json.loads(out.read_text())["levels"]
+    assert [l["streams"] for l in levels] == [1, 4]
+    for l in levels:
+        assert l["errors"] == 0 and l["output_tokens"] == l["streams"] * 2 * 12, l
+        assert l["output_tps"] > 0 and l["ttft_ms"]["p50"] > 0
+    bad = subprocess.run([KILN, "bench", "serve", "--url", "http://127.0.0.1:1"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "no server answers" in bad.stderr

@@ -6,6 +6,7 @@
 #include "init_model.h"
 #include "llm.h"
 #if KILN_HAVE_SERVE
+#include "bench_serve.h"
 #include "serve.h"
 #endif
 #include "kiln/error.h"
@@ -86,6 +87,20 @@ int main(int argc, char** argv) {
   serve->add_option("--max-queue", serve_opts.max_queue, "Requests that may wait; more get 429")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   serve->add_option("--max-body", serve_opts.max_body, "Largest request body in bytes (413 above)")->capture_default_str();
+  auto* bench_serve = bench->add_subcommand("serve", "Load an OpenAI-compatible server: output t/s, TTFT and ITL per concurrency");
+  kiln::cli::BenchServeOptions bs_opts;
+  bench_serve->add_option("--url", bs_opts.url, "The server (http://HOST:PORT)")->capture_default_str();
+  bench_serve->add_option("--concurrency", bs_opts.concurrency, "Concurrent streams per level")->delimiter(',')
+      ->capture_default_str();
+  bench_serve->add_option("-p,--prompt", bs_opts.prompt, "Prompt tokens")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  bench_serve->add_option("-n,--output", bs_opts.output, "Output tokens per request")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  bench_serve->add_option("--requests", bs_opts.requests_per_stream, "Requests per stream")->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  bench_serve->add_option("--vocab", bs_opts.vocab, "Prompt ids are drawn below this")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  bench_serve->add_option("--api-key", bs_opts.api_key, "Bearer key for the server");
+  bench_serve->add_option("--json", bs_opts.json, "Also write the results as JSON to this file");
 #endif
 
   CLI11_PARSE(app, argc, argv);
@@ -105,6 +120,9 @@ int main(int argc, char** argv) {
     if (*demo) return kiln::cli::run_demo(device, repeats);
     if (*bench_ops) return kiln::cli::run_bench_ops(bench_opts);
     if (*bench_vae) return kiln::cli::run_bench_vae(vae_opts);
+#if KILN_HAVE_SERVE
+    if (*bench_serve) return kiln::cli::run_bench_serve(bs_opts);
+#endif
     if (*inspect) return kiln::cli::run_inspect(inspect_path, inspect_read, inspect_device);
     if (*tokenize) return kiln::cli::run_tokenize(tokenize_args);
     if (*detokenize) return kiln::cli::run_detokenize(detokenize_args);
