@@ -261,3 +261,39 @@ def test_bench_serve_loads_the_server(server, tmp_path):
         assert l["output_tps"] > 0 and l["ttft_ms"]["p50"] > 0
     bad = subprocess.run([KILN, "bench", "serve", "--url", "http://127.0.0.1:1"], capture_output=True, text=True)
     assert bad.returncode != 0 and "no server answers" in bad.stderr
+
+
+def test_chunked_prefill_and_prefix_reuse_change_no_token(model):
+    # Prompts run 3 tokens at a time between decode steps; a prompt that extends an earlier one starts from
+    # the slot that holds it.
+    s = Server(model, "--prefill-chunk", "3", "--max-batch", "2", ctx=256)
+    try:
+        def text(prompt, n=16):
+            status, r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": n, "temperature": 0,
+                                                   "ignore_eos": True})
+            assert status == 200, r
+            return r["choices"][0]["text"]
+
+        def solo(prompt, n=16):
+            r = subprocess.run([KILN, "generate", "-m", model, "--device", "cpu", "-p", prompt, "-n", str(n), "--temp",
+                                "0", "--ids", "--ignore-eos"], capture_output=True, text=True, check=True)
+            ids = [int(x) for x in r.stdout.strip().split(",") if x]
+            return s.post("/detokenize", {"tokens": ids, "skip_special_tokens": True})[1]["content"]
+
+        system = "System: you answer briefly and well. User: "
+        first = system + "what is a kiln?"
+        assert text(first) == solo(first)
+        reused = lambda: int(re.search(r"^kiln_prefix_reused_tokens_total (\d+)", s.request("GET", "/metrics")[1],
+                                       re.M).group(1))
+        before = reused()
+        second = system + "and a furnace?"
+        assert text(second) == solo(second)
+        assert reused() > before, "the shared system prompt was run again"
+        # While a long prompt runs chunk by chunk, a running stream keeps getting tokens.
+        with ThreadPoolExecutor(2) as ex:
+            a = ex.submit(text, "Once upon a time", 60)
+            time.sleep(0.05)
+            b = ex.submit(text, "word " * 40, 8)
+            assert a.result() == solo("Once upon a time", 60) and b.result() == solo("word " * 40, 8)
+    finally:
+        assert s.stop() == 0

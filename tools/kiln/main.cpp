@@ -84,6 +84,8 @@ int main(int argc, char** argv) {
   serve->add_option("--api-key", serve_opts.api_key, "Require 'Authorization: Bearer KEY' (use it when not on loopback)");
   serve->add_option("--max-batch", serve_opts.max_batch, "Requests decoded together (each holds a KV cache of --ctx tokens)")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  serve->add_option("--prefill-chunk", serve_opts.prefill_chunk, "Prompt tokens run between two decode steps of the batch")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
   serve->add_option("--max-queue", serve_opts.max_queue, "Requests that may wait; more get 429")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   serve->add_option("--max-body", serve_opts.max_body, "Largest request body in bytes (413 above)")->capture_default_str();

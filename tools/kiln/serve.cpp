@@ -109,6 +109,7 @@ struct Job {
 
 struct Metrics {
   std::atomic<int64_t> requests{0}, errors{0}, prompt_tokens{0}, generated_tokens{0}, cancelled{0};
+  std::atomic<int64_t> prefix_reused_tokens{0};
   std::atomic<double> prefill_seconds{0}, decode_seconds{0};
 };
 
@@ -120,6 +121,7 @@ class Engine {
       : model_(std::move(model)), tok_(std::move(tok)), chat_(std::move(chat)), o_(o) {
     for (int64_t i = 0; i < o.max_batch; ++i) {
       slots_.push_back(model_.new_sequence(model_.max_context()));
+      history_.emplace_back();
       free_.push_back(static_cast<size_t>(i));
     }
     thread_ = std::thread([this] { run(); });
@@ -168,26 +170,35 @@ class Engine {
     std::string text;
     size_t sent = 0;
     std::string reason = "length";
+    size_t prefilled = 0;  // prompt tokens in the slot's cache (reused or run)
   };
 
+  // Each pass: new jobs take free slots; one prompt chunk runs (so a long prompt does not stall the batch
+  // for its whole length); then one decode step of the batch.
   void run() {
     std::vector<Active> batch;
+    std::deque<Active> prefilling;
     for (;;) {
-      std::vector<std::shared_ptr<Job>> joining;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        if (batch.empty()) cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (batch.empty() && queue_.empty()) return;  // stopping, and everything queued has run
+        if (batch.empty() && prefilling.empty()) cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (batch.empty() && prefilling.empty() && queue_.empty()) return;  // stopping, everything queued has run
         while (!free_.empty() && !queue_.empty()) {
-          joining.push_back(queue_.front());
+          Active a;
+          a.job = queue_.front();
           queue_.pop_front();
+          a.gen = Generator(a.job->options.seed);
+          a.slot = take_slot(a.job->prompt);
+          prefilling.push_back(std::move(a));
         }
       }
-      for (auto& job : joining) {
-        Active a;
-        a.job = job;
-        a.gen = Generator(job->options.seed);
-        if (start(a)) batch.push_back(std::move(a));
+      if (!prefilling.empty()) {
+        Active& a = prefilling.front();
+        const int state = prefill_chunk(a);
+        if (state != 0) {
+          if (state > 0) batch.push_back(std::move(a));
+          prefilling.pop_front();
+        }
       }
       running_ = static_cast<int64_t>(batch.size());
       if (batch.empty()) continue;
@@ -196,29 +207,63 @@ class Engine {
     }
   }
 
-  // Takes a slot, runs the prompt and the first token; false when the job already ended.
-  bool start(Active& a) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      a.slot = free_.back();
-      free_.pop_back();
+  // The free slot whose cache holds the longest prefix of `prompt` (the tokens of the request it served last);
+  // that prefix is not run again. Called with mu_ held.
+  size_t take_slot(const std::vector<int64_t>& prompt) {
+    size_t best = free_.size() - 1, best_len = 0;
+    for (size_t i = 0; i < free_.size(); ++i) {
+      const std::vector<int64_t>& h = history_[free_[i]];
+      size_t n = 0;
+      while (n < h.size() && n < prompt.size() && h[n] == prompt[n]) ++n;
+      if (n > best_len) {
+        best = i;
+        best_len = n;
+      }
     }
+    const size_t slot = free_[best];
+    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
+    // At least the last prompt token runs: its logits give the first new token.
+    const size_t reuse = std::min(best_len, prompt.size() - 1);
+    history_[slot].resize(reuse);
+    slots_[slot].position = static_cast<int64_t>(reuse);
+    metrics_.prefix_reused_tokens += static_cast<int64_t>(reuse);
+    return slot;
+  }
+
+  // Runs the next chunk of a's prompt; when the prompt is done, samples the first token. 0: more to run;
+  // 1: in the batch from now; -1: the job ended.
+  int prefill_chunk(Active& a) {
     llm::Sequence& seq = slots_[a.slot];
-    seq.position = 0;
+    const std::vector<int64_t>& prompt = a.job->prompt;
+    if (a.prefilled == 0) a.prefilled = static_cast<size_t>(seq.position);
+    if (a.job->cancelled.load()) {
+      a.reason = "cancelled";
+      end(a, "");
+      return -1;
+    }
+    const size_t n = std::min(prompt.size() - a.prefilled, static_cast<size_t>(o_.prefill_chunk));
+    const std::vector<int64_t> chunk(prompt.begin() + static_cast<std::ptrdiff_t>(a.prefilled),
+                                     prompt.begin() + static_cast<std::ptrdiff_t>(a.prefilled + n));
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      const Tensor logits = model_.prefill(seq, a.job->prompt);
+      const Tensor logits = model_.prefill(seq, chunk);
+      history_[a.slot].insert(history_[a.slot].end(), chunk.begin(), chunk.end());
+      a.prefilled += n;
+      metrics_.prompt_tokens += static_cast<int64_t>(n);
+      if (a.prefilled < prompt.size()) {
+        add(metrics_.prefill_seconds, seconds_since(t0));
+        return 0;
+      }
       const int64_t t = model_.sample_first(logits, a.job->options.sampling, &a.gen);
-      metrics_.prompt_tokens += static_cast<int64_t>(a.job->prompt.size());
       add(metrics_.prefill_seconds, seconds_since(t0));
-      if (accept(a, t)) return true;
+      if (accept(a, t)) return 1;
     } catch (const std::exception& e) {
       a.reason = "error";
       end(a, e.what());
-      return false;
+      return -1;
     }
     end(a, "");
-    return false;
+    return -1;
   }
 
   // One decode step of every sequence in the batch; the ones that end leave it.
@@ -228,6 +273,7 @@ class Engine {
     for (Active& a : batch) {
       seqs.push_back(&slots_[a.slot]);
       tokens.push_back(a.ids.back());
+      history_[a.slot].push_back(a.ids.back());  // the token this step puts in the slot's cache
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<char> more(batch.size(), 0);
@@ -244,6 +290,8 @@ class Engine {
       error = e.what();  // every sequence of the step ends with it
     }
     add(metrics_.decode_seconds, seconds_since(t0));
+    if (!error.empty())
+      for (const Active& a : batch) history_[a.slot].clear();  // the caches' contents are not known: reuse none
     std::vector<Active> kept;
     for (size_t r = 0; r < batch.size(); ++r) {
       if (error.empty() && more[r]) kept.push_back(std::move(batch[r]));
@@ -327,6 +375,7 @@ class Engine {
   ServeOptions o_;
   Metrics metrics_;
   std::vector<llm::Sequence> slots_;
+  std::vector<std::vector<int64_t>> history_;  // the tokens in each slot's cache
   std::vector<size_t> free_;
   std::atomic<int64_t> running_{0};
   std::mutex mu_;
@@ -649,7 +698,9 @@ int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
     metric("kiln_requests_total", "counter", "HTTP requests received", double(m.requests.load()));
     metric("kiln_request_errors_total", "counter", "Requests answered with an error", double(m.errors.load()));
     metric("kiln_requests_cancelled_total", "counter", "Requests whose client went away", double(m.cancelled.load()));
-    metric("kiln_prompt_tokens_total", "counter", "Prompt tokens processed", double(m.prompt_tokens.load()));
+    metric("kiln_prompt_tokens_total", "counter", "Prompt tokens run through the model", double(m.prompt_tokens.load()));
+    metric("kiln_prefix_reused_tokens_total", "counter", "Prompt tokens found in a slot's cache and not run again",
+           double(m.prefix_reused_tokens.load()));
     metric("kiln_generation_tokens_total", "counter", "Tokens generated", double(m.generated_tokens.load()));
     metric("kiln_queue_length", "gauge", "Requests waiting for the engine", double(engine.queued()));
     metric("kiln_batch_running", "gauge", "Sequences in the running batch", double(engine.running()));
