@@ -41,4 +41,24 @@ std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, 
   return out;
 }
 
+Perplexity perplexity(Model& model, const std::vector<int64_t>& ids, int64_t window) {
+  KILN_CHECK(window >= 2 && window <= model.max_context(), "perplexity: the window must be in [2, ", model.max_context(),
+             "] (the model's context), got ", window);
+  Perplexity p;
+  for (size_t begin = 0; begin + 1 < ids.size(); begin += static_cast<size_t>(window)) {
+    const size_t end = std::min(ids.size(), begin + static_cast<size_t>(window));
+    const std::vector<int64_t> w(ids.begin() + static_cast<std::ptrdiff_t>(begin),
+                                 ids.begin() + static_cast<std::ptrdiff_t>(end));
+    if (w.size() < 2) break;
+    model.reset();
+    const Tensor logits = model.prefill(w, true);  // [T, V] f32
+    const int64_t T = static_cast<int64_t>(w.size());
+    const Tensor lp = log_softmax(logits.narrow(0, 0, T - 1).to(DType::F64), -1);
+    const Tensor next = from_vector<int64_t>(std::vector<int64_t>(w.begin() + 1, w.end())).to(lp.device()).unsqueeze(1);
+    p.nll_sum -= sum(gather(lp, 1, next)).item<double>();
+    p.predicted += T - 1;
+  }
+  return p;
+}
+
 }  // namespace kiln::llm

@@ -105,6 +105,25 @@ INSTANTIATE_TEST_SUITE_P(Models, Golden, ::testing::ValuesIn(kModels), [](const 
   return s;
 });
 
+// kiln's perplexity of the reference prompt equals the one transformers' f32 logits give (reference.safetensors).
+TEST_P(Golden, PerplexityEqualsTheReferenceLogits) {
+  const Reference ref = reference(GetParam());
+  ModelOptions o;
+  o.max_context = 64;
+  o.dtype = DType::F32;
+  Model m = load_model(dir_of(GetParam()), o);
+  const int64_t T = static_cast<int64_t>(ref.prompt.size());
+  const Tensor lp = log_softmax(ref.logits.narrow(0, 0, T - 1).to(DType::F64), -1);
+  double nll = 0;
+  for (int64_t t = 0; t + 1 < T; ++t) nll -= lp[t][ref.prompt[static_cast<size_t>(t + 1)]].item<double>();
+  const Perplexity p = perplexity(m, ref.prompt, T);
+  EXPECT_EQ(p.predicted, T - 1);
+  EXPECT_NEAR(p.value(), std::exp(nll / double(T - 1)), 1e-4 * std::exp(nll / double(T - 1)));
+  // Windows: two halves score T - 2 tokens.
+  EXPECT_EQ(perplexity(m, ref.prompt, (T + 1) / 2).predicted, T - 2);
+  EXPECT_TRUE(test::throws_error([&] { perplexity(m, ref.prompt, 1); }, {"window must be in [2, 64]"}));
+}
+
 // Sequences decoded together (Model::step over several sequences, as kiln serve runs them) give each its
 // solo tokens: prompts of different lengths, joining and leaving the batch at different steps; greedy and
 // seeded sampling (each sequence with its own generator, as generate() uses it).

@@ -162,6 +162,32 @@ int run_generate(const LlmOptions& o) {
   return 0;
 }
 
+int run_perplexity(const LlmOptions& o) {
+  const Device dev = parse_device(o.device);
+  KILN_CHECK(!o.model.empty(), "kiln perplexity needs a model directory (-m DIR) with a tokenizer");
+  KILN_CHECK(!o.file.empty(), "kiln perplexity needs --file TEXT_FILE");
+  std::ifstream in(o.file, std::ios::binary);
+  KILN_CHECK(in.good(), "perplexity: cannot read \"", o.file, "\"");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const Tokenizer tok = Tokenizer::from_model_dir(o.model);
+  const auto ids32 = tok.encode(text, true);
+  const std::vector<int64_t> ids(ids32.begin(), ids32.end());
+  KILN_CHECK(ids.size() >= 2, "perplexity: the file has ", ids.size(), " tokens; at least 2 are needed");
+  const int64_t window = o.ctx > 0 ? o.ctx : 512;
+  Model m = open_model(o, dev, window);
+  const auto t0 = std::chrono::steady_clock::now();
+  const llm::Perplexity p = llm::perplexity(m, ids, window);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << fmt::format("perplexity: {:.4f} ({} tokens scored in windows of {}; {} tokens in the file; {:.1f} s)\n",
+                           p.value(), p.predicted, window, ids.size(), s);
+  if (!o.json.empty())
+    std::ofstream(o.json) << nlohmann::json{{"perplexity", p.value()}, {"nll_sum", p.nll_sum}, {"predicted", p.predicted},
+                                            {"window", window}, {"tokens", ids.size()}}
+                                 .dump(1)
+                          << "\n";
+  return 0;
+}
+
 int run_logits(const LlmOptions& o) {
   const Device dev = parse_device(o.device);
   KILN_CHECK(!o.prompt_ids.empty(), "kiln logits needs --prompt-ids");
@@ -361,6 +387,11 @@ void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
   o.logits->add_option("--prompt-ids", o.prompt_ids, "The prompt as token ids: 1,2,3")->required();
   o.logits->add_option("--out", o.out, "Output JSON file")->required();
 
+  o.perplexity = app.add_subcommand("perplexity", "Perplexity of a text file under a model (windows of --ctx tokens)");
+  model_opts(o.perplexity);
+  o.perplexity->add_option("--file", o.file, "The text (UTF-8)")->required();
+  o.perplexity->add_option("--ctx", o.ctx, "Window length in tokens (default 512)");
+  o.perplexity->add_option("--json", o.json, "Also write the result as JSON to this file");
   o.check = app.add_subcommand("check", "Run a prompt on CUDA and on the CPU and compare every layer");
   model_opts(o.check);
   o.check->add_option("-p,--prompt", o.prompt, "The prompt text");
@@ -379,6 +410,7 @@ void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
 std::optional<int> run_llm_commands(const LlmOptions& o) {
   if (o.generate && *o.generate) return run_generate(o);
   if (o.logits && *o.logits) return run_logits(o);
+  if (o.perplexity && *o.perplexity) return run_perplexity(o);
   if (o.check && *o.check) return run_check(o);
   if (o.bench && *o.bench && o.bench->get_subcommands().empty()) return run_bench_model(o);
   return std::nullopt;

@@ -12,13 +12,13 @@ namespace kiln::cli {
 struct LlmOptions {
   std::string model, preset, device = "auto", dtype;
   bool no_graph = false;
-  std::string prompt, prompt_ids, out, json;
+  std::string prompt, prompt_ids, out, json, file;
   int64_t n = 128, ctx = 0, top_k = 20, pp = 512, tg = 128;
   int repeats = 3;
   double temp = 0.7, top_p = 0.95, min_p = 0.0;
   uint64_t seed = 0;
   bool ids_only = false, chat = false, ignore_eos = false;
-  CLI::App *generate = nullptr, *logits = nullptr, *check = nullptr, *bench = nullptr;
+  CLI::App *generate = nullptr, *logits = nullptr, *check = nullptr, *bench = nullptr, *perplexity = nullptr;
 };
 
 // Registers generate, logits and check on `app`, and the model benchmark's options on `bench`.

@@ -2,6 +2,7 @@
 // stop id; tokens are handed to a callback as they are sampled (streaming).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -30,5 +31,15 @@ struct GenerateStats {
 // Generates after `prompt` (the model's cache is reset first). Returns the generated ids.
 std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, const GenerateOptions& options,
                               GenerateStats* stats = nullptr);
+
+// Perplexity of `ids` under the model: the text cut into consecutive windows of `window` tokens (the last may
+// be shorter), each run from an empty cache; every token but a window's first is predicted from the ones
+// before it in its window. exp(mean negative log-likelihood), summed in double.
+struct Perplexity {
+  double nll_sum = 0;       // nats
+  int64_t predicted = 0;    // tokens scored
+  double value() const { return predicted > 0 ? std::exp(nll_sum / static_cast<double>(predicted)) : 0.0; }
+};
+Perplexity perplexity(Model& model, const std::vector<int64_t>& ids, int64_t window);
 
 }  // namespace kiln::llm
