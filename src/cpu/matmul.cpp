@@ -1,6 +1,9 @@
 #include "cpu/matmul.h"
 
 #include <cblas.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <climits>
@@ -200,6 +203,54 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
   }
 }
 }  // namespace
+
+#if KILN_F16C_KERNELS
+bool have_f16c() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return yes;
+}
+
+namespace {
+__attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+template <int R>
+__attribute__((target("avx2,fma,f16c"))) void dot_rows(const float* x, int64_t ldx, const uint16_t* w, int64_t n,
+                                                      float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + i), v, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum(acc[r]);
+  for (; i < n; ++i) {
+    const float v = _cvtsh_ss(w[i]);
+    for (int r = 0; r < R; ++r) out[r] += x[r * ldx + i] * v;
+  }
+}
+}  // namespace
+
+__attribute__((target("avx2,fma,f16c"))) void f16c_widen(const uint16_t* w, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))));
+  for (; i < n; ++i) out[i] = _cvtsh_ss(w[i]);
+}
+
+void f16c_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out) {
+  switch (rows) {
+    case 1: return dot_rows<1>(x, ldx, w, n, out);
+    case 2: return dot_rows<2>(x, ldx, w, n, out);
+    case 3: return dot_rows<3>(x, ldx, w, n, out);
+    default: return dot_rows<4>(x, ldx, w, n, out);
+  }
+}
+#endif
 
 bool gemm_half_takes(const Tensor& a, const Tensor& b) {
   return a.dim() == 3 && a.dtype() == b.dtype() && (a.dtype() == DType::BF16 || a.dtype() == DType::F16) &&

@@ -78,6 +78,27 @@ TEST(Linear, HalfWeightAcrossSlicesAndStridedInput) {
   }
 }
 
+// Every K around the 8-wide F16C steps (the tails), 1 to 7 rows (the 4-row blocks and their remainders), and
+// f16's extremes (subnormals, the largest finite) widened exactly.
+TEST(Linear, HalfWeightsAtEveryTailAndRowCount) {
+  for (DType dt : {DType::F16, DType::BF16}) {
+    for (int64_t k : {1, 7, 8, 9, 15, 16, 17, 33, 257}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 7}) {
+        SCOPED_TRACE(str(dtype_name(dt), " k ", k, " m ", m));
+        const Tensor w = test::random_tensor({13, k}, dt, -1, 1), x = test::random_tensor({m, k}, dt, -1, 1);
+        EXPECT_TRUE(test::linear_close(linear(x, w), linear_ref(x, w, std::nullopt),
+                                       test::linear_abs_scale(x, w, std::nullopt), dt, k));
+      }
+    }
+  }
+  // f16's subnormals and smallest normal as weights against ones: the widening keeps each exactly (an f32 sum
+  // of exact values, one rounding to f16 at the end, here exact too).
+  const double sub = std::ldexp(1.0, -24);
+  const Tensor ws = from_vector<double>({sub, 1023 * sub, std::ldexp(1.0, -14), sub}).to(DType::F16).reshape({1, 4});
+  EXPECT_EQ(linear(ones({1, 4}, DType::F16), ws).to(DType::F64).item<double>(),
+            static_cast<double>(Half(static_cast<float>(2 * sub + 1023 * sub + std::ldexp(1.0, -14)))));
+}
+
 TEST(Linear, TransposedInputAndZeroRows) {
   const Tensor xt = test::random_tensor({40, 5}, DType::F32).t();  // [5, 40], not contiguous
   const Tensor w = test::random_tensor({7, 40}, DType::F32);
