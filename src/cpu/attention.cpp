@@ -24,6 +24,10 @@ constexpr int64_t kRowBlock = 32;  // query rows per work item: the k/v gather i
 // acc += p v over n channels in f64, with AVX2 clones (cpu/clones.h; q . k is simd_dot there).
 template <class S>
 KILN_SIMD_CLONES void axpy_f64(double* __restrict acc, double p, const S* __restrict v, int64_t n) {
+#if KILN_F16C_KERNELS
+  if constexpr (std::is_same_v<S, Half>)
+    if (have_f16c()) return f16c_axpy_f64(acc, p, reinterpret_cast<const uint16_t*>(v), n);
+#endif
 #pragma omp simd
   for (int64_t c = 0; c < n; ++c) acc[c] += p * convert<double>(v[c]);
 }

@@ -24,12 +24,26 @@ namespace kiln::cpu {
 bool have_f16c();
 void f16c_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out);
 void f16c_widen(const uint16_t* w, int64_t n, float* out);
+double f16c_dot_f64(const double* x, const uint16_t* w, int64_t n);
+void f16c_axpy_f64(double* acc, double p, const uint16_t* v, int64_t n);  // acc += p v
 #endif
 
 // x . w over n elements, w widened to Acc (f32 or f64) element by element; the sum is reassociated across
 // SIMD lanes.
 template <class Acc, class S>
 KILN_SIMD_CLONES Acc simd_dot(const Acc* __restrict x, const S* __restrict w, int64_t n) {
+#if KILN_F16C_KERNELS
+  if constexpr (std::is_same_v<S, Half>) {
+    if (have_f16c()) {
+      if constexpr (std::is_same_v<Acc, double>) return f16c_dot_f64(x, reinterpret_cast<const uint16_t*>(w), n);
+      if constexpr (std::is_same_v<Acc, float>) {
+        float out;
+        f16c_dot_rows(1, x, n, reinterpret_cast<const uint16_t*>(w), n, &out);
+        return out;
+      }
+    }
+  }
+#endif
   Acc s = 0;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += x[i] * static_cast<Acc>(w[i]);
