@@ -297,3 +297,44 @@ def test_chunked_prefill_and_prefix_reuse_change_no_token(model):
             assert a.result() == solo("Once upon a time", 60) and b.result() == solo("word " * 40, 8)
     finally:
         assert s.stop() == 0
+
+
+def test_soak_of_mixed_requests_leaks_no_memory(model):
+    # 2,000 requests of every kind (completions, chat, streams, bad bodies, disconnects) over 8 connections;
+    # the server's resident memory after them stays where it was after the first few hundred.
+    s = Server(model, "--max-batch", "4", ctx=128)
+
+    def rss():
+        with open(f"/proc/{s.proc.pid}/status") as f:
+            return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
+
+    def one(i):
+        kind = i % 5
+        if kind == 0:
+            return s.post("/v1/completions", {"prompt": f"soak {i}", "max_tokens": 4, "temperature": 0.7, "seed": i})[0]
+        if kind == 1:
+            return s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": f"hi {i}"}],
+                                                   "max_tokens": 3})[0]
+        if kind == 2:
+            return s.request("POST", "/v1/completions", {"prompt": f"stream {i}", "max_tokens": 4, "stream": True})[0]
+        if kind == 3:
+            return s.request("POST", "/v1/completions", raw='{"prompt": ' + "[" * (i % 50))[0]
+        c = socket.create_connection(("127.0.0.1", s.port))
+        body = json.dumps({"prompt": "x", "max_tokens": 8, "stream": True})
+        c.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+        c.close()
+        return 0
+
+    try:
+        with ThreadPoolExecutor(8) as ex:
+            statuses = list(ex.map(one, range(300)))
+            time.sleep(0.5)
+            base = rss()
+            statuses += list(ex.map(one, range(300, 2000)))
+        assert set(statuses) <= {0, 200, 400}, sorted(set(statuses))
+        time.sleep(0.5)
+        grown = rss() - base
+        assert grown < 16 << 20, f"resident memory grew by {grown >> 20} MiB over 1,700 requests"
+        assert s.request("GET", "/health") == (200, '{"status":"ok"}')
+    finally:
+        assert s.stop() == 0
