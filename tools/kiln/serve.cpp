@@ -146,6 +146,7 @@ class Engine {
     return queue_.size();
   }
   int64_t running() const { return running_.load(); }
+  int64_t running_peak() const { return running_peak_.load(); }
 
   // Queues a job; a full queue is a 429.
   void submit(const std::shared_ptr<Job>& job) {
@@ -201,6 +202,7 @@ class Engine {
         }
       }
       running_ = static_cast<int64_t>(batch.size());
+      running_peak_ = std::max(running_peak_.load(), running_.load());
       if (batch.empty()) continue;
       step(batch);
       running_ = static_cast<int64_t>(batch.size());
@@ -377,7 +379,7 @@ class Engine {
   std::vector<llm::Sequence> slots_;
   std::vector<std::vector<int64_t>> history_;  // the tokens in each slot's cache
   std::vector<size_t> free_;
-  std::atomic<int64_t> running_{0};
+  std::atomic<int64_t> running_{0}, running_peak_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
@@ -704,6 +706,7 @@ int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
     metric("kiln_generation_tokens_total", "counter", "Tokens generated", double(m.generated_tokens.load()));
     metric("kiln_queue_length", "gauge", "Requests waiting for the engine", double(engine.queued()));
     metric("kiln_batch_running", "gauge", "Sequences in the running batch", double(engine.running()));
+    metric("kiln_batch_running_max", "gauge", "The most sequences decoded together so far", double(engine.running_peak()));
     const double pf = m.prefill_seconds.load(), dc = m.decode_seconds.load();
     metric("kiln_prefill_seconds_total", "counter", "Time spent in prefill", pf);
     metric("kiln_decode_seconds_total", "counter", "Time spent decoding", dc);
