@@ -126,22 +126,24 @@ Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tenso
   const Tensor win = windows(xp, k, s, d, op);  // [N, C, *O, *K]
   const Shape out_sp(win.sizes().begin() + 2, win.sizes().begin() + 2 + nsp);
   const int64_t rows = n * prod(out_sp), cg = c / groups, kk = cg * prod(k), og = cout / groups;
-  // im2col: [N, g, cg, *O, *K] -> [g, N, *O, cg, *K] -> [g, rows, kk]
+  // im2col with the output positions innermost: [N, g, cg, *O, *K] -> [g, cg, *K, N, *O] -> [g, kk, rows]. The
+  // copy then moves runs along the output's last dim (contiguous in the input for stride 1), not runs of the
+  // kernel's width, and the product [g, og, kk] x [g, kk, rows] lands as [g, og, N, *O]: for one image
+  // already the output's layout.
   Shape split = {n, groups, cg};
   split.insert(split.end(), win.sizes().begin() + 2, win.sizes().end());
-  Shape order = {1, 0};
-  for (int64_t i = 0; i < nsp; ++i) order.push_back(3 + i);
-  order.push_back(2);
+  Shape order = {1, 2};
   for (int64_t i = 0; i < nsp; ++i) order.push_back(3 + nsp + i);
-  const Tensor cols = win.reshape(split).permute(order).reshape({groups, rows, kk});
-  const Tensor wmat = weight.reshape({groups, og, kk}).transpose(1, 2);  // [g, kk, og]
-  Tensor y = bmm(cols, wmat);                                            // [g, rows, og]
-  // [g, N, *O, og] -> [N, g, og, *O] -> [N, C_out, *O]
-  Shape ysplit = {groups, n};
+  order.push_back(0);
+  for (int64_t i = 0; i < nsp; ++i) order.push_back(3 + i);
+  const Tensor cols = win.reshape(split).permute(order).reshape({groups, kk, rows});
+  const Tensor wmat = weight.reshape({groups, og, kk});  // [g, og, kk]
+  Tensor y = bmm(wmat, cols);                            // [g, og, rows]
+  // [g, og, N, *O] -> [N, g, og, *O] -> [N, C_out, *O]
+  Shape ysplit = {groups, og, n};
   ysplit.insert(ysplit.end(), out_sp.begin(), out_sp.end());
-  ysplit.push_back(og);
-  Shape yorder = {1, 0, 2 + nsp};
-  for (int64_t i = 0; i < nsp; ++i) yorder.push_back(2 + i);
+  Shape yorder = {2, 0, 1};
+  for (int64_t i = 0; i < nsp; ++i) yorder.push_back(3 + i);
   Shape out = {n, cout};
   out.insert(out.end(), out_sp.begin(), out_sp.end());
   y = y.reshape(ysplit).permute(yorder).reshape(out);
