@@ -25,3 +25,4 @@ int kiln_fuzz_config(const uint8_t* data, size_t size);
 int kiln_fuzz_tokenizer(const uint8_t* data, size_t size);
 int kiln_fuzz_tokenizer_encode(const uint8_t* data, size_t size);
 int kiln_fuzz_chat(const uint8_t* data, size_t size);
+int kiln_fuzz_gguf(const uint8_t* data, size_t size);

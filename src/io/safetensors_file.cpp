@@ -1,8 +1,4 @@
 // Opening safetensors files (memory-mapped) and sharded checkpoints.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -10,52 +6,11 @@
 #include <unordered_map>
 
 #include "io/json_strict.h"
+#include "io/mapping.h"
 #include "kiln/io.h"
 #include "kiln/ops.h"
 
 namespace kiln {
-
-namespace {
-
-// A whole-file mapping, unmapped when the last tensor viewing it goes.
-struct Mapping {
-  void* addr = nullptr;
-  size_t size = 0;
-  ~Mapping() {
-    if (addr) ::munmap(addr, size);
-  }
-};
-
-std::shared_ptr<const Mapping> map_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  KILN_CHECK(fd >= 0, "safetensors file '", path, "': cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(str("safetensors file '", path, "': not a regular file"));
-  }
-  auto m = std::make_shared<Mapping>();
-  m->size = static_cast<size_t>(st.st_size);
-  if (m->size > 0) {
-    // Private and writable: reads come straight from the page cache, and a write to a tensor view (fill_,
-    // copy_) copies that page for this process instead of faulting; the file itself is never modified
-    // (it is opened read-only).
-    // Under strict overcommit accounting (vm.overcommit_memory=2) a writable private mapping is charged
-    // in full and may be refused: map it read-only then (a write to a view would fault there).
-    void* p = ::mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED && errno == ENOMEM) p = ::mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      throw Error(str("safetensors file '", path, "': mmap of ", m->size, " bytes failed: ", std::strerror(e)));
-    }
-    m->addr = p;
-  }
-  ::close(fd);  // the mapping keeps its own reference to the file
-  return m;
-}
-
-}  // namespace
 
 struct SafetensorsFile::State {
   std::string path;
@@ -82,7 +37,7 @@ SafetensorsFile SafetensorsFile::from_memory(const uint8_t* bytes, size_t size, 
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  auto m = map_file(path);
+  auto m = io::map_file(path, "safetensors file");
   const auto* bytes = static_cast<const uint8_t*>(m->addr);
   return from_memory(bytes, m->size, m, path);
 }

@@ -42,5 +42,6 @@ TEST(FuzzCorpus, ConfigInputsReplay) { replay("config", kiln_fuzz_config, 10); }
 TEST(FuzzCorpus, TokenizerInputsReplay) { replay("tokenizer", kiln_fuzz_tokenizer, 4); }
 TEST(FuzzCorpus, TokenizerEncodeInputsReplay) { replay("tokenizer_encode", kiln_fuzz_tokenizer_encode, 20); }
 TEST(FuzzCorpus, ChatInputsReplay) { replay("chat", kiln_fuzz_chat, 5); }
+TEST(FuzzCorpus, GgufInputsReplay) { replay("gguf", kiln_fuzz_gguf, 1); }
 
 }  // namespace
