@@ -445,6 +445,8 @@ Tensor Model::step(const std::vector<Sequence*>& seqs, const std::vector<int64_t
   KILN_CHECK(B >= 1 && tokens.size() == seqs.size(), "step: one token per sequence, got ", tokens.size(), " for ", B);
   const Device dev = options_.device;
   std::vector<StepInputs> in(static_cast<size_t>(B));
+  // Every sequence's position and cache length after the step, in one host-to-device copy: [2, B].
+  std::vector<int32_t> pos_len(static_cast<size_t>(2 * B));
   for (int64_t b = 0; b < B; ++b) {
     Sequence& seq = *seqs[static_cast<size_t>(b)];
     KILN_CHECK(static_cast<int64_t>(seq.k.size()) == config_.num_layers, "step: sequence ", b,
@@ -454,11 +456,16 @@ Tensor Model::step(const std::vector<Sequence*>& seqs, const std::vector<int64_t
       KILN_CHECK(seqs[static_cast<size_t>(c)] != &seq, "step: sequence ", b, " is also sequence ", c);
     const int64_t t = tokens[static_cast<size_t>(b)];
     KILN_CHECK(t >= 0 && t < config_.vocab_size, "step: token id ", t, " is outside the vocabulary");
+    pos_len[static_cast<size_t>(b)] = static_cast<int32_t>(seq.position);
+    pos_len[static_cast<size_t>(B + b)] = static_cast<int32_t>(seq.position + 1);
+  }
+  const Tensor pl = from_vector<int32_t>(pos_len).to(dev);
+  for (int64_t b = 0; b < B; ++b) {
     StepInputs& x = in[static_cast<size_t>(b)];
     x.start = -1;
-    x.positions = i32_scalar_buffer(seq.position, dev);
+    x.positions = pl.narrow(0, b, 1);
     x.at = x.positions;
-    x.lengths = i32_scalar_buffer(seq.position + 1, dev);
+    x.lengths = pl.narrow(0, B + b, 1);
   }
   const Tensor ids = from_vector<int64_t>(tokens).to(dev);
   // Row b of the products is sequence b's token; attention goes sequence by sequence.
