@@ -22,6 +22,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include "kiln/chat.h"
@@ -170,6 +171,11 @@ class Engine {
     std::vector<int32_t> ids;
     std::string text;
     size_t sent = 0;
+    // Incremental detokenization: `text` holds the decoded ids[0, read); the next piece is what decoding
+    // ids[prefix, ...) adds to decoding ids[prefix, read) (a window of a few tokens, so each token costs the
+    // same however long the output, and a tokenizer that treats a text's first token apart decodes alike).
+    size_t prefix = 0, read = 0;
+    bool cut = false;  // the text ended at a stop string
     std::string reason = "length";
     size_t prefilled = 0;  // prompt tokens in the slot's cache (reused or run)
   };
@@ -318,15 +324,15 @@ class Engine {
         a.reason = "stop";
         go_on = false;
       }
-    if (tok_) a.text = tok_->decode(a.ids, true);
+    detokenize(a, false);
     size_t ready = a.text.size();
-    if (ready >= 3 && a.text.compare(ready - 3, 3, "\xEF\xBF\xBD") == 0) ready -= 3;
     for (const std::string& s : job.stop) {
       const size_t at = a.text.find(s, a.sent > s.size() ? a.sent - s.size() : 0);
       if (at != std::string::npos) {
         a.text.resize(at);
         ready = std::max(at, a.sent);
         a.reason = "stop";
+        a.cut = true;
         go_on = false;
       } else {
         for (size_t k = std::min(s.size() - 1, ready); k > 0; --k)
@@ -348,9 +354,24 @@ class Engine {
     return go_on;
   }
 
+  // Appends the text the tokens since `read` add, unless it ends in an incomplete UTF-8 sequence (the next
+  // token may complete it); `final` appends it anyway.
+  void detokenize(Active& a, bool final) {
+    if (!tok_ || a.read == a.ids.size()) return;
+    const std::span<const int32_t> ids(a.ids);
+    const std::string before = tok_->decode(ids.subspan(a.prefix, a.read - a.prefix), true);
+    const std::string now = tok_->decode(ids.subspan(a.prefix), true);
+    const bool incomplete = now.size() >= 3 && now.compare(now.size() - 3, 3, "\xEF\xBF\xBD") == 0;
+    if (now.size() <= before.size() || (incomplete && !final)) return;
+    a.text += now.substr(before.size());
+    a.prefix = a.read;
+    a.read = a.ids.size();
+  }
+
   // The job is over: the rest of its text, its finish reason, and its slot back.
   void end(Active& a, const std::string& error) {
     Job& job = *a.job;
+    if (!a.cut) detokenize(a, true);
     if (a.reason == "cancelled") metrics_.cancelled++;
     if (!error.empty()) metrics_.errors++;
     {
