@@ -3,11 +3,16 @@
 # device-check.sh, ab-binaries.sh), so that they reuse one build folder:
 # - -lineinfo: line tables in the device code, so compute-sanitizer and Nsight name source lines (no
 #   change to the generated code);
-# - PCRE2 / utf8proc unpacked by scripts/fetch-device-deps.sh (static libraries), when .deps/root exists.
+# - PCRE2 / utf8proc unpacked by scripts/fetch-device-deps.sh (static libraries), when .deps/root exists;
+# - cpp-httplib from there too (a shared library; `kiln serve`), when its dependencies load on the machine.
 echo "-DCMAKE_CUDA_FLAGS=-lineinfo"
 root="$(cd "$(dirname "$0")/.." && pwd)/.deps/root"
 lib="$root/usr/lib/x86_64-linux-gnu"
 if [ -f "$lib/libpcre2-8.a" ] && [ -f "$lib/libutf8proc.a" ]; then
   echo "-DKILN_PCRE2_INCLUDE=$root/usr/include -DKILN_PCRE2=$lib/libpcre2-8.a" \
        "-DKILN_UTF8PROC_INCLUDE=$root/usr/include -DKILN_UTF8PROC=$lib/libutf8proc.a"
+fi
+httplib=$(ls "$lib"/libcpp-httplib.so.* 2> /dev/null | head -1)
+if [ -n "$httplib" ] && [ -f "$root/usr/include/httplib.h" ] && ! ldd "$httplib" | grep -q "not found"; then
+  echo "-DKILN_HTTPLIB_INCLUDE=$root/usr/include -DKILN_HTTPLIB=$httplib"
 fi

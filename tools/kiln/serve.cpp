@@ -9,10 +9,12 @@
 #include "serve.h"
 
 #include <httplib.h>
+#include <semaphore.h>
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -581,7 +583,10 @@ bool equal_constant_time(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// SIGTERM and SIGINT, blocked in every thread, are taken by one thread with sigwait (no work in a handler).
+// SIGTERM and SIGINT: the handler only posts a semaphore (async-signal-safe) that one thread waits on. The signals
+// are blocked in the threads run_serve starts (HTTP workers, the engine), but libraries may have started threads
+// before it (a BLAS thread pool, the CUDA driver's), and the kernel may deliver the signal to any of those: a
+// handler, unlike sigwait, catches it there too instead of the default action ending the process.
 sigset_t stop_signals() {
   sigset_t set;
   sigemptyset(&set);
@@ -589,12 +594,25 @@ sigset_t stop_signals() {
   sigaddset(&set, SIGINT);
   return set;
 }
+sem_t stop_semaphore;
+volatile sig_atomic_t stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  stop_signal = sig;
+  sem_post(&stop_semaphore);
+}
 
 }  // namespace
 
 int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
   // Before any thread starts, so that every thread inherits the mask.
   const sigset_t signals = stop_signals();
+  sem_init(&stop_semaphore, 0, 0);
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const Device dev = device_of(model_options.device);
   std::optional<Tokenizer> tok;
@@ -753,9 +771,10 @@ int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
     throw Error(str("serve: cannot listen on ", o.host, ":", o.port, " (in use, or not an address of this machine)"));
   std::atomic<bool> listening{true};
   std::thread signal_thread([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    if (listening) std::cerr << "kiln serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << "\n";
+    pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);  // this thread takes them when no library thread does
+    while (sem_wait(&stop_semaphore) != 0 && errno == EINTR) {
+    }
+    if (listening) std::cerr << "kiln serve: " << (stop_signal == SIGINT ? "SIGINT" : "SIGTERM") << "\n";
     svr.stop();
   });
   std::cerr << "kiln serve: " << model_id << " on " << dev.str() << ", context " << engine.model().max_context()
@@ -764,7 +783,7 @@ int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
             << std::flush;
   svr.listen_after_bind();
   listening = false;
-  pthread_kill(signal_thread.native_handle(), SIGTERM);  // wakes the signal thread if no signal came
+  sem_post(&stop_semaphore);  // wakes the signal thread if no signal came
   signal_thread.join();
   std::cerr << "kiln serve: stopping; finishing the queued requests\n";
   return 0;  // the engine's destructor runs what is queued, then joins
