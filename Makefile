@@ -31,13 +31,18 @@ configure: $(BUILD)/build.ninja
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The demo: the devices, an operator demo, then the engine on a small random checkpoint written by kiln
-# (its text is noise: the weights are random) and the decode benchmark of a real model shape.
+# The demo: the devices, an operator demo, then the engine on the model that ships in models/kiln-tiny (a
+# 25 M-parameter Qwen3 trained on the Python documentation by scripts/train_tiny.py): text from a prompt, its
+# perplexity of held-out text next to transformers' (they must agree to 3 significant digits), and the
+# decode benchmark of a real model shape (random weights).
+TINY = models/kiln-tiny
 demo: build
 	$(BUILD)/bin/kiln info
 	$(BUILD)/bin/kiln demo
-	@d=$$(mktemp -d) && $(BUILD)/bin/kiln init-model $$d/tiny-qwen3 --tokenizer tests/data/tokenizers/qwen2.json && \
-	  $(BUILD)/bin/kiln generate -m $$d/tiny-qwen3 -p "The kiln is hot" -n 24 --seed 1; rc=$$?; rm -rf $$d; exit $$rc
+	$(BUILD)/bin/kiln generate -m $(TINY) -p "The Python interpreter" -n 48 --temp 0.7 --seed 1 --device cpu
+	@if command -v nvidia-smi > /dev/null 2>&1; then \
+	  $(BUILD)/bin/kiln generate -m $(TINY) -p "A dictionary" -n 48 --temp 0.7 --seed 1 --device auto; fi
+	$(BUILD)/bin/kiln perplexity -m $(TINY) --file $(TINY)/heldout.txt --reference $(TINY)/perplexity.json
 	$(BUILD)/bin/kiln bench --preset qwen3-0.6b $(DEMO_BENCH_ARGS)
 
 test: build

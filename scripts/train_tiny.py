@@ -284,7 +284,9 @@ def main():
                     os.path.join(a.out, "perplexity.json")], check=True)
     with open(os.path.join(a.out, "perplexity.json")) as f:
         p = json.load(f)
-    p["computed_by"] = "transformers (bench/torch_perplexity.py, f32 weights from the bf16 checkpoint)"
+    import transformers
+    p["computed_by"] = (f"transformers {transformers.__version__} with bench/torch_perplexity.py "
+                        "(f32 weights from the bf16 checkpoint)")
     with open(os.path.join(a.out, "perplexity.json"), "w") as f:
         json.dump(p, f, indent=1)
     print(f"done in {time.time() - t0:.0f} s: {a.out}")

@@ -152,6 +152,8 @@ int run_generate(const LlmOptions& o) {
     }
     return true;
   };
+  // A plain text prompt is printed first, so that the continuation reads on from it.
+  if (!o.ids_only && tok && !o.chat && o.prompt_ids.empty()) std::cout << o.prompt << std::flush;
   llm::GenerateStats st;
   llm::generate(m, prompt, g, &st);
   if (o.ids_only || !tok) std::cout << join_ids(generated) << "\n";
@@ -185,6 +187,31 @@ int run_perplexity(const LlmOptions& o) {
                                             {"window", window}, {"tokens", ids.size()}}
                                  .dump(1)
                           << "\n";
+  if (!o.reference.empty()) {
+    // The same file scored elsewhere (scripts/train_tiny.py stores transformers' figure with its model): the two
+    // must agree to 3 significant digits.
+    std::ifstream rf(o.reference);
+    KILN_CHECK(rf.good(), "perplexity: cannot read the reference \"", o.reference, "\"");
+    nlohmann::json r;
+    try {
+      r = nlohmann::json::parse(rf);
+    } catch (const std::exception& e) {
+      throw Error(str("perplexity: the reference \"", o.reference, "\" is not JSON: ", e.what()));
+    }
+    KILN_CHECK(r.is_object() && r.contains("perplexity") && r["perplexity"].is_number(), "perplexity: the reference \"",
+               o.reference, "\" has no number \"perplexity\"");
+    const double ref = r["perplexity"].get<double>();
+    const auto digits3 = [](double v) { return fmt::format("{:.3g}", v); };
+    const bool agree = digits3(ref) == digits3(p.value());
+    const std::string by = r.contains("computed_by") && r["computed_by"].is_string() ? r["computed_by"].get<std::string>()
+                                                                                      : o.reference;
+    std::cout << fmt::format("reference:  {:.4f}, computed by {}; to 3 significant digits {} {} {}\n", ref, by, digits3(p.value()),
+                             agree ? "=" : "!=", digits3(ref));
+    if (r.contains("predicted") && r["predicted"].is_number_integer() && r["predicted"].get<int64_t>() != p.predicted)
+      std::cout << fmt::format("note: the reference scored {} tokens, kiln {}\n", r["predicted"].get<int64_t>(),
+                               p.predicted);
+    if (!agree) return 1;
+  }
   return 0;
 }
 
@@ -392,6 +419,9 @@ void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
   o.perplexity->add_option("--file", o.file, "The text (UTF-8)")->required();
   o.perplexity->add_option("--ctx", o.ctx, "Window length in tokens (default 512)");
   o.perplexity->add_option("--json", o.json, "Also write the result as JSON to this file");
+  o.perplexity->add_option("--reference", o.reference,
+                           "A JSON file with another implementation's \"perplexity\" for the same file and --ctx: print "
+                           "both; exit 1 unless they agree to 3 significant digits");
   o.check = app.add_subcommand("check", "Run a prompt on CUDA and on the CPU and compare every layer");
   model_opts(o.check);
   o.check->add_option("-p,--prompt", o.prompt, "The prompt text");

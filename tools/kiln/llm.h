@@ -13,6 +13,7 @@ struct LlmOptions {
   std::string model, preset, device = "auto", dtype;
   bool no_graph = false;
   std::string prompt, prompt_ids, out, json, file;
+  std::string reference;  // kiln perplexity: another implementation's result (JSON with "perplexity") to compare with
   int64_t n = 128, ctx = 0, top_k = 20, pp = 512, tg = 128;
   int repeats = 3;
   double temp = 0.7, top_p = 0.95, min_p = 0.0;
