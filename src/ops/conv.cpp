@@ -1,5 +1,6 @@
-// Convolution, pooling and resampling (kiln/nn.h), composed from kiln's ops so that every backend runs them:
-// a convolution is a strided view of the padded input's windows (no copy), gathered once into rows
+// Convolution, pooling and resampling (kiln/nn.h). On CUDA a convolution goes to cuDNN (src/cuda/conv.h) where
+// it is present and takes the case; otherwise, and on the CPU, all of these are composed from kiln's ops so that
+// every backend runs them: a convolution is a strided view of the padded input's windows (no copy), gathered once into rows
 // (im2col) and multiplied by the weight with one (batched, per group) matrix product; transposed
 // convolutions are convolutions of the zero-interleaved input with the flipped, transposed weight; pools
 // reduce the same window view; interpolation gathers along one spatial dim at a time.
@@ -7,6 +8,9 @@
 #include <limits>
 
 #include "kiln/nn.h"
+#if KILN_HAVE_CUDNN
+#include "cuda/conv.h"
+#endif
 
 namespace kiln {
 
@@ -121,6 +125,26 @@ Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tenso
     left = right = expand_arg(std::get<Shape>(padding_arg), nsp, "padding", op);
     for (int64_t v : left) KILN_CHECK(v >= 0, op, ": padding must be >= 0");
   }
+  const auto with_bias = [&](Tensor y) {
+    if (bias) {
+      Shape b(static_cast<size_t>(nsp + 2), 1);
+      b[1] = cout;
+      y = add(y, bias->reshape(b));
+    }
+    return has_batch ? y : y.squeeze(0);
+  };
+#if KILN_HAVE_CUDNN
+  if (x.is_cuda()) {
+    Shape out = {n, cout};
+    for (int64_t i = 0; i < nsp; ++i) out.push_back((x.size(2 + i) + left[i] + right[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1);
+    bool fits = true;
+    for (int64_t i = 0; i < nsp; ++i) fits = fits && x.size(2 + i) + left[i] + right[i] >= d[i] * (k[i] - 1) + 1;
+    if (fits) {
+      Tensor y = empty(out, x.dtype(), x.device());
+      if (cuda::cudnn_conv_forward(x.contiguous(), weight.contiguous(), y, {s, d, left, right})) return with_bias(y);
+    }
+  }
+#endif
   const std::vector<int64_t> pads = pad_list(left, right);
   const Tensor xp = any_nonzero(pads) ? pad(x, pads) : x;
   const Tensor win = windows(xp, k, s, d, op);  // [N, C, *O, *K]
@@ -147,13 +171,7 @@ Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tenso
   Shape out = {n, cout};
   out.insert(out.end(), out_sp.begin(), out_sp.end());
   y = y.reshape(ysplit).permute(yorder).reshape(out);
-  if (bias) {
-    Shape b(static_cast<size_t>(nsp + 2), 1);
-    b[1] = cout;
-    y = add(y, bias->reshape(b));
-  }
-  y = y.contiguous();
-  return has_batch ? y : y.squeeze(0);
+  return with_bias(bias ? y : y.contiguous());
 }
 
 Tensor conv_transpose(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, const Shape& stride_arg,
@@ -179,6 +197,31 @@ Tensor conv_transpose(const Tensor& input, const Tensor& weight, const std::opti
     KILN_CHECK(op_pad[i] >= 0 && (op_pad[i] < s[i] || op_pad[i] < d[i]), op, ": output_padding (", op_pad[i],
                ") must be smaller than the stride or the dilation");
   }
+  if (bias)
+    KILN_CHECK(bias->dim() == 1 && bias->size(0) == groups * weight.size(1), op, ": bias must be [",
+               groups * weight.size(1), "], got ", bias->meta());
+#if KILN_HAVE_CUDNN
+  // cuDNN: the gradient of a forward convolution with respect to its input, whose shape carries output_padding.
+  if (x.is_cuda()) {
+    Shape out = {x.size(0), groups * weight.size(1)};
+    bool fits = true;
+    for (int64_t i = 0; i < nsp; ++i) {
+      out.push_back((x.size(2 + i) - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op_pad[i] + 1);
+      fits = fits && out.back() >= 1;
+    }
+    if (fits) {
+      Tensor y = empty(out, x.dtype(), x.device());
+      if (cuda::cudnn_conv_transpose(x.contiguous(), weight.contiguous(), y, {s, d, p, p})) {
+        if (bias) {
+          Shape b(static_cast<size_t>(nsp + 2), 1);
+          b[1] = out[1];
+          y = add(y, bias->reshape(b));
+        }
+        return has_batch ? y : y.squeeze(0);
+      }
+    }
+  }
+#endif
   // The input with stride - 1 zeros between its elements.
   Tensor z = x;
   if (any_nonzero(Shape(s.begin(), s.end())) && prod(s) > 1) {

@@ -11,6 +11,9 @@
 #if KILN_HAVE_CUDA
 #include "cuda/backend.h"
 #endif
+#if KILN_HAVE_CUDNN
+#include "cuda/conv.h"
+#endif
 
 namespace kiln::cli {
 
@@ -33,6 +36,11 @@ int run_info(bool memory) {
 #if KILN_HAVE_CUDA
   std::cout << "  cuda backend: compiled in (architectures " << kCudaArchitectures << ", runtime "
             << version_str(cuda_runtime_version()) << ", driver " << version_str(cuda_driver_version()) << ")\n";
+#if KILN_HAVE_CUDNN
+  std::cout << "  convolution:  " << cuda::cudnn_description() << "\n";
+#else
+  std::cout << "  convolution:  im2col (built without cuDNN's headers)\n";
+#endif
   const int n = cuda_device_count();
   if (n == 0) std::cout << "  cuda devices: none (" << cuda::unavailable_reason() << ")\n";
   for (int i = 0; i < n; ++i) {
