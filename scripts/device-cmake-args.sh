@@ -16,3 +16,10 @@ httplib=$(ls "$lib"/libcpp-httplib.so.* 2> /dev/null | head -1)
 if [ -n "$httplib" ] && [ -f "$root/usr/include/httplib.h" ] && ! ldd "$httplib" | grep -q "not found"; then
   echo "-DKILN_HTTPLIB_INCLUDE=$root/usr/include -DKILN_HTTPLIB=$httplib"
 fi
+# - cuDNN's headers and library (convolutions) from PyTorch's nvidia-cudnn wheel when the system has none.
+if ! ls /usr/local/cuda/include/cudnn_backend.h /usr/include/cudnn_backend.h /usr/include/x86_64-linux-gnu/cudnn_backend.h > /dev/null 2>&1; then
+  cudnn=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0])" 2> /dev/null)
+  if [ -n "$cudnn" ] && [ -f "$cudnn/include/cudnn_backend.h" ]; then
+    echo "-DKILN_CUDNN_INCLUDE=$cudnn/include -DKILN_CUDNN_LIBRARY=$cudnn/lib/libcudnn.so.9"
+  fi
+fi
