@@ -8,6 +8,10 @@
 // pick); batches of mid-sized ones (up to 512) cuBLAS's batched LU, solve and inverse; the rest, and the other
 // factorisations, cuSOLVER per matrix, with its device workspace from kiln's caching allocator (so the memory
 // figures count it).
+//
+// Before any of those, src/ops/linalg.cpp sends the inverse of n <= kFusedInvN, and the determinant and the
+// one-vector solve of n <= kTinyN, to the fused kernels of src/cuda/solver_fused.cu, which read the caller's
+// row-major matrices and write row-major results in a single launch.
 #pragma once
 
 #include "kiln/tensor.h"
@@ -35,6 +39,20 @@ void blas_trsm(const Tensor& a, Tensor& b, bool left, bool upper, bool unit);
 void lu_small(Tensor& a, Tensor& piv, Tensor& info);
 void inverse_small(Tensor& lu, const Tensor& piv);
 void lu_solve_small(const Tensor& lu, const Tensor& piv, Tensor& b, char trans);
+// The fused kernels: a [B, n, n] contiguous and row-major (not LAPACK's layout), results row-major and contiguous,
+// info int32 [B] as getrf's. n <= kTinyN: one thread per matrix (f32, f64, c64); kTinyN < n <= kFusedInvN:
+// Gauss-Jordan on 2 (n <= 8) or 4 lanes per matrix (f32, f64).
+inline constexpr int64_t kTinyN = 4;
+inline constexpr int64_t kFusedInvN = 16;
+// Whether inverse_fused takes matrices of this dtype and size.
+bool fused_inverse_fits(DType t, int64_t n);
+// out [B, n, n] = a^-1 and info [B].
+void inverse_fused(const Tensor& a, Tensor& out, Tensor& info);
+// det [B] (a's dtype), 1 <= n <= kTinyN.
+void det_tiny(const Tensor& a, Tensor& det);
+// x [B, n] with a x = b for b [B, n], and info [B]; 1 <= n <= kTinyN.
+void solve_tiny(const Tensor& a, const Tensor& b, Tensor& x, Tensor& info);
+
 // sign (lu's dtype) and log|det| (its real dtype), [B] each, from an LU of any n and its pivots: one thread per
 // matrix, accumulated in double.
 void slogdet_from_lu(const Tensor& lu, const Tensor& piv, Tensor& sign, Tensor& logabs);

@@ -107,6 +107,15 @@ std::vector<int64_t> permutation(const int32_t* piv, int64_t k, int64_t m) {
 
 Tensor ex_info(const Tensor& info, const Shape& batch, Device device) { return info.reshape(batch).to(device); }
 
+#if KILN_HAVE_CUDA
+// Whether CUDA's fused kernels (src/cuda/solver.h) take A: square matrices they cover, a non-empty batch. They
+// read the row-major batch as it is (made contiguous, not transposed) and write row-major results in one launch.
+bool fused_cuda(const Tensor& A, int64_t max_n) {
+  const int64_t n = A.size(-1);
+  return A.is_cuda() && A.numel() > 0 && n <= max_n && cuda::fused_inverse_fits(A.dtype(), n);
+}
+#endif
+
 // getrf over a batch: the column-major LU buffer [B, n, m], the pivots [B, min(m, n)] and info [B].
 struct Factored {
   Tensor buf, piv, info;
@@ -241,13 +250,26 @@ SolveEx solve_ex(const Tensor& A, const Tensor& B, bool left, bool check_errors)
   KILN_CHECK(B.dtype() == A.dtype(), "linalg.solve: A and B must have one dtype, got ", A.meta(), " and ", B.meta());
   // B is a vector (or a batch of them) when it is 1-d, or A's batch shape plus n: torch.linalg.solve's rule.
   const bool vector = B.dim() == 1 || (B.dim() == A.dim() - 1 && B.sizes() == Shape(A.sizes().begin(), A.sizes().end() - 1));
-  const Tensor Bm = vector ? B.unsqueeze(left ? -1 : -2) : B;
-  LUFactorEx f = lu_factor_ex(A, true, false);
-  if (check_errors) {
-    Tensor info = f.info.cpu();
+  auto check = [&](const Tensor& info_any) {
+    if (!check_errors) return;
+    Tensor info = info_any.cpu();
     if (auto e = first_failure(info))
       throw Error(str("linalg.solve_ex: ", element(e->first, info.numel() > 1), "the matrix is singular"));
+  };
+#if KILN_HAVE_CUDA
+  // One vector per matrix, batches equal (no broadcast), n <= 4: one thread per system, one launch.
+  if (left && vector && B.dim() == A.dim() - 1 && B.device() == A.device() && fused_cuda(A, cuda::kTinyN)) {
+    const Shape batch = batch_of(A);
+    const int64_t nb = count(batch), n = A.size(-1);
+    Tensor x = empty({nb, n}, A.dtype(), A.device()), info = empty({nb}, DType::I32, A.device());
+    cuda::solve_tiny(A.reshape({nb, n, n}).contiguous(), B.reshape({nb, n}).contiguous(), x, info);
+    check(info);
+    return {x.reshape(B.sizes()), info.reshape(batch)};
   }
+#endif
+  const Tensor Bm = vector ? B.unsqueeze(left ? -1 : -2) : B;
+  LUFactorEx f = lu_factor_ex(A, true, false);
+  check(f.info);
   Tensor X = lu_solve(f.LU, f.pivots, Bm, left, false);
   return {vector ? X.squeeze(left ? -1 : -2) : X, f.info};
 }
@@ -263,13 +285,26 @@ Tensor solve(const Tensor& A, const Tensor& B, bool left) {
 }
 
 InvEx inv_ex(const Tensor& A, bool check_errors) {
+  check_matrix(A, "linalg.inv", true);
+  auto check = [&](const Tensor& info) {
+    if (!check_errors) return;
+    if (auto e = first_failure(info))
+      throw Error(str("linalg.inv_ex: ", element(e->first, info.numel() > 1), "the diagonal element ", e->second,
+                      " is zero: the matrix is singular"));
+  };
+#if KILN_HAVE_CUDA
+  if (fused_cuda(A, cuda::kFusedInvN)) {
+    const Shape batch = batch_of(A);
+    const int64_t nb = count(batch), n = A.size(-1);
+    Tensor out = empty({nb, n, n}, A.dtype(), A.device()), info = empty({nb}, DType::I32, A.device());
+    cuda::inverse_fused(A.reshape({nb, n, n}).contiguous(), out, info);
+    check(info);
+    return {out.reshape(A.sizes()), info.reshape(batch)};
+  }
+#endif
   Factored f = factor_lu(A, "linalg.inv", true);
   KILN_SOLVER(f.buf, getri, f.buf, f.piv, f.info);
-  if (check_errors) {
-    if (auto e = first_failure(f.info))
-      throw Error(str("linalg.inv_ex: ", element(e->first, f.info.numel() > 1), "the diagonal element ", e->second,
-                      " is zero: the matrix is singular"));
-  }
+  check(f.info);
   return {from_colmajor(f.buf, f.batch, f.dev), ex_info(f.info, f.batch, f.dev)};
 }
 
@@ -334,6 +369,16 @@ SlogDet slogdet(const Tensor& A) {
 
 Tensor det(const Tensor& A) {
   check_matrix(A, "linalg.det", true);
+#if KILN_HAVE_CUDA
+  // n <= 4: the product of the LU's pivots in one launch, one thread per matrix.
+  if (fused_cuda(A, cuda::kTinyN)) {
+    const Shape batch = batch_of(A);
+    const int64_t nb = count(batch), n = A.size(-1);
+    Tensor d = empty({nb}, A.dtype(), A.device());
+    cuda::det_tiny(A.reshape({nb, n, n}).contiguous(), d);
+    return d.reshape(batch);
+  }
+#endif
   SlogDet s = slogdet(A);
   return mul(s.sign, exp(s.logabsdet).to(A.dtype()));
 }
