@@ -26,6 +26,9 @@ What runs for each op is what a PyTorch / Hugging Face decode step runs:
   moe             torch_moe below: transformers' grouped_mm experts path (router linear, softmax f32, topk,
                   renormalise, sort tokens by expert, _grouped_mm gate_up, silu * up, _grouped_mm down,
                   weighted index_add)
+  linalg          torch.linalg.inv / inv_ex / det / solve (one right-hand vector) / lu_factor / cholesky on
+                  well-conditioned input (normal + n I; Cholesky: M M^T + n I). The plain forms synchronise with
+                  the host on every call (they check info) and cannot be captured: eager time only, as kiln's
 Method (identical to tools/kiln/bench_ops.cpp; docs/benchmarks.md): C = clamp(ceil(4 * L2 / copy_bytes), 2,
 max_copies) copies of fresh random inputs; one warm-up call per copy; eager = median over `repeats` batches of
 min(C, 64) calls cycling the copies (events around each batch); graph = one torch.cuda.CUDAGraph holding one
@@ -50,15 +53,17 @@ class Case:
     """name, bytes (inputs read once + outputs written once), copy_bytes (one copy of the inputs),
     max_copies, and make(device) -> {impl name: call} built on one fresh copy of the inputs."""
 
-    def __init__(self, name, nbytes, copy_bytes, max_copies, make):
+    def __init__(self, name, nbytes, copy_bytes, max_copies, make, graph=True):
         self.name, self.bytes, self.copy_bytes, self.max_copies, self.make = name, nbytes, copy_bytes, max_copies, make
+        self.graph = graph  # False: the op synchronises with the host every call (eager time only)
 
 
-ITEMSIZE = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4}
+ITEMSIZE = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "f64": 8, "c64": 8}
 
 
 def dt(tag):
-    return {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[tag]
+    return {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64,
+            "c64": torch.complex64}[tag]
 
 
 def rnd(shape, tag, dev, std=1.0):
@@ -306,6 +311,29 @@ def prefill_attention_case(hq, hkv, d, l):
                 make)
 
 
+def linalg_case(op, tag, shape):
+    n = shape[-1]
+    mats = math.prod(shape) // (n * n)
+    a_bytes = ITEMSIZE[tag] * mats * n * n
+    copy_bytes = a_bytes + (ITEMSIZE[tag] * mats * n if op == "solve" else 0)
+    out = {"inv": a_bytes, "inv_ex": a_bytes + 4 * mats, "det": ITEMSIZE[tag] * mats,
+           "solve": ITEMSIZE[tag] * mats * n, "lu_factor": a_bytes + 4 * mats * n, "cholesky": a_bytes}[op]
+
+    def make(dev):
+        a = torch.randn(shape, dtype=dt(tag), device=dev)
+        if op == "cholesky":
+            a = a @ a.transpose(-2, -1)
+        a = a + n * torch.eye(n, dtype=dt(tag), device=dev)
+        if op == "solve":
+            b = torch.randn(shape[:-1], dtype=dt(tag), device=dev)
+            return {"torch.linalg.solve": lambda: torch.linalg.solve(a, b)}
+        fn = getattr(torch.linalg, op)
+        return {f"torch.linalg.{op}": lambda: fn(a)}
+
+    name = f"linalg/{op}/{tag}/" + "x".join(str(v) for v in shape) + ("/rhs1" if op == "solve" else "")
+    return Case(name, copy_bytes + out, copy_bytes, 256, make, graph=op in ("inv_ex", "det"))
+
+
 ATTENTION_HEADS = [(32, 4, 128), (32, 8, 128), (64, 8, 128)]
 MOE_TOPK = 8
 MOE_SHAPES = [(128, 2048, 768), (64, 2048, 1408), (256, 2048, 512)]
@@ -429,6 +457,11 @@ def cases():
     for t in (1, 512):
         out += [moe_case(shape, t) for shape in MOE_SHAPES]
     out += [moe_fp8_case(shape) for shape in MOE_SHAPES]
+    out += [linalg_case("inv", "f32", (65536, 4, 4)), linalg_case("inv_ex", "f32", (65536, 4, 4)),
+            linalg_case("inv", "f32", (16384, 16, 16)), linalg_case("inv_ex", "f32", (16384, 16, 16)),
+            linalg_case("det", "f32", (65536, 4, 4)), linalg_case("det", "f64", (4096, 8, 8)),
+            linalg_case("solve", "f32", (65536, 4, 4)), linalg_case("lu_factor", "c64", (1024, 64, 64)),
+            linalg_case("lu_factor", "c64", (64, 64)), linalg_case("cholesky", "f64", (1024, 1024))]
     return out
 
 
@@ -458,8 +491,9 @@ def timed(stream, repeats, calls_per_run, body):
     return [a.elapsed_time(b) / calls_per_run for a, b in zip(start, stop)]
 
 
-def time_calls(calls, stream, repeats):
-    """calls: one callable per copy (already warmed up). Returns (eager_us, graph_us, errors)."""
+def time_calls(calls, stream, repeats, capture=True):
+    """calls: one callable per copy (already warmed up). Returns (eager_us, graph_us, errors); graph_us stays
+    NaN without `capture`."""
     eager = graph = float("nan")
     errors = []
     try:
@@ -474,6 +508,8 @@ def time_calls(calls, stream, repeats):
         eager = 1e3 * median(timed(stream, repeats, batch, run_batch))
     except Exception as e:  # noqa: BLE001 - a failing case is a row, not a crash
         errors.append(f"eager: {type(e).__name__}: {e}")
+    if not capture:
+        return eager, graph, errors
     try:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=stream):
@@ -504,7 +540,7 @@ def run_case(case, dev, stream, repeats, l2_bytes):
         return row
     impls, errors = {}, []
     for impl in sets[0]:
-        eager, graph, errs = time_calls([s[impl] for s in sets], stream, repeats)
+        eager, graph, errs = time_calls([s[impl] for s in sets], stream, repeats, case.graph)
         impls[impl] = {"eager_us": None if math.isnan(eager) else eager, "graph_us": None if math.isnan(graph) else graph}
         errors += [f"{impl} {e}" if len(sets[0]) > 1 else e for e in errs]
     # The faster implementation per column (graph, eager), as a PyTorch user would pick.

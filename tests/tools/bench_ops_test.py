@@ -39,13 +39,14 @@ kiln_cases = listing([KILN, "bench", "ops", "--list"])
 names = [c[0] for c in kiln_cases]
 check(len(names) == len(set(names)), "case names are unique")
 for n in names:
-    check(re.fullmatch(r"[a-z_0-9]+/(bf16|f32|e4m3)(/[A-Za-z0-9_.]+)+", n) is not None, f"name {n!r} is regex-friendly")
+    check(re.fullmatch(r"([a-z_0-9]+|linalg/[a-z_]+)/(bf16|f32|f64|c64|e4m3)(/[A-Za-z0-9_.]+)+", n) is not None,
+          f"name {n!r} is regex-friendly")
 count = {}
 for n in names:
     count[n.split("/")[0]] = count.get(n.split("/")[0], 0) + 1
 expected = {"launch": 1, "linear": 73, "linear_fp8": 27, "scaled_mm": 24, "softmax": 8, "log_softmax": 8,
             "rms_norm": 6, "add_rms_norm": 4, "rope": 4, "silu_and_mul": 5, "sample": 6, "decode_attention": 16,
-            "sdpa_prefill": 9, "grouped_mm": 18, "moe": 9}
+            "sdpa_prefill": 9, "grouped_mm": 18, "moe": 9, "linalg": 10}
 check(count == expected, f"cases per op {count} == {expected}")
 check(sum("/M1/" in n and n.startswith("linear/") for n in names) == 54, "54 linear M = 1 cases (27 shapes x bias)")
 check(sum(n.endswith("/bias") for n in names) == 27, "27 linear cases with bias")
@@ -63,6 +64,9 @@ check(by_name.get("grouped_mm/bf16/T1/E128_H2048_I768/gate_up", (0,))[0] ==
 check(by_name.get("moe/bf16/T512/E64_H2048_I1408/top8", (0,))[0] == 2 * (64 * 2048 + 64 * 3 * 1408 * 2048 + 2 * 512 * 2048),
       "moe prefill bytes: router, every expert, x, out")
 check("sample/f32/1x128256/t1_p0.9" in by_name and "sample/f32/1x151936/greedy" in by_name, "sampling variants")
+check(by_name.get("linalg/inv_ex/f32/65536x4x4") == (2 * 4 * 65536 * 16 + 4 * 65536, 4 * 65536 * 16, 256),
+      "inv_ex bytes: A read, the inverse and info written")
+check(by_name.get("linalg/solve/f32/65536x4x4/rhs1", (0,))[0] == 4 * 65536 * (16 + 4 + 4), "solve bytes: A, b, x")
 
 # bench/torch_ops.py holds the same table (its --list needs no PyTorch and no GPU).
 torch_cases = listing([sys.executable, TORCH_OPS, "--list"])

@@ -10,7 +10,8 @@
 //   eager    `repeats` batches of min(C, 64) calls cycling through the copies, each batch between two
 //            events; per-call time = batch time / calls; the median over batches
 //   graph    one kiln::Graph holding one call per copy, replayed twice to warm up, then `repeats` replays
-//            each between two events; per-call time = replay time / C; the median over replays
+//            each between two events; per-call time = replay time / C; the median over replays (not for the
+//            cases that synchronise with the host, OpCase::graph)
 //   bytes    every input read once and every output written once; GB/s = bytes / graph time
 //   copy     device-to-device copy of a 1 GiB buffer, (read + write bytes) / median time
 #include <algorithm>
@@ -113,6 +114,7 @@ Result run_case(const OpCase& c, Device dev, const Stream& s, int repeats, int64
   } catch (const std::exception& e) {
     r.fail("eager", e);
   }
+  if (!c.graph) return r;
   try {
     Graph g;
     g.capture(s, [&] {

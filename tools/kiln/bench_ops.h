@@ -22,6 +22,9 @@ struct OpCase {
   int64_t bytes = 0;       // bytes one call must move: every input read once, every output written once
   int64_t copy_bytes = 0;  // bytes of one copy of the inputs (what rotates through HBM between calls)
   int max_copies = 256;    // upper bound on copies (see copies_for in bench_ops.cpp)
+  // False for an op that synchronises with the host on every call (torch.linalg's raising forms read info):
+  // it cannot be captured in a graph, and only its eager time is measured, on both sides.
+  bool graph = true;
   // Allocates one copy of fresh random inputs on the device (on the current stream) and returns a call on
   // them. Called once per copy; the call may run many times (in place ops keep their values bounded).
   std::function<BenchCall(Device)> make;

@@ -1,5 +1,5 @@
 // The case table of `kiln bench ops`: the decode-time shapes of the models kiln targets (Llama 3, Qwen 2.5,
-// Qwen 3 at 0.5B-70B sizes).
+// Qwen 3 at 0.5B-70B sizes), and torch.linalg on batches of small matrices and a few larger ones.
 //
 // Adding cases (attention, MoE, FP8, ...): write a builder like linear_case below that fills name, bytes,
 // copy_bytes (and max_copies if the op is slow) and a `make` that allocates one copy of fresh random inputs
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench_ops.h"
+#include "kiln/linalg.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
 #include "kiln/runtime.h"
@@ -35,6 +36,8 @@ const char* dtype_tag(DType d) {
     case DType::F32: return "f32";
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
+    case DType::F64: return "f64";
+    case DType::C64: return "c64";
     default: return "other";
   }
 }
@@ -367,6 +370,52 @@ OpCase moe_case(const MoeShape& m, int64_t t) {
   return c;
 }
 
+// Normal entries plus n I (well-conditioned; complex: both parts normal); `spd`: M M^T + n I instead.
+Tensor well_conditioned(const Shape& shape, DType d, Device dev, bool spd) {
+  const int64_t n = shape.back();
+  Tensor a = empty(shape, d, dev);
+  if (d == DType::C64) {
+    Tensor parts = view_as_real(a);
+    normal_(parts);
+  } else {
+    normal_(a);
+  }
+  if (spd) a = matmul(a, a.transpose(-2, -1));
+  return add(a, mul(eye(n, std::nullopt, d, dev), Scalar(static_cast<double>(n))));
+}
+
+// kiln::linalg's `op` ("inv", "inv_ex", "det", "solve" with one right-hand vector, "lu_factor", "cholesky") on
+// `shape` [..., n, n]; bench/linalg.py's shapes and the issue's. The plain forms (inv, solve, lu_factor, cholesky)
+// read info on the host to raise, as torch.linalg's do: eager time only (OpCase::graph). bytes: A (and b) read,
+// the results written (inv_ex: with info; lu_factor: LU and the int32 pivots).
+OpCase linalg_case(const std::string& op, DType d, const Shape& shape) {
+  const int64_t n = shape.back(), mats = checked_numel(shape) / (n * n);
+  std::string dims;
+  for (const int64_t v : shape) dims += (dims.empty() ? "" : "x") + str(v);
+  OpCase c;
+  c.name = "linalg/" + op + "/" + dtype_tag(d) + "/" + dims + (op == "solve" ? "/rhs1" : "");
+  const int64_t a_bytes = nb(mats * n * n, d);
+  c.copy_bytes = a_bytes + (op == "solve" ? nb(mats * n, d) : 0);
+  int64_t out = a_bytes;
+  if (op == "inv_ex") out += nb(mats, DType::I32);
+  if (op == "det") out = nb(mats, d);
+  if (op == "solve") out = nb(mats * n, d);
+  if (op == "lu_factor") out += nb(mats * n, DType::I32);
+  c.bytes = c.copy_bytes + out;
+  c.graph = op == "inv_ex" || op == "det";
+  c.make = [=](Device dev) -> BenchCall {
+    const Tensor a = well_conditioned(shape, d, dev, op == "cholesky");
+    if (op == "inv") return [a] { (void)linalg::inv(a); };
+    if (op == "inv_ex") return [a] { (void)linalg::inv_ex(a); };
+    if (op == "det") return [a] { (void)linalg::det(a); };
+    if (op == "lu_factor") return [a] { (void)linalg::lu_factor(a); };
+    if (op == "cholesky") return [a] { (void)linalg::cholesky(a); };
+    const Tensor b = rnd(Shape(shape.begin(), shape.end() - 1), d, dev);
+    return [a, b] { (void)linalg::solve(a, b); };
+  };
+  return c;
+}
+
 }  // namespace
 
 std::vector<OpCase> op_cases() {
@@ -436,6 +485,18 @@ std::vector<OpCase> op_cases() {
   for (const int64_t t : {1, 512})
     for (const MoeShape& m : kMoe) cases.push_back(moe_case(m, t));
   for (const MoeShape& m : kMoe) cases.push_back(moe_fp8_case(m));
+
+  constexpr DType kF32 = DType::F32, kF64 = DType::F64, kC64 = DType::C64;
+  cases.push_back(linalg_case("inv", kF32, {65536, 4, 4}));
+  cases.push_back(linalg_case("inv_ex", kF32, {65536, 4, 4}));
+  cases.push_back(linalg_case("inv", kF32, {16384, 16, 16}));
+  cases.push_back(linalg_case("inv_ex", kF32, {16384, 16, 16}));
+  cases.push_back(linalg_case("det", kF32, {65536, 4, 4}));
+  cases.push_back(linalg_case("det", kF64, {4096, 8, 8}));
+  cases.push_back(linalg_case("solve", kF32, {65536, 4, 4}));
+  cases.push_back(linalg_case("lu_factor", kC64, {1024, 64, 64}));
+  cases.push_back(linalg_case("lu_factor", kC64, {64, 64}));
+  cases.push_back(linalg_case("cholesky", kF64, {1024, 1024}));
   return cases;
 }
 
