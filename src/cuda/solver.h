@@ -41,7 +41,7 @@ void inverse_small(Tensor& lu, const Tensor& piv);
 void lu_solve_small(const Tensor& lu, const Tensor& piv, Tensor& b, char trans);
 // The fused kernels: a [B, n, n] contiguous and row-major (not LAPACK's layout), results row-major and contiguous,
 // info int32 [B] as getrf's. n <= kTinyN: one thread per matrix (f32, f64, c64); kTinyN < n <= kFusedInvN:
-// Gauss-Jordan on 2 (n <= 8) or 4 lanes per matrix (f32, f64).
+// Gauss-Jordan with a few lanes per matrix, 4 rows each in f32 (2 or 4 lanes) and 2 in f64 (4 or 8 lanes).
 inline constexpr int64_t kTinyN = 4;
 inline constexpr int64_t kFusedInvN = 16;
 // Whether inverse_fused takes matrices of this dtype and size.
