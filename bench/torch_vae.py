@@ -61,6 +61,10 @@ def main():
     a = ap.parse_args()
     p, dev = PRESETS[a.preset], torch.device(a.device)
     dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[a.dtype]
+    # f32 as f32: kiln's f32 convolutions use no TF32 engines, so neither does the peer (PyTorch allows TF32 in
+    # cuDNN convolutions by default).
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(1)
     dims = p["dims"]
     model = {"in": make_conv(16, dims[0], dev, dt), "time_up": p["time_up"], "out": make_conv(dims[-1], 3, dev, dt),
