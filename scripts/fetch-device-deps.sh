@@ -8,5 +8,10 @@ cd "$(dirname "$0")/.."
 mkdir -p .deps/debs
 (cd .deps/debs && apt-get download libpcre2-dev libutf8proc-dev libcpp-httplib-dev libcpp-httplib0.11)
 for f in .deps/debs/*.deb; do dpkg -x "$f" .deps/root; done
+# Only what the build uses travels (the working tree sent to the device is limited to 64 MiB): the headers, the
+# two static libraries and cpp-httplib's shared one.
+rm -rf .deps/root/usr/share
+find .deps/root/usr/lib -name "libpcre2-16*" -o -name "libpcre2-32*" -o -name "libpcre2-posix*" -o -name "*.so" -o -name pkgconfig |
+  xargs rm -rf
 grep -qx "/.deps/" .git/info/exclude 2>/dev/null || echo "/.deps/" >> .git/info/exclude
-echo "fetch-device-deps: .deps/root ready; pass carry=[\".deps\"] to the device run"
+echo "fetch-device-deps: .deps/root ready; pass carry=[\".deps/root\"] to the device run"
