@@ -67,6 +67,8 @@ Tensor from_colmajor(const Tensor& buf, const Shape& batch, Device device) {
 
 // info int32 [B] (on any device: this waits for it) -> the first failing batch element, if any.
 std::optional<std::pair<int64_t, int32_t>> first_failure(const Tensor& info) {
+  // On a device, one byte crosses first (whether any element failed); the whole array only when one did.
+  if (!info.device().is_cpu() && info.numel() > 1 && !any(ne(info, Scalar(0))).cpu().data<bool>()[0]) return std::nullopt;
   const Tensor host = info.cpu().contiguous();
   const int32_t* p = host.data<int32_t>();
   for (int64_t i = 0; i < host.numel(); ++i)
@@ -153,7 +155,7 @@ LUFactorEx lu_factor_ex(const Tensor& A, bool pivot, bool check_errors) {
 
 LUFactor lu_factor(const Tensor& A, bool pivot) {
   LUFactorEx r = lu_factor_ex(A, pivot, false);
-  Tensor info = r.info.cpu();
+  const Tensor& info = r.info;
   if (auto f = first_failure(info))
     throw Error(str("linalg.lu_factor: ", element(f->first, info.numel() > 1), "U[", f->second - 1, ", ", f->second - 1,
                     "] is zero, and lu_solve with it would divide by zero (lu_factor_ex returns the factorisation "
@@ -252,7 +254,7 @@ SolveEx solve_ex(const Tensor& A, const Tensor& B, bool left, bool check_errors)
   const bool vector = B.dim() == 1 || (B.dim() == A.dim() - 1 && B.sizes() == Shape(A.sizes().begin(), A.sizes().end() - 1));
   auto check = [&](const Tensor& info_any) {
     if (!check_errors) return;
-    Tensor info = info_any.cpu();
+    const Tensor& info = info_any;
     if (auto e = first_failure(info))
       throw Error(str("linalg.solve_ex: ", element(e->first, info.numel() > 1), "the matrix is singular"));
   };
@@ -276,7 +278,7 @@ SolveEx solve_ex(const Tensor& A, const Tensor& B, bool left, bool check_errors)
 
 Tensor solve(const Tensor& A, const Tensor& B, bool left) {
   SolveEx r = solve_ex(A, B, left, false);
-  Tensor info = r.info.cpu();
+  const Tensor& info = r.info;
   if (auto e = first_failure(info))
     throw Error(str("linalg.solve: ", element(e->first, info.numel() > 1),
                     "the solver failed because the input matrix is singular (U[", e->second - 1, ", ", e->second - 1,
@@ -310,7 +312,7 @@ InvEx inv_ex(const Tensor& A, bool check_errors) {
 
 Tensor inv(const Tensor& A) {
   InvEx r = inv_ex(A, false);
-  Tensor info = r.info.cpu();
+  const Tensor& info = r.info;
   if (auto e = first_failure(info))
     throw Error(str("linalg.inv: ", element(e->first, info.numel() > 1), "the diagonal element ", e->second,
                     " is zero, the inversion could not be completed because the input matrix is singular"));
@@ -403,7 +405,7 @@ CholeskyEx cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
 
 Tensor cholesky(const Tensor& A, bool upper) {
   CholeskyEx r = cholesky_ex(A, upper, false);
-  Tensor info = r.info.cpu();
+  const Tensor& info = r.info;
   if (auto e = first_failure(info))
     throw Error(str("linalg.cholesky: ", element(e->first, info.numel() > 1),
                     "the factorization could not be completed because the input is not positive-definite (the "
