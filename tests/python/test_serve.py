@@ -101,6 +101,59 @@ def test_greedy_completion_equals_kiln_generate(server, model):
         assert r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
 
 
+def test_logprobs_are_the_models_log_softmax(server, model, tmp_path):
+    # Greedy chat with logprobs: each token's log-probability equals log_softmax of the logits `kiln logits`
+    # computes for the same ids, and the token is the first of its top_logprobs.
+    status, r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Say hello"}],
+                                                     "max_tokens": 6, "temperature": 0, "logprobs": True,
+                                                     "top_logprobs": 3, "ignore_eos": True})
+    assert status == 200, r
+    content = r["choices"][0]["logprobs"]["content"]
+    assert len(content) == r["usage"]["completion_tokens"] == 6
+    status, t = server.post("/tokenize", {"content": "Say hello"})
+    chat_ids = None
+    for e in content:
+        assert e["logprob"] <= 0 and len(e["top_logprobs"]) == 3
+        assert e["top_logprobs"][0]["token"] == e["token"] and e["top_logprobs"][0]["logprob"] == pytest.approx(e["logprob"])
+        assert [x["logprob"] for x in e["top_logprobs"]] == sorted((x["logprob"] for x in e["top_logprobs"]), reverse=True)
+        assert bytes(e["bytes"]).decode() == e["token"]
+    # The same through /v1/completions (ids as the prompt, so both sides see the same tokens), against kiln logits.
+    prompt = t["tokens"]
+    status, c = server.post("/v1/completions", {"prompt": prompt, "max_tokens": 5, "temperature": 0, "logprobs": 2,
+                                                "ignore_eos": True})
+    assert status == 200, c
+    lp = c["choices"][0]["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"]) == 5
+    assert "".join(lp["tokens"]) == c["choices"][0]["text"]
+    assert lp["text_offset"] == [sum(len(x) for x in lp["tokens"][:i]) for i in range(5)]
+    gen = [int(x) for x in subprocess.run([KILN, "generate", "-m", model, "--device", "cpu", "--prompt-ids",
+                                           ",".join(map(str, prompt)), "-n", "5", "--temp", "0", "--ids", "--ignore-eos"],
+                                          capture_output=True, text=True, check=True).stdout.strip().split(",")]
+    out = tmp_path / "logits.json"
+    subprocess.run([KILN, "logits", "-m", model, "--device", "cpu", "--prompt-ids", ",".join(map(str, prompt + gen[:4])),
+                    "--out", str(out)], capture_output=True, check=True)
+    import numpy as np
+    logits = np.array(json.loads(out.read_text())["logits"], dtype=np.float64)[len(prompt) - 1:]
+    ref = logits - logits.max(axis=1, keepdims=True)
+    ref = ref - np.log(np.exp(ref).sum(axis=1, keepdims=True))
+    for i, g in enumerate(gen):
+        assert lp["token_logprobs"][i] == pytest.approx(ref[i, g], abs=2e-4)
+        assert len(lp["top_logprobs"][i]) <= 2 and max(lp["top_logprobs"][i].values()) == pytest.approx(ref[i].max(), abs=2e-4)
+    # Streamed: the chunks' entries add up to the tokens; without logprobs there are none.
+    status, raw = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                                "max_tokens": 5, "logprobs": True, "stream": True,
+                                                                "ignore_eos": True})
+    chunks = [json.loads(l[6:]) for l in raw.split("\n") if l.startswith("data: {")]
+    entries = [e for ch in chunks if ch["choices"] and ch["choices"][0]["logprobs"]
+               for e in ch["choices"][0]["logprobs"]["content"]]
+    assert len(entries) == 5 and all(e["top_logprobs"] == [] for e in entries)
+    status, r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+    assert r["choices"][0]["logprobs"] is None
+    for body in ({"top_logprobs": 2}, {"logprobs": True, "top_logprobs": 21}, {"logprobs": 1}):
+        status, r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], **body})
+        assert status == 400 and r["error"]["param"] in ("logprobs", "top_logprobs"), r
+
+
 def test_openai_client_streams_what_it_returns_whole(server):
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none")
@@ -167,7 +220,8 @@ def test_stop_strings_end_the_text_before_them(server):
     ({"prompt": "x", "temperature": -0.5}, 400, "temperature"),
     ({"prompt": "x", "top_p": 2}, 400, "top_p"),
     ({"prompt": "x", "n": 2}, 400, "n"),
-    ({"prompt": "x", "logprobs": 3}, 400, "logprobs"),
+    ({"prompt": "x", "logprobs": 6}, 400, "logprobs"),
+    ({"prompt": "x", "logprobs": True}, 400, "logprobs"),
     ({"prompt": "x", "stop": [1]}, 400, "stop"),
     ({"prompt": "x", "stream": "yes"}, 400, "stream"),
     ({"prompt": "x " * 400}, 400, "prompt"),

@@ -95,6 +95,13 @@ bool boolean(const json& j, const char* key, bool fallback) {
 
 // ---- a request and its stream ---------------------------------------------------------------------------------
 
+// One generated token's log-probability, and the most likely tokens at its position with theirs.
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 struct Job {
   std::vector<int64_t> prompt;
   llm::GenerateOptions options;
@@ -103,6 +110,10 @@ struct Job {
   std::mutex mu;
   std::condition_variable cv;
   std::string pending;  // text not yet sent
+  // logprobs: -1 none; else the chosen token's log-probability and this many alternatives (OpenAI's
+  // top_logprobs) per token, under the model's distribution before any sampling setting.
+  int64_t top_logprobs = -1;
+  std::vector<TokenLogprob> pending_logprobs;  // entries not yet sent
   bool done = false;
   std::string finish_reason;
   std::string error;
@@ -180,7 +191,24 @@ class Engine {
     bool cut = false;  // the text ended at a stop string
     std::string reason = "length";
     size_t prefilled = 0;  // prompt tokens in the slot's cache (reused or run)
+    std::optional<TokenLogprob> logprob;  // the next accepted token's, when the job asks for them
   };
+
+  // The log-probabilities behind token t sampled from `logits` [V], when a's job asks for them.
+  static void record_logprob(Active& a, const Tensor& logits, int64_t t) {
+    if (a.job->top_logprobs < 0) return;
+    const Tensor lp = log_softmax(logits, 0, DType::F32);
+    TokenLogprob e;
+    e.id = static_cast<int32_t>(t);
+    e.logprob = lp.select(0, t).item<float>();
+    if (a.job->top_logprobs > 0) {
+      auto [values, indices] = topk(lp, std::min(a.job->top_logprobs, lp.size(0)));
+      const Tensor v = values.cpu().contiguous(), i = indices.cpu().to(DType::I64).contiguous();
+      for (int64_t k = 0; k < v.numel(); ++k)
+        e.top.emplace_back(static_cast<int32_t>(i.data<int64_t>()[k]), v.data<float>()[k]);
+    }
+    a.logprob = std::move(e);
+  }
 
   // Each pass: new jobs take free slots; one prompt chunk runs (so a long prompt does not stall the batch
   // for its whole length); then one decode step of the batch.
@@ -265,6 +293,7 @@ class Engine {
         return 0;
       }
       const int64_t t = model_.sample_first(logits, a.job->options.sampling, &a.gen);
+      record_logprob(a, logits, t);
       add(metrics_.prefill_seconds, seconds_since(t0));
       if (accept(a, t)) return 1;
     } catch (const std::exception& e) {
@@ -292,8 +321,9 @@ class Engine {
       const Tensor logits = model_.step(seqs, tokens);
       for (size_t r = 0; r < batch.size(); ++r) {
         Active& a = batch[r];
-        const int64_t t =
-            sample(logits.select(0, static_cast<int64_t>(r)), a.job->options.sampling, &a.gen).item<int64_t>();
+        const Tensor row = logits.select(0, static_cast<int64_t>(r));
+        const int64_t t = sample(row, a.job->options.sampling, &a.gen).item<int64_t>();
+        record_logprob(a, row, t);
         more[r] = accept(a, t);
       }
     } catch (const std::exception& e) {
@@ -321,10 +351,12 @@ class Engine {
     a.ids.push_back(static_cast<int32_t>(t));
     metrics_.generated_tokens++;
     bool go_on = static_cast<int64_t>(a.ids.size()) < job.options.max_new_tokens;
+    bool eos = false;
     for (int64_t e : job.options.stop_ids)
       if (e == t) {
         a.reason = "stop";
         go_on = false;
+        eos = true;
       }
     detokenize(a, false);
     size_t ready = a.text.size();
@@ -346,6 +378,9 @@ class Engine {
     }
     {
       std::lock_guard<std::mutex> lock(job.mu);
+      // The end-of-sequence token is not part of the output, nor are its log-probabilities.
+      if (a.logprob && !eos && !a.cut) job.pending_logprobs.push_back(std::move(*a.logprob));
+      a.logprob.reset();
       if (ready > a.sent) {
         job.pending += a.text.substr(a.sent, ready - a.sent);
         a.sent = ready;
@@ -449,8 +484,15 @@ std::vector<int64_t> prompt_of(const json& p, const Engine& e, const char* field
 std::shared_ptr<Job> make_job(const json& j, std::vector<int64_t> prompt, const Engine& e, bool chat) {
   auto job = std::make_shared<Job>();
   if (j.contains("n") && !j["n"].is_null() && integer(j, "n", 1, 1) != 1) throw bad_request("only n = 1 is supported", "n");
-  if (j.contains("logprobs") && !j["logprobs"].is_null() && j["logprobs"] != false && j["logprobs"] != 0)
-    throw bad_request("logprobs are not supported yet", "logprobs");
+  // logprobs: chat takes a boolean and top_logprobs (0..20); completions an integer (0..5), OpenAI's forms.
+  if (chat) {
+    const bool want = boolean(j, "logprobs", false);
+    const std::optional<int64_t> top = integer(j, "top_logprobs", 0, 20);
+    if (top && !want) throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    job->top_logprobs = want ? top.value_or(0) : -1;
+  } else {
+    job->top_logprobs = integer(j, "logprobs", 0, 5).value_or(-1);
+  }
   const int64_t ctx = e.model().max_context(), room = ctx - static_cast<int64_t>(prompt.size());
   if (room < 1)
     throw bad_request(str("the prompt has ", prompt.size(), " tokens; the context holds ", ctx), chat ? "messages" : "prompt");
@@ -501,6 +543,53 @@ json usage(const Job& job) {
 
 std::string finish(const std::string& reason) { return reason == "cancelled" ? "length" : reason; }
 
+// ---- logprobs in OpenAI's two shapes ---------------------------------------------------------------------------
+
+std::string token_text(const Tokenizer* tok, int32_t id) {
+  return tok ? tok->decode(std::span<const int32_t>(&id, 1), false) : std::to_string(id);
+}
+
+json utf8_bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
+json chat_logprobs(const std::vector<TokenLogprob>& entries, const Tokenizer* tok) {
+  json content = json::array();
+  for (const TokenLogprob& e : entries) {
+    json top = json::array();
+    for (const auto& [id, lp] : e.top) {
+      const std::string t = token_text(tok, id);
+      top.push_back({{"token", t}, {"logprob", lp}, {"bytes", utf8_bytes(t)}});
+    }
+    const std::string t = token_text(tok, e.id);
+    content.push_back({{"token", t}, {"logprob", e.logprob}, {"bytes", utf8_bytes(t)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+// Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}; `offset` is the
+// output's length in characters before these tokens (it advances).
+json completion_logprobs(const std::vector<TokenLogprob>& entries, const Tokenizer* tok, size_t& offset) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const TokenLogprob& e : entries) {
+    const std::string t = token_text(tok, e.id);
+    json top = json::object();
+    for (const auto& [id, lp] : e.top) {
+      const std::string tt = token_text(tok, id);
+      if (!top.contains(tt)) top[tt] = lp;  // two tokens of one text (partial UTF-8): the likelier one
+    }
+    tokens.push_back(t);
+    lps.push_back(e.logprob);
+    tops.push_back(top);
+    offsets.push_back(offset);
+    for (unsigned char c : t) offset += (c & 0xC0) != 0x80;  // characters (code points), as OpenAI counts
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 // Runs the job and answers: one JSON body, or Server-Sent Events as the text arrives.
 void respond(Engine& e, const std::shared_ptr<Job>& job, bool chat, bool stream, bool include_usage, const std::string& model_id,
              httplib::Response& res) {
@@ -512,33 +601,33 @@ void respond(Engine& e, const std::shared_ptr<Job>& job, bool chat, bool stream,
     std::unique_lock<std::mutex> lock(job->mu);
     job->cv.wait(lock, [&] { return job->done; });
     if (!job->error.empty()) throw HttpError{500, job->error, "", "server_error"};
-    json choice = {{"index", 0}, {"finish_reason", finish(job->finish_reason)}};
+    json choice = {{"index", 0}, {"finish_reason", finish(job->finish_reason)}, {"logprobs", nullptr}};
+    size_t offset = 0;
+    if (job->top_logprobs >= 0)
+      choice["logprobs"] = chat ? chat_logprobs(job->pending_logprobs, e.tokenizer())
+                                : completion_logprobs(job->pending_logprobs, e.tokenizer(), offset);
     if (chat) choice["message"] = {{"role", "assistant"}, {"content", job->pending}};
-    else {
-      choice["text"] = job->pending;
-      choice["logprobs"] = nullptr;
-    }
+    else choice["text"] = job->pending;
     res.set_content(json{{"id", id}, {"object", object}, {"created", created}, {"model", model_id},
                          {"choices", json::array({choice})}, {"usage", usage(*job)}}
-                        .dump(),
+                        .dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");
     return;
   }
-  auto chunk = [=](const json& delta_or_text, const json& reason) {
-    json choice = {{"index", 0}, {"finish_reason", reason}};
+  auto chunk = [=](const json& delta_or_text, const json& reason, const json& logprobs = nullptr) {
+    json choice = {{"index", 0}, {"finish_reason", reason}, {"logprobs", logprobs}};
     if (chat) choice["delta"] = delta_or_text;
-    else {
-      choice["text"] = delta_or_text;
-      choice["logprobs"] = nullptr;
-    }
+    else choice["text"] = delta_or_text;
     return json{{"id", id}, {"object", object}, {"created", created}, {"model", model_id}, {"choices", json::array({choice})}};
   };
   auto started = std::make_shared<bool>(false);
+  auto offset = std::make_shared<size_t>(0);  // completions' text_offset so far
+  const Tokenizer* tok = e.tokenizer();
   res.set_chunked_content_provider(
       "text/event-stream",
       [=](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
-          const std::string s = "data: " + j.dump() + "\n\n";
+          const std::string s = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
           return sink.write(s.data(), s.size());
         };
         if (chat && !*started) {
@@ -546,14 +635,20 @@ void respond(Engine& e, const std::shared_ptr<Job>& job, bool chat, bool stream,
           if (!send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr))) return false;
         }
         std::string piece;
+        std::vector<TokenLogprob> lps;
         bool done = false;
         {
           std::unique_lock<std::mutex> lock(job->mu);
           job->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return job->done || !job->pending.empty(); });
           piece.swap(job->pending);
+          lps.swap(job->pending_logprobs);
           done = job->done;
         }
-        if (!piece.empty() && !send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr))) return false;
+        if (!piece.empty() || !lps.empty()) {
+          json lp = nullptr;
+          if (job->top_logprobs >= 0) lp = chat ? chat_logprobs(lps, tok) : completion_logprobs(lps, tok, *offset);
+          if (!send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr, lp))) return false;
+        }
         if (!sink.is_writable()) return false;
         if (!done) return true;
         if (!job->error.empty()) {
