@@ -29,7 +29,8 @@ class ChatTemplate {
   explicit ChatTemplate(Format format) : format_(format) {}
 
   // The template of a model directory: DIR/chat_template.jinja when present (where recent transformers
-  // versions save it), else the chat_template field of DIR/tokenizer_config.json.
+  // versions save it), else the chat_template field of DIR/tokenizer_config.json; for a GGUF file, its
+  // tokenizer.chat_template.
   static ChatTemplate from_model_dir(const std::string& dir);
   // The chat_template field of tokenizer_config.json text: a string, or a list of {"name", "template"}
   // objects (the one named "default" is used). `origin` names the file in errors.

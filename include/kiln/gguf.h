@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -86,5 +87,14 @@ class GgufFile {
   struct State;
   std::shared_ptr<const State> s_;
 };
+
+// Whether `path` names a GGUF file (a regular file whose name ends in .gguf): model-directory arguments accept one.
+bool is_gguf_file(const std::string& path);
+
+// The file's tokenizer as tokenizer.json text for Tokenizer::from_json (byte-level BPE, "gpt2" in GGUF's terms,
+// with the pre-tokenizer its `tokenizer.ggml.pre` names); throws, naming the file, when it has none kiln reads.
+std::string gguf_tokenizer_json(const GgufFile& f);
+// The tokenizer.chat_template text, when the file has one.
+std::optional<std::string> gguf_chat_template(const GgufFile& f);
 
 }  // namespace kiln

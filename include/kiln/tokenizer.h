@@ -24,7 +24,8 @@ class Tokenizer {
  public:
   // Reads `path` (a tokenizer.json). Errors name the file and the field at fault.
   static Tokenizer from_file(const std::string& path);
-  // Reads DIR/tokenizer.json of a Hugging Face model directory.
+  // Reads DIR/tokenizer.json of a Hugging Face model directory, or the tokenizer of a GGUF file (DIR ending in
+  // .gguf; see kiln/gguf.h).
   static Tokenizer from_model_dir(const std::string& dir);
   // Parses tokenizer.json text; `origin` names it in error messages.
   static Tokenizer from_json(std::string_view json, const std::string& origin = "tokenizer.json");

@@ -5,6 +5,7 @@
 
 #include "io/json_strict.h"
 #include "kiln/error.h"
+#include "kiln/gguf.h"
 
 namespace kiln {
 
@@ -59,6 +60,11 @@ ChatTemplate ChatTemplate::from_tokenizer_config(std::string_view text, const st
 }
 
 ChatTemplate ChatTemplate::from_model_dir(const std::string& dir) {
+  if (is_gguf_file(dir)) {
+    const std::optional<std::string> t = gguf_chat_template(GgufFile::open(dir));
+    KILN_CHECK(t.has_value(), dir, ": the GGUF file has no tokenizer.chat_template");
+    return from_template_text(*t, dir + " (tokenizer.chat_template)");
+  }
   const std::string jinja = dir + "/chat_template.jinja";
   std::error_code ec;
   if (std::filesystem::is_regular_file(jinja, ec)) return from_template_text(io::read_text_file(jinja, kMaxTemplateBytes), jinja);

@@ -495,6 +495,11 @@ RopeFrequencies rope_frequencies(const ModelConfig& c) {
       break;
     }
   }
+  if (!r.freq_factors.empty()) {
+    KILN_CHECK(static_cast<int64_t>(r.freq_factors.size()) == half, "rope: ", r.freq_factors.size(),
+               " frequency factors for ", half, " frequencies");
+    for (int64_t j = 0; j < half; ++j) out.inv_freq[static_cast<size_t>(j)] /= r.freq_factors[static_cast<size_t>(j)];
+  }
   return out;
 }
 

@@ -1,4 +1,5 @@
 // tokenizer.json: encoding and decoding. Loading (the JSON schema and its checks) is tokenizer_load.cpp.
+#include "kiln/gguf.h"
 #include "io/tokenizer_impl.h"
 
 #include <deque>
@@ -259,6 +260,7 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 }
 
 Tokenizer Tokenizer::from_model_dir(const std::string& dir) {
+  if (is_gguf_file(dir)) return from_json(gguf_tokenizer_json(GgufFile::open(dir)), dir);
   std::string path = dir;
   if (!path.empty() && path.back() != '/') path += '/';
   return from_file(path + "tokenizer.json");

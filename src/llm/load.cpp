@@ -1,6 +1,7 @@
-// load_model: a Hugging Face model directory (config.json, generation_config.json, safetensors) onto a
-// device, through the weight loader's checks.
+// load_model: a Hugging Face model directory (config.json, generation_config.json, safetensors) or a GGUF file
+// onto a device, through the weight loader's checks.
 #include "kiln/io.h"
+#include "kiln/llm/gguf_model.h"
 #include "kiln/llm/model.h"
 #include "kiln/runtime.h"
 
@@ -25,6 +26,24 @@ class CheckpointSource : public WeightSource {
 
 Model load_model(const std::string& dir, const ModelOptions& options,
                  const std::function<void(int64_t, int64_t)>& progress) {
+  if (is_gguf_file(dir)) {
+    GgufFile f = GgufFile::open(dir);
+    ModelConfig config = gguf_model_config(f);
+    LoadOptions lo;
+    lo.device = options.device;
+    lo.dtype = options.dtype.value_or(options.device.is_cuda() ? DType::BF16 : DType::F32);
+    lo.progress = progress;
+    if (options.device.is_cuda()) {
+      const int64_t need = gguf_weight_elements(f) * static_cast<int64_t>(itemsize(*lo.dtype));
+      const MemoryStats m = memory_stats(options.device);
+      const int64_t free_bytes = m.device_total - m.driver_used + (m.reserved - m.allocated);
+      KILN_CHECK(need <= free_bytes, dir, ": the weights need ", need / (1 << 20), " MiB on ", options.device.str(),
+                 " but only ", free_bytes / (1 << 20), " MiB are free");
+    }
+    const std::unique_ptr<WeightSource> source = gguf_weight_source(std::move(f), config);
+    ModelWeights w = load_weights(config, *source, lo);
+    return Model(std::move(config), std::move(w), options);
+  }
   ModelConfig config = load_config(dir);
   const CheckpointSource source(Checkpoint::open(dir));
   LoadOptions lo;

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kiln/gguf.h"
 #include "kiln/chat.h"
 #include "kiln/error.h"
 #include "kiln/llm/generate.h"
@@ -22,6 +23,18 @@
 #include "kiln/tokenizer.h"
 
 namespace kiln::cli {
+
+std::optional<Tokenizer> model_tokenizer(const std::string& model) {
+  if (model.empty()) return std::nullopt;
+  if (is_gguf_file(model)) {
+    const GgufFile f = GgufFile::open(model);
+    if (!f.metadata().count("tokenizer.ggml.model")) return std::nullopt;
+    return Tokenizer::from_json(gguf_tokenizer_json(f), model);
+  }
+  if (!std::filesystem::exists(model + "/tokenizer.json")) return std::nullopt;
+  return Tokenizer::from_model_dir(model);
+}
+
 
 namespace {
 
@@ -69,6 +82,7 @@ std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<do
 
 void check_model_dir(const std::string& dir) {
   namespace fs = std::filesystem;
+  if (is_gguf_file(dir)) return;  // a GGUF file: its header is checked when it is opened
   KILN_CHECK(fs::is_directory(dir), "model directory \"", dir, "\" does not exist (or is not a directory)");
   KILN_CHECK(fs::exists(fs::path(dir) / "config.json"), "\"", dir, "\" has no config.json: not a Hugging Face model directory");
 }
@@ -127,7 +141,7 @@ std::vector<int64_t> prompt_ids(const LlmOptions& o, const Tokenizer* tok) {
 int run_generate(const LlmOptions& o) {
   const Device dev = parse_device(o.device);
   std::optional<Tokenizer> tok;
-  if (!o.model.empty() && std::filesystem::exists(o.model + "/tokenizer.json")) tok = Tokenizer::from_model_dir(o.model);
+  tok = model_tokenizer(o.model);
   const std::vector<int64_t> prompt = prompt_ids(o, tok ? &*tok : nullptr);
   KILN_CHECK(!prompt.empty(), "the prompt is empty");
   const int64_t ctx = o.ctx > 0 ? o.ctx : static_cast<int64_t>(prompt.size()) + o.n;
@@ -351,7 +365,7 @@ int run_check(const LlmOptions& o) {
   const Device gpu = parse_device(o.device == "auto" ? "cuda" : o.device);
   KILN_CHECK(gpu.is_cuda(), "kiln check compares a CUDA run with the CPU: --device must be cuda or cuda:N");
   std::optional<Tokenizer> tok;
-  if (!o.model.empty() && std::filesystem::exists(o.model + "/tokenizer.json")) tok = Tokenizer::from_model_dir(o.model);
+  tok = model_tokenizer(o.model);
   std::vector<int64_t> prompt;
   if (o.prompt_ids.empty() && o.prompt.empty()) prompt = {1, 2, 3, 4, 5, 6, 7, 8};
   else prompt = prompt_ids(o, tok ? &*tok : nullptr);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kiln/llm/model.h"
+#include "kiln/tokenizer.h"
 
 namespace kiln::cli {
 
@@ -30,5 +31,7 @@ std::optional<int> run_llm_commands(const LlmOptions& options);
 Device device_of(const std::string& s);
 // The model of -m DIR or --preset NAME (random weights) on `dev`, with a KV cache of `ctx` tokens.
 llm::Model open_model_for(const LlmOptions& options, Device dev, int64_t ctx);
+// The tokenizer of a model directory (its tokenizer.json) or GGUF file, when it has one.
+std::optional<Tokenizer> model_tokenizer(const std::string& model);
 
 }  // namespace kiln::cli

@@ -716,7 +716,7 @@ int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
   if (!model_options.model.empty()) {
     model_id = std::filesystem::path(model_options.model).filename().string();
     if (model_id.empty()) model_id = std::filesystem::path(model_options.model).parent_path().filename().string();
-    if (std::filesystem::exists(model_options.model + "/tokenizer.json")) tok = Tokenizer::from_model_dir(model_options.model);
+    tok = model_tokenizer(model_options.model);
     try {
       chat = ChatTemplate::from_model_dir(model_options.model);
     } catch (const Error& e) {

@@ -28,6 +28,9 @@ struct RopeConfig {
   std::optional<double> mscale, mscale_all_dim, attention_factor;  // yarn
   bool truncate = true;                      // yarn: round the correction range (transformers' default)
   double partial_rotary_factor = 1.0;
+  // Per-frequency divisors applied after the type's rule (GGUF's rope_freqs tensor, which is how llama.cpp's
+  // files carry Llama 3's scaling): inv_freq[j] /= freq_factors[j]. Empty: none.
+  std::vector<float> freq_factors;
 };
 const char* rope_type_name(RopeConfig::Type t);
 

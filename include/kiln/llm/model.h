@@ -115,7 +115,8 @@ class Model {
   std::unique_ptr<State> s_;
 };
 
-// Loads DIR (config.json, generation_config.json, safetensors) onto options.device.
+// Loads DIR (config.json, generation_config.json, safetensors), or a GGUF file (a path ending in .gguf; see
+// kiln/llm/gguf_model.h), onto options.device.
 Model load_model(const std::string& dir, const ModelOptions& options,
                  const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
