@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kiln/gguf.h"
 #include "kiln/chat.h"
 #include "kiln/llm/generate.h"
 #include "kiln/llm/model.h"
@@ -278,7 +279,9 @@ void bind_llm(nb::module_& m) {
           nb::gil_scoped_release release;
           pm->model = std::make_unique<Model>(llm::load_model(dir, model_options(device, dtype, max_context, use_graph)));
           std::error_code ec;
-          if (std::filesystem::exists(dir + "/tokenizer.json", ec))
+          const bool gguf = is_gguf_file(dir);
+          if (gguf ? GgufFile::open(dir).metadata().count("tokenizer.ggml.model") != 0
+                   : std::filesystem::exists(dir + "/tokenizer.json", ec))
             pm->tokenizer = std::make_shared<Tokenizer>(Tokenizer::from_model_dir(dir));
           try {
             pm->chat = ChatTemplate::from_model_dir(dir);
@@ -289,7 +292,8 @@ void bind_llm(nb::module_& m) {
         return pm.release();
       }, nb::arg("model_dir"), nb::kw_only(), nb::arg("device") = nb::none(), nb::arg("dtype") = nb::none(),
          nb::arg("max_context") = 4096, nb::arg("use_graph") = true, nb::rv_policy::take_ownership,
-         "Loads a Hugging Face directory (config.json, safetensors, tokenizer.json). device defaults to CUDA when "
+         "Loads a Hugging Face directory (config.json, safetensors, tokenizer.json) or a GGUF file (llama, qwen3, "
+         "qwen3moe; dequantised on load). device defaults to CUDA when "
          "available; dtype to bfloat16 on CUDA and float32 on the CPU (FP8 weights stay FP8).")
       .def_static("from_preset", [](const std::string& name, std::optional<Device> device, std::optional<DType> dtype,
                                     int64_t max_context, uint64_t seed) {

@@ -29,6 +29,22 @@ def text_model(tmp_path_factory):
     return kiln.Model.from_pretrained(d, device="cpu", max_context=256)
 
 
+def test_gguf_files_load_as_the_safetensors_model(model):
+    # llama.cpp's format: the f32 file gives the same greedy tokens as the directory it was converted from.
+    ref = json.load(open(os.path.join(QWEN, "reference.json")))
+    g = kiln.Model.from_pretrained(os.path.join(DATA, "gguf", "models", "qwen3-tiny-f32.gguf"), device="cpu",
+                                   max_context=256)
+    assert g.config["num_hidden_layers"] == model.config["num_hidden_layers"]
+    assert g.generate(ref["prompt_ids"], max_new_tokens=len(ref["greedy_ids"]), temperature=0.0,
+                      ignore_eos=True) == ref["greedy_ids"]
+    with pytest.raises(kiln.KilnError, match="tokenizer.ggml"):
+        kiln.Tokenizer.from_pretrained(os.path.join(DATA, "gguf", "models", "qwen3-tiny-f32.gguf"))
+    tok = kiln.Tokenizer.from_pretrained(os.path.join(DATA, "gguf", "tokenizers", "qwen2.gguf"))
+    want = kiln.Tokenizer.from_file(os.path.join(DATA, "tokenizers", "qwen2.json"))
+    for text in ("Hello world", "<|im_start|>user\nnaïve café 1234<|im_end|>"):
+        assert tok.encode(text) == want.encode(text)
+
+
 def test_greedy_generation_matches_transformers(model):
     ref = json.load(open(os.path.join(QWEN, "reference.json")))
     prompt, greedy = ref["prompt_ids"], ref["greedy_ids"]
