@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-openmp-dev liblapacke-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
-  libpcre2-dev libutf8proc-dev
+  libpcre2-dev libutf8proc-dev libdnnl-dev
 )
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-dev libomp-dev)

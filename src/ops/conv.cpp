@@ -5,11 +5,15 @@
 // convolutions are convolutions of the zero-interleaved input with the flipped, transposed weight; pools
 // reduce the same window view; interpolation gathers along one spatial dim at a time.
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "kiln/nn.h"
 #if KILN_HAVE_CUDNN
 #include "cuda/conv.h"
+#endif
+#if KILN_HAVE_DNNL
+#include "cpu/conv.h"
 #endif
 
 namespace kiln {
@@ -142,6 +146,27 @@ Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tenso
     if (fits) {
       Tensor y = empty(out, x.dtype(), x.device());
       if (cuda::cudnn_conv_forward(x.contiguous(), weight.contiguous(), y, {s, d, left, right})) return with_bias(y);
+    }
+  }
+#endif
+#if KILN_HAVE_DNNL
+  // KILN_DNNL=0 in the environment: im2col on the CPU too (for A/B measurements).
+  static const bool dnnl_on = [] {
+    const char* e = std::getenv("KILN_DNNL");
+    return !(e && std::string(e) == "0");
+  }();
+  if (dnnl_on && x.device().is_cpu()) {
+    Shape out = {n, cout};
+    bool fits = true;
+    for (int64_t i = 0; i < nsp; ++i) {
+      fits = fits && x.size(2 + i) + left[i] + right[i] >= d[i] * (k[i] - 1) + 1;
+      out.push_back((x.size(2 + i) + left[i] + right[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1);
+    }
+    if (fits) {
+      Tensor y = empty(out, x.dtype(), x.device());
+      const Tensor xc = x.contiguous(), wc = weight.contiguous();
+      const std::optional<Tensor> bc = bias ? std::optional<Tensor>(bias->contiguous()) : std::nullopt;
+      if (cpu::dnnl_conv(xc, wc, bc ? &*bc : nullptr, y, {s, d, left, right, groups})) return has_batch ? y : y.squeeze(0);
     }
   }
 #endif

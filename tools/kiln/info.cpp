@@ -7,6 +7,9 @@
 #include "kiln/device.h"
 #include "kiln/runtime.h"
 #include "cpu/matmul.h"
+#if KILN_HAVE_DNNL
+#include "cpu/conv.h"
+#endif
 #include "kiln/version.h"
 #if KILN_HAVE_CUDA
 #include "cuda/backend.h"
@@ -33,13 +36,18 @@ int run_info(bool memory) {
   std::cout << "  build:        " << kBuildType << ", C++20, " << kCompiler << "\n";
   std::cout << "  cpu:          " << omp_get_max_threads() << " OpenMP threads, BLAS: " << kiln::cpu::blas_description()
             << "\n";
+#if KILN_HAVE_DNNL
+  std::cout << "  cpu conv:     " << kiln::cpu::dnnl_description() << "\n";
+#else
+  std::cout << "  cpu conv:     im2col + BLAS (built without oneDNN)\n";
+#endif
 #if KILN_HAVE_CUDA
   std::cout << "  cuda backend: compiled in (architectures " << kCudaArchitectures << ", runtime "
             << version_str(cuda_runtime_version()) << ", driver " << version_str(cuda_driver_version()) << ")\n";
 #if KILN_HAVE_CUDNN
-  std::cout << "  convolution:  " << cuda::cudnn_description() << "\n";
+  std::cout << "  cuda conv:    " << cuda::cudnn_description() << "\n";
 #else
-  std::cout << "  convolution:  im2col (built without cuDNN's headers)\n";
+  std::cout << "  cuda conv:    im2col (built without cuDNN's headers)\n";
 #endif
   const int n = cuda_device_count();
   if (n == 0) std::cout << "  cuda devices: none (" << cuda::unavailable_reason() << ")\n";

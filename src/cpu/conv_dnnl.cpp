@@ -1,0 +1,101 @@
+// Convolutions on the CPU through oneDNN (src/cpu/conv.h): the primitive chooses its own data layouts
+// (format_tag::any: blocked layouts for the vector units), kiln's plain NC[D]HW tensors are reordered into and
+// out of them, and the primitive runs on the OpenMP threads kiln's own kernels use (Debian's oneDNN is built
+// on the same libgomp). oneDNN caches the primitives it creates, keyed by their descriptors.
+#include <dnnl.hpp>
+#include <unordered_map>
+
+#include "cpu/conv.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+dnnl::memory::format_tag plain(size_t rank) {
+  using tag = dnnl::memory::format_tag;
+  switch (rank) {
+    case 3: return tag::abc;
+    case 4: return tag::abcd;
+    case 5: return tag::abcde;
+    default: return tag::abcdef;
+  }
+}
+
+dnnl::memory::dims dims_of(const Tensor& t) { return dnnl::memory::dims(t.sizes().begin(), t.sizes().end()); }
+
+struct Context {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+};
+
+Context& context() {
+  thread_local Context c;
+  return c;
+}
+
+// `user` in the primitive's layout `want`: the same memory when the layouts agree, else a reordered copy.
+dnnl::memory in_layout(dnnl::memory user, const dnnl::memory::desc& want, Context& c) {
+  if (user.get_desc() == want) return user;
+  dnnl::memory m(want, c.engine);
+  dnnl::reorder(user, m).execute(c.stream, user, m);
+  return m;
+}
+
+}  // namespace
+
+bool dnnl_conv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const ConvParams& p) {
+  using dt = dnnl::memory::data_type;
+  const DType t = x.dtype();
+  if (t != DType::F32 && t != DType::BF16) return false;
+  if (x.numel() == 0 || y.numel() == 0 || w.numel() == 0) return false;
+  if (bias && bias->dtype() != DType::F32 && bias->dtype() != t) return false;
+  const dt type = t == DType::F32 ? dt::f32 : dt::bf16;
+  try {
+    Context& c = context();
+    const size_t rank = static_cast<size_t>(x.dim());
+    const dnnl::memory::dims xd = dims_of(x), yd = dims_of(y);
+    // Weights: [O, I/g, k...], or with groups [g, O/g, I/g, k...] (the same bytes).
+    dnnl::memory::dims wd = dims_of(w);
+    if (p.groups > 1) {
+      wd[0] /= p.groups;
+      wd.insert(wd.begin(), p.groups);
+    }
+    dnnl::memory::dims dil(p.dilation.begin(), p.dilation.end());
+    for (auto& v : dil) v -= 1;  // oneDNN counts the taps skipped
+    const dnnl::memory::dims strides(p.stride.begin(), p.stride.end()), pl(p.pad_before.begin(), p.pad_before.end()),
+        pr(p.pad_after.begin(), p.pad_after.end());
+    const auto any = dnnl::memory::format_tag::any;
+    const dnnl::memory::desc xmd(xd, type, any), wmd(wd, type, any), ymd(yd, type, any);
+    const dnnl::memory::desc bmd = bias ? dnnl::memory::desc({yd[1]}, bias->dtype() == DType::F32 ? dt::f32 : type,
+                                                             dnnl::memory::format_tag::a)
+                                        : dnnl::memory::desc();
+    const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                             dnnl::algorithm::convolution_direct, xmd, wmd, bmd, ymd,
+                                                             strides, dil, pl, pr)
+                           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                             dnnl::algorithm::convolution_direct, xmd, wmd, ymd, strides,
+                                                             dil, pl, pr);
+    const dnnl::convolution_forward::primitive_desc pd(desc, c.engine);
+    dnnl::memory ux({xd, type, plain(rank)}, c.engine, const_cast<void*>(x.data_ptr()));
+    dnnl::memory uw({wd, type, plain(wd.size())}, c.engine, const_cast<void*>(w.data_ptr()));
+    dnnl::memory uy({yd, type, plain(rank)}, c.engine, y.data_ptr());
+    dnnl::memory mx = in_layout(ux, pd.src_desc(), c), mw = in_layout(uw, pd.weights_desc(), c);
+    const bool direct = pd.dst_desc() == uy.get_desc();
+    dnnl::memory my = direct ? uy : dnnl::memory(pd.dst_desc(), c.engine);
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bmd, c.engine, const_cast<void*>(bias->data_ptr())));
+    dnnl::convolution_forward(pd).execute(c.stream, args);
+    if (!direct) dnnl::reorder(my, uy).execute(c.stream, my, uy);
+    c.stream.wait();
+    return true;
+  } catch (const dnnl::error&) {
+    return false;  // no implementation for this case (e.g. bf16 without AVX-512): the caller's own path
+  }
+}
+
+std::string dnnl_description() {
+  const dnnl_version_t* v = dnnl_version();
+  return str("oneDNN ", v->major, ".", v->minor, ".", v->patch, " (", v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other threads", ")");
+}
+
+}  // namespace kiln::cpu
