@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "commands.h"
+#include "kiln/gguf.h"
 #include "kiln/io.h"
+#include "kiln/llm/gguf_model.h"
 #include "kiln/llm/config.h"
 #include "kiln/runtime.h"
 
@@ -37,7 +39,49 @@ uint64_t sum_views(const Checkpoint& c) {
 }
 }  // namespace
 
+// A GGUF file: its metadata (long arrays summarised), tensor table and the model config kiln reads from it.
+int inspect_gguf(const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const GgufFile f = GgufFile::open(path);
+  const double open_s = seconds_since(t0);
+  const GgufHeader& h = f.header();
+  std::printf("GGUF version %u, alignment %llu, %zu metadata keys, %zu tensors; opened and validated in %.3f ms\n",
+              h.version, static_cast<unsigned long long>(h.alignment), h.metadata.size(), h.tensors.size(), open_s * 1e3);
+  for (const auto& [k, v] : h.metadata) {
+    std::string value;
+    switch (v.type) {
+      case GgufValue::Type::String: value = "\"" + v.as_string().substr(0, 80) + (v.as_string().size() > 80 ? "...\"" : "\""); break;
+      case GgufValue::Type::Array: value = str("[", v.as_array().size(), " values]"); break;
+      case GgufValue::Type::F32:
+      case GgufValue::Type::F64: value = str(v.as_double()); break;
+      case GgufValue::Type::Bool: value = std::get<bool>(v.value) ? "true" : "false"; break;
+      default:
+        value = std::holds_alternative<uint64_t>(v.value) ? str(std::get<uint64_t>(v.value)) : str(std::get<int64_t>(v.value));
+    }
+    std::printf("metadata %s = %s\n", k.c_str(), value.c_str());
+  }
+  uint64_t total = 0;
+  for (const GgufTensorInfo& t : h.tensors) {
+    std::printf("%-40s %-8s %-24s %12llu bytes\n", t.name.c_str(), gguf_type_name(t.type).c_str(), shape_str(t.shape).c_str(),
+                static_cast<unsigned long long>(t.nbytes));
+    total += t.nbytes;
+  }
+  std::printf("%zu tensors, %llu bytes\n", h.tensors.size(), static_cast<unsigned long long>(total));
+  try {
+    const llm::ModelConfig m = llm::gguf_model_config(f);
+    std::printf("config: %s, %lld layers, hidden %lld, heads %lld/%lld x %lld, vocab %lld, experts %lld (top %lld)\n",
+                m.architecture.c_str(), static_cast<long long>(m.num_layers), static_cast<long long>(m.hidden_size),
+                static_cast<long long>(m.num_heads), static_cast<long long>(m.num_kv_heads),
+                static_cast<long long>(m.head_dim), static_cast<long long>(m.vocab_size),
+                static_cast<long long>(m.num_experts), static_cast<long long>(m.num_experts_per_tok));
+  } catch (const Error& e) {
+    std::printf("not a model kiln runs: %s\n", e.what());
+  }
+  return 0;
+}
+
 int run_inspect(const std::string& path, bool read, const std::string& device) {
+  if (is_gguf_file(path)) return inspect_gguf(path);
   const auto t0 = std::chrono::steady_clock::now();
   const Checkpoint c = Checkpoint::open(path);
   const double open_s = seconds_since(t0);
