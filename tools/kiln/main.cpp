@@ -46,10 +46,11 @@ int main(int argc, char** argv) {
   bench_vae->add_option("--seed", vae_opts.seed, "Seed of the weights and the latent")->capture_default_str();
   bench_vae->add_flag("!--no-check", vae_opts.check, "On CUDA: skip the PSNR against the CPU");
   bench_vae->add_option("--json", vae_opts.json, "Also write the results as JSON to this file");
-  auto* inspect = app.add_subcommand("inspect", "List the tensors of a safetensors file, index or checkpoint directory");
+  auto* inspect = app.add_subcommand(
+      "inspect", "List the tensors of a safetensors file, index or checkpoint directory, or of a GGUF file");
   std::string inspect_path, inspect_device;
   bool inspect_read = false;
-  inspect->add_option("path", inspect_path, "model.safetensors, model.safetensors.index.json or a directory")
+  inspect->add_option("path", inspect_path, "model.safetensors, model.safetensors.index.json, a directory or a .gguf file")
       ->required();
   inspect->add_flag("--read", inspect_read, "Also read every tensor and report the loading rate");
   inspect->add_option("--device", inspect_device, "With --read: load to this device (cuda, cuda:N) instead");
