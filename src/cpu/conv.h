@@ -19,6 +19,10 @@ struct ConvParams {
 // null, all contiguous CPU tensors of one dtype (f32 or bf16; bias f32 or the input's). Returns false, having
 // written nothing, when oneDNN has no implementation for the case (bf16 on a CPU without it, say).
 bool dnnl_conv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const ConvParams& p);
+// The transposed convolution (torch's conv_transposeNd) with x [N, I, *S], w [I, O / groups, *k], y [N, O, *O']
+// (output_padding in y's shape: pad_after is the padding minus output_padding), bias [O] or null; the same
+// contract as dnnl_conv.
+bool dnnl_conv_transpose(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const ConvParams& p);
 // "oneDNN 2.6.3 (OpenMP)", for `kiln info`.
 std::string dnnl_description();
 

@@ -90,6 +90,17 @@ Tensor flip(const Tensor& x, int64_t dim) {
   return index_select(x, dim, from_vector(idx, std::nullopt, x.device()));
 }
 
+#if KILN_HAVE_DNNL
+// KILN_DNNL=0 in the environment: im2col on the CPU too (for A/B measurements).
+bool dnnl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_DNNL");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
+#endif
+
 }  // namespace
 
 Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, const Shape& stride_arg,
@@ -150,12 +161,7 @@ Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tenso
   }
 #endif
 #if KILN_HAVE_DNNL
-  // KILN_DNNL=0 in the environment: im2col on the CPU too (for A/B measurements).
-  static const bool dnnl_on = [] {
-    const char* e = std::getenv("KILN_DNNL");
-    return !(e && std::string(e) == "0");
-  }();
-  if (dnnl_on && x.device().is_cpu()) {
+  if (dnnl_enabled() && x.device().is_cpu()) {
     Shape out = {n, cout};
     bool fits = true;
     for (int64_t i = 0; i < nsp; ++i) {
@@ -225,6 +231,24 @@ Tensor conv_transpose(const Tensor& input, const Tensor& weight, const std::opti
   if (bias)
     KILN_CHECK(bias->dim() == 1 && bias->size(0) == groups * weight.size(1), op, ": bias must be [",
                groups * weight.size(1), "], got ", bias->meta());
+#if KILN_HAVE_DNNL
+  if (x.device().is_cpu() && dnnl_enabled()) {
+    Shape out = {x.size(0), groups * weight.size(1)};
+    bool fits = true;
+    Shape after;
+    for (int64_t i = 0; i < nsp; ++i) {
+      out.push_back((x.size(2 + i) - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op_pad[i] + 1);
+      fits = fits && out.back() >= 1;
+      after.push_back(p[i] - op_pad[i]);
+    }
+    if (fits) {
+      Tensor y = empty(out, x.dtype(), x.device());
+      const Tensor xc = x.contiguous(), wc = weight.contiguous();
+      const std::optional<Tensor> bc = bias ? std::optional<Tensor>(bias->contiguous()) : std::nullopt;
+      if (cpu::dnnl_conv_transpose(xc, wc, bc ? &*bc : nullptr, y, {s, d, p, after, groups})) return has_batch ? y : y.squeeze(0);
+    }
+  }
+#endif
 #if KILN_HAVE_CUDNN
   // cuDNN: the gradient of a forward convolution with respect to its input, whose shape carries output_padding.
   if (x.is_cuda()) {

@@ -93,43 +93,43 @@ def test_conv_transpose_matches_the_scatter_definition(rng, device, nsp):
 
 
 @pytest.mark.parametrize("nsp", [1, 2, 3])
-def test_cuda_convolutions_in_16_and_32_bits(rng, nsp):
-    # The dtypes cuDNN takes on CUDA (f32 without TF32: 1e-5), over strides, dilations, groups (depthwise too),
-    # asymmetric 'same' padding, transposed convolutions with output_padding, and a non-contiguous input.
-    if not kiln.cuda.is_available():
-        pytest.skip("no CUDA device (kiln.cuda.is_available() is False)")
+def test_convolutions_in_16_and_32_bits(rng, device, nsp):
+    # The dtypes cuDNN takes on CUDA and oneDNN on the CPU (f32 without TF32: 1e-5), over strides, dilations,
+    # groups (depthwise too), asymmetric 'same' padding, transposed convolutions with output_padding, and a
+    # non-contiguous input; against float64 on the CPU from the same rounded inputs.
     cases = [((4, 6, 1), 3, 1, 1, 1), ((4, 6, 2), 3, 2, 0, 1), ((8, 8, 8), 3, 1, 1, 2), ((6, 4, 1), 1, 2, 0, 1)]
     for dt, tol in [(kiln.float32, 1e-5), (kiln.float16, 4e-3), (kiln.bfloat16, 3e-2)]:
         for (c, o, g), k, s, p, d in cases:
             x = rng.standard_normal((3, c) + (7,) * nsp).astype(np.float32)
             w = (rng.standard_normal((o, c // g) + (k,) * nsp) / np.sqrt(c // g * k ** nsp)).astype(np.float32)
             b = rng.standard_normal(o).astype(np.float32)
-            xq, wq, bq = (kiln.tensor(v, device="cuda").to(dt) for v in (x, w, b))
+            xq, wq, bq = (kiln.tensor(v, device=device).to(dt) for v in (x, w, b))
             ref = conv_ref(*(to_numpy(t) for t in (xq, wq, bq)), s, p, d, g)
             got = getattr(F, f"conv{nsp}d")(xq, wq, bq, s, p, d, g)
-            assert got.dtype == dt and got.device.type == "cuda"
+            assert got.dtype == dt and got.device.type == device
             np.testing.assert_allclose(to_numpy(got), ref, rtol=tol, atol=tol)
         # 'same' with an even kernel: one more pad after than before.
         x = rng.standard_normal((2, 3) + (6,) * nsp).astype(np.float32)
         w = (rng.standard_normal((5, 3) + (4,) * nsp) / 8).astype(np.float32)
-        got = getattr(F, f"conv{nsp}d")(kiln.tensor(x, device="cuda").to(dt), kiln.tensor(w, device="cuda").to(dt),
+        got = getattr(F, f"conv{nsp}d")(kiln.tensor(x, device=device).to(dt), kiln.tensor(w, device=device).to(dt),
                                         padding="same")
         cpu = getattr(F, f"conv{nsp}d")(kiln.tensor(x).to(dt).to(kiln.float64), kiln.tensor(w).to(dt).to(kiln.float64),
                                         padding="same")
         np.testing.assert_allclose(to_numpy(got), to_numpy(cpu), rtol=tol, atol=tol)
         # A transposed convolution with stride, output_padding, groups and dilation.
-        for (c, o, g), k, s, p, op, d in [((4, 3, 1), 3, 2, 1, 1, 1), ((4, 2, 2), 2, 1, 0, 0, 2), ((2, 2, 1), 4, 2, 1, 0, 1)]:
+        for (c, o, g), k, s, p, op, d in [((4, 3, 1), 3, 2, 1, 1, 1), ((4, 2, 2), 2, 1, 0, 0, 2), ((2, 2, 1), 4, 2, 1, 0, 1),
+                                          ((2, 3, 1), 3, 2, 0, 1, 1)]:
             x = rng.standard_normal((2, c) + (5,) * nsp).astype(np.float32)
             w = (rng.standard_normal((c, o) + (k,) * nsp) / np.sqrt(c * k ** nsp)).astype(np.float32)
             b = rng.standard_normal(o * g).astype(np.float32)
-            xq, wq, bq = (kiln.tensor(v, device="cuda").to(dt) for v in (x, w, b))
+            xq, wq, bq = (kiln.tensor(v, device=device).to(dt) for v in (x, w, b))
             got = getattr(F, f"conv_transpose{nsp}d")(xq, wq, bq, s, p, op, g, d)
             cpu = getattr(F, f"conv_transpose{nsp}d")(*(t.cpu().to(kiln.float64) for t in (xq, wq, bq)), s, p, op, g, d)
             assert got.dtype == dt and got.shape == cpu.shape
             np.testing.assert_allclose(to_numpy(got), to_numpy(cpu), rtol=tol, atol=tol)
     # A non-contiguous input (channels and the last dim swapped in memory) and an unbatched one.
-    x = kiln.tensor(rng.standard_normal((2, 5, 4) + (5,) * (nsp - 1)).astype(np.float32), device="cuda").transpose(1, 2)
-    w = kiln.tensor(rng.standard_normal((3, 4) + (3,) * nsp).astype(np.float32), device="cuda")
+    x = kiln.tensor(rng.standard_normal((2, 5, 4) + (5,) * (nsp - 1)).astype(np.float32), device=device).transpose(1, 2)
+    w = kiln.tensor(rng.standard_normal((3, 4) + (3,) * nsp).astype(np.float32), device=device)
     ref = getattr(F, f"conv{nsp}d")(x.cpu(), w.cpu(), padding=1)
     np.testing.assert_allclose(to_numpy(getattr(F, f"conv{nsp}d")(x, w, padding=1)), to_numpy(ref), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(to_numpy(getattr(F, f"conv{nsp}d")(x[0], w, padding=1)), to_numpy(ref)[0], rtol=1e-5,
