@@ -57,6 +57,7 @@ def main():
     ap.add_argument("--preset", default="small", choices=sorted(PRESETS))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
+    ap.add_argument("--frames", type=int, default=0, help="latent frames (0: the preset's), as kiln bench vae --frames")
     ap.add_argument("--json")
     a = ap.parse_args()
     p, dev = PRESETS[a.preset], torch.device(a.device)
@@ -71,8 +72,9 @@ def main():
              "blocks": [(make_conv(d, d, dev, dt), make_conv(d, d, dev, dt)) for d in dims],
              "up": [make_conv(dims[s], dims[s + 1], dev, dt) for s in range(len(dims) - 1)]}
     scale = 2 ** (len(dims) - 1)
-    frames = p["frames"] * math.prod(p["time_up"])
-    z = torch.randn(1, 16, p["frames"], p["height"], p["width"]).to(dev, dt)
+    latent_frames = a.frames or p["frames"]
+    frames = latent_frames * math.prod(p["time_up"])
+    z = torch.randn(1, 16, latent_frames, p["height"], p["width"]).to(dev, dt)
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -83,7 +85,7 @@ def main():
         for h0 in range(0, p["height"], tile):
             for w0 in range(0, p["width"], tile):
                 td, f0 = TileDecoder(model), 0
-                for t in range(p["frames"]):
+                for t in range(latent_frames):
                     out = td.chunk(z[:, :, t:t + 1, h0:h0 + tile, w0:w0 + tile])
                     video[:, :, f0:f0 + out.shape[2], h0 * scale:h0 * scale + out.shape[3],
                           w0 * scale:w0 * scale + out.shape[4]] = out
