@@ -41,59 +41,11 @@ dnnl::memory in_layout(dnnl::memory user, const dnnl::memory::desc& want, Contex
   return m;
 }
 
-}  // namespace
-
-bool dnnl_conv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const ConvParams& p) {
-  using dt = dnnl::memory::data_type;
-  const DType t = x.dtype();
-  if (t != DType::F32 && t != DType::BF16) return false;
-  if (x.numel() == 0 || y.numel() == 0 || w.numel() == 0) return false;
-  if (bias && bias->dtype() != DType::F32 && bias->dtype() != t) return false;
-  const dt type = t == DType::F32 ? dt::f32 : dt::bf16;
-  try {
-    Context& c = context();
-    const size_t rank = static_cast<size_t>(x.dim());
-    const dnnl::memory::dims xd = dims_of(x), yd = dims_of(y);
-    // Weights: [O, I/g, k...], or with groups [g, O/g, I/g, k...] (the same bytes).
-    dnnl::memory::dims wd = dims_of(w);
-    if (p.groups > 1) {
-      wd[0] /= p.groups;
-      wd.insert(wd.begin(), p.groups);
-    }
-    dnnl::memory::dims dil(p.dilation.begin(), p.dilation.end());
-    for (auto& v : dil) v -= 1;  // oneDNN counts the taps skipped
-    const dnnl::memory::dims strides(p.stride.begin(), p.stride.end()), pl(p.pad_before.begin(), p.pad_before.end()),
-        pr(p.pad_after.begin(), p.pad_after.end());
-    const auto any = dnnl::memory::format_tag::any;
-    const dnnl::memory::desc xmd(xd, type, any), wmd(wd, type, any), ymd(yd, type, any);
-    const dnnl::memory::desc bmd = bias ? dnnl::memory::desc({yd[1]}, bias->dtype() == DType::F32 ? dt::f32 : type,
-                                                             dnnl::memory::format_tag::a)
-                                        : dnnl::memory::desc();
-    const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                             dnnl::algorithm::convolution_direct, xmd, wmd, bmd, ymd,
-                                                             strides, dil, pl, pr)
-                           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                             dnnl::algorithm::convolution_direct, xmd, wmd, ymd, strides,
-                                                             dil, pl, pr);
-    const dnnl::convolution_forward::primitive_desc pd(desc, c.engine);
-    dnnl::memory ux({xd, type, plain(rank)}, c.engine, const_cast<void*>(x.data_ptr()));
-    dnnl::memory uw({wd, type, plain(wd.size())}, c.engine, const_cast<void*>(w.data_ptr()));
-    dnnl::memory uy({yd, type, plain(rank)}, c.engine, y.data_ptr());
-    dnnl::memory mx = in_layout(ux, pd.src_desc(), c), mw = in_layout(uw, pd.weights_desc(), c);
-    const bool direct = pd.dst_desc() == uy.get_desc();
-    dnnl::memory my = direct ? uy : dnnl::memory(pd.dst_desc(), c.engine);
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bmd, c.engine, const_cast<void*>(bias->data_ptr())));
-    dnnl::convolution_forward(pd).execute(c.stream, args);
-    if (!direct) dnnl::reorder(my, uy).execute(c.stream, my, uy);
-    c.stream.wait();
-    return true;
-  } catch (const dnnl::error&) {
-    return false;  // no implementation for this case (e.g. bf16 without AVX-512): the caller's own path
-  }
-}
-
-bool dnnl_conv_transpose(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const ConvParams& p) {
+// One convolution-like primitive (Prim: convolution_forward or deconvolution_forward) over plain tensors:
+// `wd` and `wtag` are oneDNN's logical weight dims and the plain layout the caller's weight has in them.
+template <class Prim>
+bool run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const ConvParams& p, dnnl::algorithm algorithm,
+         const dnnl::memory::dims& wd, dnnl::memory::format_tag wtag) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   const DType t = x.dtype();
@@ -103,30 +55,19 @@ bool dnnl_conv_transpose(const Tensor& x, const Tensor& w, const Tensor* bias, T
   const dt type = t == DType::F32 ? dt::f32 : dt::bf16;
   try {
     Context& c = context();
-    const size_t rank = static_cast<size_t>(x.dim()), nsp = rank - 2;
+    const size_t rank = static_cast<size_t>(x.dim());
     const dnnl::memory::dims xd = dims_of(x), yd = dims_of(y);
-    // oneDNN's deconvolution weights are [O, I, k...] (grouped: [g, O/g, I/g, k...]); torch's conv_transpose
-    // weight [I, O/g, k...] is the same data with the two channel dims swapped: a plain layout of its own.
-    const int64_t g = p.groups, in = x.size(1), out = y.size(1);
-    dnnl::memory::dims wd = g > 1 ? dnnl::memory::dims{g, out / g, in / g} : dnnl::memory::dims{out, in};
-    for (size_t i = 0; i < nsp; ++i) wd.push_back(w.size(static_cast<int64_t>(2 + i)));
-    static const tag swapped[] = {tag::bac, tag::bacd, tag::bacde}, swapped_grouped[] = {tag::acbd, tag::acbde, tag::acbdef};
-    const tag wtag = g > 1 ? swapped_grouped[nsp - 1] : swapped[nsp - 1];
     dnnl::memory::dims dil(p.dilation.begin(), p.dilation.end());
-    for (auto& v : dil) v -= 1;
+    for (auto& v : dil) v -= 1;  // oneDNN counts the taps skipped
     const dnnl::memory::dims strides(p.stride.begin(), p.stride.end()), pl(p.pad_before.begin(), p.pad_before.end()),
         pr(p.pad_after.begin(), p.pad_after.end());
-    const auto any = tag::any;
-    const dnnl::memory::desc xmd(xd, type, any), wmd(wd, type, any), ymd(yd, type, any);
+    const dnnl::memory::desc xmd(xd, type, tag::any), wmd(wd, type, tag::any), ymd(yd, type, tag::any);
     const dnnl::memory::desc bmd =
         bias ? dnnl::memory::desc({yd[1]}, bias->dtype() == DType::F32 ? dt::f32 : type, tag::a) : dnnl::memory::desc();
-    const auto desc = bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                               dnnl::algorithm::deconvolution_direct, xmd, wmd, bmd, ymd,
-                                                               strides, dil, pl, pr)
-                           : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                               dnnl::algorithm::deconvolution_direct, xmd, wmd, ymd,
-                                                               strides, dil, pl, pr);
-    const dnnl::deconvolution_forward::primitive_desc pd(desc, c.engine);
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const auto desc = bias ? typename Prim::desc(prop, algorithm, xmd, wmd, bmd, ymd, strides, dil, pl, pr)
+                           : typename Prim::desc(prop, algorithm, xmd, wmd, ymd, strides, dil, pl, pr);
+    const typename Prim::primitive_desc pd(desc, c.engine);
     dnnl::memory ux({xd, type, plain(rank)}, c.engine, const_cast<void*>(x.data_ptr()));
     dnnl::memory uw({wd, type, wtag}, c.engine, const_cast<void*>(w.data_ptr()));
     dnnl::memory uy({yd, type, plain(rank)}, c.engine, y.data_ptr());
@@ -135,13 +76,39 @@ bool dnnl_conv_transpose(const Tensor& x, const Tensor& w, const Tensor* bias, T
     dnnl::memory my = direct ? uy : dnnl::memory(pd.dst_desc(), c.engine);
     std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, my}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(bmd, c.engine, const_cast<void*>(bias->data_ptr())));
-    dnnl::deconvolution_forward(pd).execute(c.stream, args);
+    Prim(pd).execute(c.stream, args);
     if (!direct) dnnl::reorder(my, uy).execute(c.stream, my, uy);
     c.stream.wait();
     return true;
   } catch (const dnnl::error&) {
-    return false;
+    return false;  // no implementation for this case (e.g. bf16 without AVX-512): the caller's own path
   }
+}
+
+}  // namespace
+
+bool dnnl_conv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const ConvParams& p) {
+  // Weights: [O, I/g, k...], or with groups [g, O/g, I/g, k...] (the same bytes).
+  dnnl::memory::dims wd = dims_of(w);
+  if (p.groups > 1) {
+    wd[0] /= p.groups;
+    wd.insert(wd.begin(), p.groups);
+  }
+  return run<dnnl::convolution_forward>(x, w, bias, y, p, dnnl::algorithm::convolution_direct, wd, plain(wd.size()));
+}
+
+bool dnnl_conv_transpose(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const ConvParams& p) {
+  using tag = dnnl::memory::format_tag;
+  // oneDNN's deconvolution weights are [O, I, k...] (grouped: [g, O/g, I/g, k...]); torch's conv_transpose
+  // weight [I, O/g, k...] is the same data with the two channel dims swapped: a plain layout of its own.
+  const size_t nsp = static_cast<size_t>(x.dim()) - 2;
+  if (nsp < 1 || nsp > 3) return false;
+  const int64_t g = p.groups, in = x.size(1), out = y.size(1);
+  dnnl::memory::dims wd = g > 1 ? dnnl::memory::dims{g, out / g, in / g} : dnnl::memory::dims{out, in};
+  for (size_t i = 0; i < nsp; ++i) wd.push_back(w.size(static_cast<int64_t>(2 + i)));
+  static const tag swapped[] = {tag::bac, tag::bacd, tag::bacde}, swapped_grouped[] = {tag::acbd, tag::acbde, tag::acbdef};
+  return run<dnnl::deconvolution_forward>(x, w, bias, y, p, dnnl::algorithm::deconvolution_direct, wd,
+                                          g > 1 ? swapped_grouped[nsp - 1] : swapped[nsp - 1]);
 }
 
 std::string dnnl_description() {
