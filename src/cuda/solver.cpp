@@ -127,8 +127,8 @@ void visit_batched(DType t, const char* op, F&& f) {
 // Batches of mid-sized square matrices go to cuBLAS's batched LU (one call for the batch); single matrices and
 // large ones to cuSOLVER, whose blocked per-matrix routines then fill the GPU.
 bool batched_lu(int64_t batch, int64_t n) { return batch > 1 && n > kSmallN && n <= 512; }
-// cuBLAS's batched LU picks complex pivots by |z|, not LAPACK's |re| + |im|: complex LU above kSmallLuN goes to
-// cuSOLVER, whose pivots are LAPACK's.
+// cuBLAS's batched LU picks complex pivots by |z|, not LAPACK's |re| + |im|: complex LU above kSmallComplexLuN
+// goes to cuSOLVER, whose pivots are LAPACK's.
 bool batched_getrf(DType t, int64_t batch, int64_t n) { return t != DType::C64 && batched_lu(batch, n); }
 
 int checked_int(int64_t v, const char* what) {
@@ -145,9 +145,9 @@ void solver_getrf(Tensor& a, Tensor& piv, Tensor& info) {
     info.fill_(0);
     return;
   }
-  // The one-warp kernel for batches (and any n <= kSmallN); a single larger matrix fills more of the GPU in
-  // cuSOLVER's blocked routine (a 64 x 64 complex LU: 0.14 ms there, 0.33 ms in one warp, on an H200).
-  if (m == n && (n <= kSmallN || (n <= kSmallLuN && batch > 1))) return lu_small(a, piv, info);
+  // kiln's kernels for single matrices too: cuSOLVER's blocked LU launches several kernels per column block
+  // (a single complex 64 x 64 LU took 0.14 ms there).
+  if (m == n && lu_small_fits(a.dtype(), n)) return lu_small(a, piv, info);
   DeviceGuard guard(a.device());
   if (m == n && batched_getrf(a.dtype(), batch, n)) {
     Tensor ws;

@@ -4,8 +4,8 @@
 // asynchronous on the current stream. Only in KILN_HAVE_CUDA builds.
 //
 // Square matrices of n <= kSmallN take kiln's own one-launch kernels (src/cuda/solver_small.cu) for inverse
-// and LU solves, n <= kSmallLuN for LU (with LAPACK's pivots, which cuBLAS's complex batched LU does not
-// pick); batches of mid-sized ones (up to 512) cuBLAS's batched LU, solve and inverse; the rest, and the other
+// and LU solves, n <= kSmallLuN for LU (complex: kSmallComplexLuN; with LAPACK's pivots, which cuBLAS's complex
+// batched LU does not pick); batches of mid-sized ones (up to 512) cuBLAS's batched LU, solve and inverse; the rest, and the other
 // factorisations, cuSOLVER per matrix, with its device workspace from kiln's caching allocator (so the memory
 // figures count it).
 //
@@ -20,6 +20,9 @@ namespace kiln::cuda {
 
 inline constexpr int64_t kSmallN = 32;    // inverse and LU solves
 inline constexpr int64_t kSmallLuN = 64;  // LU
+inline constexpr int64_t kSmallComplexLuN = 128;  // complex LU
+// Whether lu_small takes square matrices of this dtype and size.
+inline bool lu_small_fits(DType t, int64_t n) { return n <= kSmallLuN || (t == DType::C64 && n <= kSmallComplexLuN); }
 
 void solver_getrf(Tensor& a, Tensor& piv, Tensor& info);
 void solver_getrs(const Tensor& lu, const Tensor& piv, Tensor& b, char trans);
@@ -34,7 +37,8 @@ void solver_syevd(Tensor& a, Tensor& w, bool vectors, bool upper, Tensor& info);
 // Row-major triangular solves (cuBLAS trsm), as cpu::blas_trsm.
 void blas_trsm(const Tensor& a, Tensor& b, bool left, bool upper, bool unit);
 
-// The one-launch kernels (square): LU in place (n <= kSmallLuN); the inverse from the LU in place; LU solves of
+// The one-launch kernels (square): LU in place (lu_small_fits: a warp per matrix up to n = 32, a block above);
+// the inverse from the LU in place; LU solves of
 // b [B, k, n] in place (trans 'N', 'T' or 'C').
 void lu_small(Tensor& a, Tensor& piv, Tensor& info);
 void inverse_small(Tensor& lu, const Tensor& piv);

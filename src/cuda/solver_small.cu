@@ -1,5 +1,5 @@
-// Batched LU (n <= 64), inverse and LU solves (n <= 32) of small square matrices: one warp per matrix, the matrix in
-// shared memory, the whole batch in one launch. cuSOLVER's per-matrix routines launch several kernels per
+// Batched LU (n <= 64; complex n <= 128), inverse and LU solves (n <= 32) of small square matrices: a warp (n <= 32)
+// or a block per matrix, the matrix in shared memory, the whole batch in one launch. cuSOLVER's per-matrix routines launch several kernels per
 // matrix, which dominates for the batches of tiny systems that graphics, robotics and per-head attention
 // math produce.
 //
@@ -103,6 +103,106 @@ __global__ void __launch_bounds__(32 * W) lu_small_kernel(T* __restrict__ a, int
   }
   for (int i = lane; i < n * n; i += 32) g[i] = s[i];
   if (lane == 0) info[b] = first_zero;
+}
+
+// a -= l u, with fused multiply-adds (no complex operator*: its C99 Annex G checks for infinities cost more than the
+// product here, and the CPU's LAPACK does not make them either).
+__device__ inline void msub(float& a, float l, float u) { a = fmaf(-l, u, a); }
+__device__ inline void msub(double& a, double l, double u) { a = fma(-l, u, a); }
+__device__ inline void msub(cfloat& a, cfloat l, cfloat u) {
+  const float re = fmaf(l.imag(), u.imag(), fmaf(-l.real(), u.real(), a.real()));
+  const float im = fmaf(-l.imag(), u.real(), fmaf(-l.real(), u.imag(), a.imag()));
+  a = cfloat(re, im);
+}
+
+// LU with partial pivoting of one matrix per block of 4 R threads, 32 < n <= R, the matrix in shared memory with an
+// odd column stride (the row swaps then read across columns without bank conflicts). For each column k, warp 0
+// finds the pivot, swaps the rows and scales the multipliers; then thread t updates row t % R in the columns
+// c > k with c = t / R (mod 4): the multiplier stays in a register, the pivot row's entry is a broadcast, and
+// consecutive threads touch consecutive rows. Two block barriers per column. Pivots and info as getrf's.
+template <class T, int R>
+__global__ void __launch_bounds__(4 * R) lu_block_kernel(T* __restrict__ a, int32_t* __restrict__ piv,
+                                                          int32_t* __restrict__ info, int n) {
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ int zero_pivot;
+  T* s = reinterpret_cast<T*>(smem_raw);
+  const int ld = n | 1;
+  const int64_t b = blockIdx.x;
+  T* g = a + b * n * n;
+  int32_t* pv = piv + b * n;
+  for (int i = threadIdx.x; i < n * n; i += 4 * R) s[(i / n) * ld + i % n] = g[i];
+  const int lane = threadIdx.x % 32, r = threadIdx.x % R, cg = threadIdx.x / R;
+  int first_zero = 0;
+  __syncthreads();
+  for (int k = 0; k < n; ++k) {
+    if (threadIdx.x < 32) {
+      using Real = decltype(pivot_abs(T()));
+      Real best = Real(-1);
+      int where = n;
+#pragma unroll
+      for (int j = 0; j < R / 32; ++j) {
+        const int row = lane + 32 * j;
+        if (row >= k && row < n) {
+          const Real v = pivot_abs(s[k * ld + row]);
+          if (v > best) {
+            best = v;
+            where = row;
+          }
+        }
+      }
+      // Every lane ends with the first row of the largest magnitude (ties: the lower index, as i?amax).
+      for (int off = 16; off > 0; off /= 2) {
+        const Real ob = __shfl_xor_sync(0xffffffffu, best, off);
+        const int ow = __shfl_xor_sync(0xffffffffu, where, off);
+        if (ob > best || (ob == best && ow < where)) {
+          best = ob;
+          where = ow;
+        }
+      }
+      const int p = where < n ? where : k;  // every candidate NaN: LAPACK's i?amax keeps the first
+      const T pivot = s[k * ld + p];
+      const bool zero = is_zero(pivot);
+      __syncwarp();
+      if (zero) {
+        // The column below is zero: LAPACK records the first zero pivot and goes on, nothing to eliminate.
+        if (first_zero == 0) first_zero = k + 1;
+      } else {
+        if (p != k) {
+          for (int c = lane; c < n; c += 32) {
+            const T t = s[c * ld + k];
+            s[c * ld + k] = s[c * ld + p];
+            s[c * ld + p] = t;
+          }
+          __syncwarp();
+        }
+        for (int row = k + 1 + lane; row < n; row += 32) s[k * ld + row] = s[k * ld + row] / pivot;
+      }
+      if (lane == 0) {
+        pv[k] = p + 1;
+        zero_pivot = zero;
+      }
+    }
+    __syncthreads();
+    if (!zero_pivot && r > k && r < n) {
+      const T l = s[k * ld + r];
+      int c = k + 1 + ((cg - k - 1) & 3);
+      for (; c + 12 < n; c += 16) {
+        T x0 = s[c * ld + r], x1 = s[(c + 4) * ld + r], x2 = s[(c + 8) * ld + r], x3 = s[(c + 12) * ld + r];
+        msub(x0, l, s[c * ld + k]);
+        msub(x1, l, s[(c + 4) * ld + k]);
+        msub(x2, l, s[(c + 8) * ld + k]);
+        msub(x3, l, s[(c + 12) * ld + k]);
+        s[c * ld + r] = x0;
+        s[(c + 4) * ld + r] = x1;
+        s[(c + 8) * ld + r] = x2;
+        s[(c + 12) * ld + r] = x3;
+      }
+      for (; c < n; c += 4) msub(s[c * ld + r], l, s[c * ld + k]);
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < n * n; i += 4 * R) g[i] = s[(i / n) * ld + i % n];
+  if (threadIdx.x == 0) info[b] = first_zero;
 }
 
 // Solves op(A) x = rhs for one right-hand side in place, given A's LU (column-major, n x n) and 1-based pivots.
@@ -262,8 +362,17 @@ void lu_small(Tensor& a, Tensor& piv, Tensor& info) {
       kernel<<<blocks, 32 * warps, sizeof(T) * warps * n * n, stream_of(a.device())>>>(
           static_cast<T*>(a.data_ptr()), piv.data<int32_t>(), info.data<int32_t>(), n, batch);
     };
-    if (n <= 32) launch(&lu_small_kernel<T, 1, kWarps>, kWarps, 32);
-    else launch(&lu_small_kernel<T, 2, 2>, 2, 64);
+    if (n <= 32) return launch(&lu_small_kernel<T, 1, kWarps>, kWarps, 32);
+    auto block = [&](auto kernel, int rows) {
+      set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), sizeof(T) * rows * (rows | 1), a.device().index,
+                           "linalg.lu_factor");
+      KILN_CHECK(batch <= INT32_MAX, "linalg.lu_factor: a batch of ", batch, " matrices exceeds one launch");
+      kernel<<<static_cast<unsigned>(batch), 4 * rows, sizeof(T) * n * (n | 1), stream_of(a.device())>>>(
+          static_cast<T*>(a.data_ptr()), piv.data<int32_t>(), info.data<int32_t>(), n);
+    };
+    if (n <= 64) return block(&lu_block_kernel<T, 64>, 64);
+    if constexpr (std::is_same_v<T, cfloat>) block(&lu_block_kernel<T, 128>, 128);
+    else throw Error(str("linalg.lu_factor: internal error: no LU kernel for ", n, " x ", n, " real matrices"));
   });
   check_launch("linalg.lu_factor");
 }

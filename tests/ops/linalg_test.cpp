@@ -419,7 +419,7 @@ TEST(LinalgCuda, FactorsPivotsAndInfoMatchTheCpu) {
   for (DType t : kDtypes) {
     for (const Shape& s : {Shape{257, 1, 1}, Shape{300, 2, 2}, Shape{100, 3, 3}, Shape{1000, 4, 4}, Shape{64, 7, 7},
                            Shape{33, 16, 16}, Shape{9, 31, 31}, Shape{5, 32, 32}, Shape{3, 33, 33}, Shape{8, 64, 64}, Shape{2, 65, 65},
-                           Shape{2, 100, 100},
+                           Shape{2, 100, 100}, Shape{1, 48, 48}, Shape{1, 64, 64}, Shape{1, 128, 128}, Shape{3, 128, 128},
                            Shape{2, 40, 20}, Shape{2, 20, 40}, Shape{1, 300, 300}}) {
       SCOPED_TRACE(str(dtype_name(t), " ", shape_str(s)));
       const Tensor A = random_matrix(s, t);  // g_dev is the CPU here
@@ -454,12 +454,13 @@ TEST(LinalgCuda, FactorsPivotsAndInfoMatchTheCpu) {
   }
 }
 
-// The first zero pivot of each matrix is its info, as LAPACK's getrf reports it, on both paths.
+// The first zero pivot of each matrix is its info, as LAPACK's getrf reports it, on every path.
 TEST(LinalgCuda, SingularMatricesReportTheFirstZeroPivot) {
   KILN_REQUIRE_CUDA();
-  for (int64_t n : {4, 32, 40}) {
-    SCOPED_TRACE(n);
-    Tensor A = add(random_matrix({3, n, n}, DType::F64), mul(eye_like(n, DType::F64), Scalar(4.0)));
+  for (auto [t, n] : {std::pair{DType::F64, 4}, {DType::F64, 32}, {DType::F64, 40}, {DType::F64, 64}, {DType::C64, 64},
+                      {DType::C64, 100}}) {
+    SCOPED_TRACE(str(dtype_name(t), " ", n));
+    Tensor A = add(random_matrix({3, n, n}, t), mul(eye_like(n, t), Scalar(4.0)));
     A.select(0, 1).select(-1, 2).fill_(0.0);  // matrix 1: column 2 is zero
     A.select(0, 2).fill_(0.0);               // matrix 2: all zero
     const LUFactorEx c = lu_factor_ex(A), g = lu_factor_ex(A.to(cuda_device()));
@@ -467,6 +468,34 @@ TEST(LinalgCuda, SingularMatricesReportTheFirstZeroPivot) {
     EXPECT_EQ(g.info.to_vector<int32_t>(), (std::vector<int32_t>{0, 3, 1}));
     EXPECT_TRUE(test::throws_error([&] { inv(A.to(cuda_device())); }, {"linalg.inv", "batch element 1", "singular"}));
     EXPECT_EQ(inv_ex(A.to(cuda_device())).info.to_vector<int32_t>(), (std::vector<int32_t>{0, 3, 1}));
+  }
+}
+
+// Complex pivots are chosen by |re| + |im| (LAPACK's icamax), also when every entry is purely imaginary or the
+// magnitudes differ by 1e±30: the CUDA kernels pick the CPU's pivots and agree with its factors.
+TEST(LinalgCuda, ComplexLuPicksLapacksPivots) {
+  KILN_REQUIRE_CUDA();
+  for (int64_t n : {20, 48, 64, 100, 128}) {
+    for (double scale : {1.0, 1e30, 1e-30}) {
+      SCOPED_TRACE(str(n, " ", scale));
+      // Matrix 0: purely imaginary; matrix 1: random parts, where |re| + |im| and |z| order some candidates
+      // differently.
+      const Tensor z = random_matrix({2, n, n}, DType::C64);
+      view_as_real(z).select(0, 0).select(-1, 0).fill_(0.0);
+      Tensor parts = view_as_real(z);
+      mul_(parts, Scalar(scale));
+      const LUFactorEx c = lu_factor_ex(z), g = lu_factor_ex(z.to(cuda_device()));
+      // The first column's pivot compares the input's own values: equal. Later ones compare computed values, where
+      // rounding may reorder a near-tie (rare).
+      const auto pc = c.pivots.to_vector<int32_t>(), pg = g.pivots.cpu().to_vector<int32_t>();
+      EXPECT_EQ(pg[0], pc[0]);
+      EXPECT_EQ(pg[n], pc[n]);
+      int64_t differ = 0;
+      for (size_t i = 0; i < pc.size(); ++i) differ += pc[i] != pg[i];
+      EXPECT_LE(differ, 2);
+      if (differ == 0) EXPECT_LT(rel_err(g.LU.cpu(), c.LU), tol(DType::C64, n) * 10);
+      EXPECT_EQ(g.info.to_vector<int32_t>(), (std::vector<int32_t>{0, 0}));
+    }
   }
 }
 
