@@ -461,7 +461,9 @@ def cases():
             linalg_case("inv", "f32", (16384, 16, 16)), linalg_case("inv_ex", "f32", (16384, 16, 16)),
             linalg_case("det", "f32", (65536, 4, 4)), linalg_case("det", "f64", (4096, 8, 8)),
             linalg_case("solve", "f32", (65536, 4, 4)), linalg_case("lu_factor", "c64", (1024, 64, 64)),
-            linalg_case("lu_factor", "c64", (64, 64)), linalg_case("cholesky", "f64", (1024, 1024))]
+            linalg_case("lu_factor", "c64", (64, 64)), linalg_case("lu_factor", "c64", (128, 128)),
+            linalg_case("lu_factor", "c64", (64, 128, 128)), linalg_case("lu_factor", "f32", (64, 64)),
+            linalg_case("cholesky", "f64", (1024, 1024))]
     return out
 
 

@@ -496,6 +496,9 @@ std::vector<OpCase> op_cases() {
   cases.push_back(linalg_case("solve", kF32, {65536, 4, 4}));
   cases.push_back(linalg_case("lu_factor", kC64, {1024, 64, 64}));
   cases.push_back(linalg_case("lu_factor", kC64, {64, 64}));
+  cases.push_back(linalg_case("lu_factor", kC64, {128, 128}));
+  cases.push_back(linalg_case("lu_factor", kC64, {64, 128, 128}));
+  cases.push_back(linalg_case("lu_factor", kF32, {64, 64}));
   cases.push_back(linalg_case("cholesky", kF64, {1024, 1024}));
   return cases;
 }
