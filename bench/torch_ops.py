@@ -28,7 +28,10 @@ What runs for each op is what a PyTorch / Hugging Face decode step runs:
                   weighted index_add)
   linalg          torch.linalg.inv / inv_ex / det / solve (one right-hand vector) / lu_factor / cholesky on
                   well-conditioned input (normal + n I; Cholesky: M M^T + n I). The plain forms synchronise with
-                  the host on every call (they check info) and cannot be captured: eager time only, as kiln's
+                  the host on every call (they check info) and cannot be captured: eager time only, as kiln's are
+  bincount, pad, dropout, conv2d/conv3d, layer_norm, group_norm, batch_norm, cross_entropy
+                  torch.bincount(minlength=) (eager only: it reads the maximum) and torch.nn.functional's op
+                  of that name (dropout in training, eager only), cuDNN's convolutions without TF32
 Method (identical to tools/kiln/bench_ops.cpp; docs/benchmarks.md): C = clamp(ceil(4 * L2 / copy_bytes), 2,
 max_copies) copies of fresh random inputs; one warm-up call per copy; eager = median over `repeats` batches of
 min(C, 64) calls cycling the copies (events around each batch); graph = one torch.cuda.CUDAGraph holding one
@@ -339,6 +342,95 @@ MOE_TOPK = 8
 MOE_SHAPES = [(128, 2048, 768), (64, 2048, 1408), (256, 2048, 512)]
 
 
+def dims(shape):
+    return "x".join(str(v) for v in shape)
+
+
+def bincount_case(n, bins):
+    def make(dev):
+        x = torch.randint(0, bins, (n,), dtype=torch.int64, device=dev)
+        return {"torch.bincount": lambda: torch.bincount(x, minlength=bins)}
+
+    return Case(f"bincount/i64/{n}/bins{bins}", 8 * n + 8 * bins, 8 * n, 256, make, graph=False)
+
+
+def pad_case(mode, tag, shape, p):
+    n_in = math.prod(shape)
+    n_out = math.prod(v + (2 * p if i + 3 >= len(shape) else 0) for i, v in enumerate(shape))
+    size = ITEMSIZE[tag]
+
+    def make(dev):
+        x = rnd(shape, tag, dev)
+        return {"F.pad": lambda: F.pad(x, (p,) * 6, mode=mode)}
+
+    return Case(f"pad/{mode}/{tag}/{dims(shape)}/p{p}", size * (n_in + n_out), size * n_in, 256, make)
+
+
+def dropout_case(tag, n, p):
+    def make(dev):
+        x = rnd((n,), tag, dev)
+        return {"F.dropout": lambda: F.dropout(x, p, training=True)}
+
+    return Case(f"dropout/{tag}/{n}/p{p:g}", 2 * ITEMSIZE[tag] * n, ITEMSIZE[tag] * n, 256, make, graph=False)
+
+
+def conv_case(tag, x_shape, w_shape, padding):
+    sd = len(w_shape) - 2
+    out = x_shape[0] * w_shape[0]
+    for i in range(sd):
+        out *= x_shape[2 + i] + 2 * padding[i] - w_shape[2 + i] + 1
+    size = ITEMSIZE[tag]
+    copy_bytes = size * (math.prod(x_shape) + math.prod(w_shape) + w_shape[0])
+    conv = {2: lambda: F.conv2d, 3: lambda: F.conv3d}[sd]
+
+    def make(dev):
+        x, w, b = rnd(x_shape, tag, dev), rnd(w_shape, tag, dev, 0.02), rnd((w_shape[0],), tag, dev, 0.02)
+        fn = conv()
+        return {f"F.conv{sd}d": lambda: fn(x, w, b, padding=tuple(padding))}
+
+    name = f"conv{sd}d/{tag}/{dims(x_shape)}/w{dims(w_shape)}/p" + "".join(str(v) for v in padding)
+    return Case(name, copy_bytes + size * out, copy_bytes, 16, make)
+
+
+def norm_case(op, tag, shape, groups=0, training=False):
+    n = math.prod(shape)
+    ch = shape[-1] if op == "layer_norm" else shape[1]
+    size = ITEMSIZE[tag]
+    params = 4 * 4 * ch if op == "batch_norm" else 2 * size * ch
+    copy_bytes = size * n + params
+    extra = 2 * 4 * ch if op == "batch_norm" and training else 0
+    name = f"{op}/{tag}/{dims(shape)}"
+    if op == "group_norm":
+        name += f"/G{groups}"
+    if op == "batch_norm":
+        name += "/train" if training else "/eval"
+
+    def make(dev):
+        x = rnd(shape, tag, dev)
+        if op == "layer_norm":
+            w, b = rnd((ch,), tag, dev), rnd((ch,), tag, dev)
+            return {"F.layer_norm": lambda: F.layer_norm(x, (ch,), w, b)}
+        if op == "group_norm":
+            w, b = rnd((ch,), tag, dev), rnd((ch,), tag, dev)
+            return {"F.group_norm": lambda: F.group_norm(x, groups, w, b)}
+        w, b, mean = rnd((ch,), "f32", dev), rnd((ch,), "f32", dev), rnd((ch,), "f32", dev, 0.1)
+        var = torch.empty(ch, dtype=torch.float32, device=dev).uniform_(0.5, 2.0)
+        return {"F.batch_norm": lambda: F.batch_norm(x, mean, var, w, b, training=training)}
+
+    return Case(name, copy_bytes + size * n + extra, copy_bytes, 256, make)
+
+
+def cross_entropy_case(tag, n, v):
+    copy_bytes = ITEMSIZE[tag] * n * v + 8 * n
+
+    def make(dev):
+        x = rnd((n, v), tag, dev, 2.0)
+        t = torch.randint(0, v, (n,), dtype=torch.int64, device=dev)
+        return {"F.cross_entropy": lambda: F.cross_entropy(x, t)}
+
+    return Case(f"cross_entropy/{tag}/{n}x{v}", copy_bytes + ITEMSIZE[tag], copy_bytes, 4, make)
+
+
 def moe_tag(e, h, i):
     return f"E{e}_H{h}_I{i}"
 
@@ -464,6 +556,17 @@ def cases():
             linalg_case("lu_factor", "c64", (64, 64)), linalg_case("lu_factor", "c64", (128, 128)),
             linalg_case("lu_factor", "c64", (64, 128, 128)), linalg_case("lu_factor", "f32", (64, 64)),
             linalg_case("cholesky", "f64", (1024, 1024))]
+    out += [bincount_case(4 << 20, 1000), pad_case("reflect", "bf16", (1, 128, 16, 256, 256), 1),
+            pad_case("constant", "bf16", (1, 128, 16, 256, 256), 1), dropout_case("bf16", 64 << 20, 0.1),
+            conv_case("bf16", (2, 320, 64, 64), (320, 320, 3, 3), (1, 1)),
+            conv_case("bf16", (1, 512, 128, 128), (512, 512, 3, 3), (1, 1)),
+            conv_case("bf16", (1, 384, 6, 90, 160), (384, 384, 3, 3, 3), (0, 1, 1)),
+            conv_case("f32", (2, 320, 64, 64), (320, 320, 3, 3), (1, 1)),
+            norm_case("layer_norm", "bf16", (4096, 4096)), norm_case("group_norm", "bf16", (1, 512, 128, 128), 32),
+            norm_case("group_norm", "bf16", (1, 384, 4, 90, 160), 32),
+            norm_case("batch_norm", "bf16", (32, 256, 56, 56), 0, False),
+            norm_case("batch_norm", "bf16", (32, 256, 56, 56), 0, True),
+            cross_entropy_case("bf16", 4096, 151936)]
     return out
 
 
@@ -610,6 +713,9 @@ def main(argv=None):
         print(f"torch_ops.py: PyTorch is not installed ({e})", file=sys.stderr)
         return 2
     torch, F = _torch, _F
+    # f32 products and convolutions in f32, as kiln's (PyTorch lets cuDNN convolutions use TF32 by default).
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     if not torch.cuda.is_available():
         print("torch_ops.py: no CUDA device available to PyTorch", file=sys.stderr)
         return 2

@@ -416,6 +416,124 @@ OpCase linalg_case(const std::string& op, DType d, const Shape& shape) {
   return c;
 }
 
+// ---- torch.nn.functional's counting, padding, dropout, convolution, norms and losses -----------------------
+
+std::string dims(const Shape& shape) {
+  std::string out;
+  for (const int64_t v : shape) out += (out.empty() ? "" : "x") + str(v);
+  return out;
+}
+
+// bincount of n int64 values in [0, bins) into `bins` int64 counts. Both sides read the input's maximum to size
+// the output (a host synchronisation): eager time only.
+OpCase bincount_case(int64_t n, int64_t bins) {
+  OpCase c;
+  c.name = "bincount/i64/" + str(n) + "/bins" + str(bins);
+  c.copy_bytes = nb(n, DType::I64);
+  c.bytes = c.copy_bytes + nb(bins, DType::I64);
+  c.graph = false;
+  c.make = [=](Device dev) -> BenchCall {
+    const Tensor x = randint(0, bins, {n}, DType::I64, dev);
+    return [x, bins] { (void)bincount(x, std::nullopt, bins); };
+  };
+  return c;
+}
+
+// pad of the last three dims of a 5-D tensor by p on every side (a video VAE pads so before its convolutions).
+OpCase pad_case(const std::string& mode, DType d, const Shape& shape, int64_t p) {
+  OpCase c;
+  c.name = "pad/" + mode + "/" + dtype_tag(d) + "/" + dims(shape) + "/p" + str(p);
+  int64_t in = 1, out = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    in *= shape[i];
+    out *= shape[i] + (i + 3 >= shape.size() ? 2 * p : 0);
+  }
+  c.copy_bytes = nb(in, d);
+  c.bytes = c.copy_bytes + nb(out, d);
+  c.make = [=](Device dev) -> BenchCall {
+    const Tensor x = rnd(shape, d, dev);
+    return [x, mode, p] { (void)pad(x, std::vector<int64_t>(6, p), mode); };
+  };
+  return c;
+}
+
+// dropout in training: reads x, writes the output. Eager time only (each call draws a new mask).
+OpCase dropout_case(DType d, int64_t n, double p) {
+  OpCase c;
+  c.name = "dropout/" + std::string(dtype_tag(d)) + "/" + str(n) + "/p" + num(p);
+  c.copy_bytes = nb(n, d);
+  c.bytes = 2 * c.copy_bytes;
+  c.graph = false;
+  c.make = [=](Device dev) -> BenchCall {
+    const Tensor x = rnd({n}, d, dev);
+    return [x, p] { (void)dropout(x, p, true); };
+  };
+  return c;
+}
+
+// conv2d / conv3d, stride 1, with bias: input [N, C, *spatial], weight [C_out, C, *kernel], padding per dim.
+OpCase conv_case(DType d, const Shape& x_shape, const Shape& w_shape, const Shape& padding) {
+  OpCase c;
+  const size_t sd = w_shape.size() - 2;
+  std::string pads;
+  for (const int64_t v : padding) pads += str(v);
+  c.name = "conv" + str(static_cast<int64_t>(sd)) + "d/" + dtype_tag(d) + "/" + dims(x_shape) + "/w" + dims(w_shape) +
+           "/p" + pads;
+  int64_t out = x_shape[0] * w_shape[0];
+  for (size_t i = 0; i < sd; ++i) out *= x_shape[2 + i] + 2 * padding[i] - w_shape[2 + i] + 1;
+  c.copy_bytes = nb(checked_numel(x_shape) + checked_numel(w_shape) + w_shape[0], d);
+  c.bytes = c.copy_bytes + nb(out, d);
+  c.max_copies = 16;
+  c.make = [=](Device dev) -> BenchCall {
+    const Tensor x = rnd(x_shape, d, dev), w = weight(rnd(w_shape, d, dev, 0.02)), b = weight(rnd({w_shape[0]}, d, dev, 0.02));
+    return [x, w, b, padding] { (void)conv(x, w, b, {1}, padding); };
+  };
+  return c;
+}
+
+// layer_norm over the last dim (weight and bias in x's dtype), group_norm (weight and bias [C]), batch_norm with
+// f32 running statistics, weight and bias (eval: normalised by them; train: by the batch's, which update them).
+OpCase norm_case(const std::string& op, DType d, const Shape& shape, int64_t groups = 0, bool training = false) {
+  OpCase c;
+  const int64_t n = checked_numel(shape), ch = op == "layer_norm" ? shape.back() : shape[1];
+  c.name = op + "/" + dtype_tag(d) + "/" + dims(shape);
+  if (op == "group_norm") c.name += "/G" + str(groups);
+  if (op == "batch_norm") c.name += training ? "/train" : "/eval";
+  const int64_t params = op == "batch_norm" ? nb(4 * ch, DType::F32) : nb(2 * ch, d);
+  c.copy_bytes = nb(n, d) + params;
+  c.bytes = c.copy_bytes + nb(n, d) + (op == "batch_norm" && training ? nb(2 * ch, DType::F32) : 0);
+  c.make = [=](Device dev) -> BenchCall {
+    const Tensor x = rnd(shape, d, dev);
+    if (op == "layer_norm") {
+      const Tensor w = rnd({ch}, d, dev), b = rnd({ch}, d, dev);
+      return [x, w, b, ch] { (void)layer_norm(x, {ch}, w, b); };
+    }
+    if (op == "group_norm") {
+      const Tensor w = rnd({ch}, d, dev), b = rnd({ch}, d, dev);
+      return [x, w, b, groups] { (void)group_norm(x, groups, w, b); };
+    }
+    const Tensor w = rnd({ch}, DType::F32, dev), b = rnd({ch}, DType::F32, dev), mean = rnd({ch}, DType::F32, dev, 0.1);
+    Tensor var = empty({ch}, DType::F32, dev);
+    uniform_(var, 0.5, 2.0);
+    return [x, w, b, mean, var, training] { (void)batch_norm(x, mean, var, w, b, training); };
+  };
+  return c;
+}
+
+// cross_entropy of [N, V] logits against int64 class indices, mean over N (a language model's training loss).
+OpCase cross_entropy_case(DType d, int64_t n, int64_t v) {
+  OpCase c;
+  c.name = "cross_entropy/" + std::string(dtype_tag(d)) + "/" + str(n) + "x" + str(v);
+  c.copy_bytes = nb(n * v, d) + nb(n, DType::I64);
+  c.bytes = c.copy_bytes + nb(1, d);
+  c.max_copies = 4;
+  c.make = [=](Device dev) -> BenchCall {
+    const Tensor x = rnd({n, v}, d, dev, 2.0), t = randint(0, v, {n}, DType::I64, dev);
+    return [x, t] { (void)cross_entropy(x, t); };
+  };
+  return c;
+}
+
 }  // namespace
 
 std::vector<OpCase> op_cases() {
@@ -500,6 +618,23 @@ std::vector<OpCase> op_cases() {
   cases.push_back(linalg_case("lu_factor", kC64, {64, 128, 128}));
   cases.push_back(linalg_case("lu_factor", kF32, {64, 64}));
   cases.push_back(linalg_case("cholesky", kF64, {1024, 1024}));
+
+  cases.push_back(bincount_case(4 << 20, 1000));
+  cases.push_back(pad_case("reflect", kBF16, {1, 128, 16, 256, 256}, 1));
+  cases.push_back(pad_case("constant", kBF16, {1, 128, 16, 256, 256}, 1));
+  cases.push_back(dropout_case(kBF16, 64 << 20, 0.1));
+  // Stable Diffusion's UNet (its first level at 512 x 512) and VAE decoder (at 1024 x 1024 output); a Wan 2.x
+  // video VAE's causal conv3d on 720p latents (time already padded by 2 in front, as its decoder does).
+  cases.push_back(conv_case(kBF16, {2, 320, 64, 64}, {320, 320, 3, 3}, {1, 1}));
+  cases.push_back(conv_case(kBF16, {1, 512, 128, 128}, {512, 512, 3, 3}, {1, 1}));
+  cases.push_back(conv_case(kBF16, {1, 384, 6, 90, 160}, {384, 384, 3, 3, 3}, {0, 1, 1}));
+  cases.push_back(conv_case(kF32, {2, 320, 64, 64}, {320, 320, 3, 3}, {1, 1}));
+  cases.push_back(norm_case("layer_norm", kBF16, {4096, 4096}));
+  cases.push_back(norm_case("group_norm", kBF16, {1, 512, 128, 128}, 32));
+  cases.push_back(norm_case("group_norm", kBF16, {1, 384, 4, 90, 160}, 32));
+  cases.push_back(norm_case("batch_norm", kBF16, {32, 256, 56, 56}, 0, false));
+  cases.push_back(norm_case("batch_norm", kBF16, {32, 256, 56, 56}, 0, true));
+  cases.push_back(cross_entropy_case(kBF16, 4096, 151936));
   return cases;
 }
 
