@@ -8,6 +8,7 @@
 #include "kiln/nn.h"
 #include "ops/generator_offset.h"
 #if KILN_HAVE_CUDA
+#include "cuda/moments.h"
 #include "cuda/random.h"
 #endif
 
@@ -48,6 +49,26 @@ std::vector<int64_t> spatial_dims(const Tensor& x) {
   return d;
 }
 
+// CUDA's one-read statistics and one-pass normalisation (cuda/moments.h) take contiguous, non-empty input whose
+// weights and statistics are on its device; the rest composes kiln's ops.
+bool native_norm(const Tensor& x, std::initializer_list<const std::optional<Tensor>*> others, const char* op) {
+  for (const auto* t : others)
+    if (*t) KILN_CHECK((*t)->device() == x.device(), op, ": expected every tensor on ", x.device().str(), ", got ",
+                       (*t)->meta(), " with input ", x.meta());
+#if KILN_HAVE_CUDA
+  return x.is_cuda() && x.is_contiguous() && x.numel() > 0;
+#else
+  return false;
+#endif
+}
+
+DType acc_dtype(const Tensor& x) { return x.dtype() == DType::F64 ? DType::F64 : DType::F32; }
+
+// A weight, bias or statistic as the native kernels read it: contiguous, 1-d, in the accumulation dtype.
+Tensor as_acc(const std::optional<Tensor>& t, const Tensor& x) {
+  return t ? t->to(acc_dtype(x)).contiguous().reshape({-1}) : Tensor();
+}
+
 Tensor reduce(const Tensor& loss, std::string_view reduction, const char* op) {
   if (reduction == "none") return loss;
   if (reduction == "sum") return sum(loss);
@@ -68,6 +89,16 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const std::opt
   for (const auto* t : {&weight, &bias})
     if (*t) KILN_CHECK((*t)->sizes() == normalized_shape, "layer_norm: weight and bias must have normalized_shape ",
                        normalized_shape, ", got ", (*t)->meta());
+#if KILN_HAVE_CUDA
+  if (native_norm(x, {&weight, &bias}, "layer_norm")) {
+    const int64_t d = checked_numel(normalized_shape), rows = x.numel() / d;
+    Tensor mu = empty({rows}, acc_dtype(x), x.device()), var = empty({rows}, acc_dtype(x), x.device());
+    cuda::moments(x, rows, 1, d, d, 0, mu, var);
+    Tensor y = empty(x.sizes(), x.dtype(), x.device());
+    cuda::normalize_rows(x.reshape({rows, d}), mu, var, as_acc(weight, x), as_acc(bias, x), eps, y);
+    return y;
+  }
+#endif
   std::vector<int64_t> dims;
   for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
   const Tensor xf = compute(x);
@@ -88,6 +119,16 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const std::optional<Tenso
              ") must divide the channels (", c, ")");
   check_channels(weight, c, "weight", "group_norm");
   check_channels(bias, c, "bias", "group_norm");
+#if KILN_HAVE_CUDA
+  if (native_norm(x, {&weight, &bias}, "group_norm")) {
+    const int64_t len = x.numel() / (n * num_groups);
+    Tensor mu = empty({n * num_groups}, acc_dtype(x), x.device()), var = empty({n * num_groups}, acc_dtype(x), x.device());
+    cuda::moments(x, n * num_groups, 1, len, len, 0, mu, var);
+    Tensor y = empty(x.sizes(), x.dtype(), x.device());
+    cuda::normalize_planes(x, mu, var, as_acc(weight, x), as_acc(bias, x), eps, c, c / num_groups, false, y);
+    return y;
+  }
+#endif
   const Tensor xf = compute(x).reshape({n, num_groups, -1});
   const Tensor mu = mean(xf, {-1}, true);
   const Tensor centred = sub(xf, mu);
@@ -105,6 +146,34 @@ Tensor batch_norm(const Tensor& x, const std::optional<Tensor>& running_mean, co
   check_channels(running_var, c, "running_var", "batch_norm");
   check_channels(weight, c, "weight", "batch_norm");
   check_channels(bias, c, "bias", "batch_norm");
+#if KILN_HAVE_CUDA
+  if (native_norm(x, {&running_mean, &running_var, &weight, &bias}, "batch_norm")) {
+    Tensor mu, var;
+    if (training) {
+      const int64_t plane = x.numel() / (x.size(0) * c), count = x.numel() / c;
+      KILN_CHECK(count > 1, "batch_norm: training needs more than one value per channel, got ", x.meta());
+      mu = empty({c}, acc_dtype(x), x.device());
+      var = empty({c}, acc_dtype(x), x.device());
+      cuda::moments(x, c, x.size(0), plane, plane, c * plane, mu, var);
+      if (running_mean) {
+        Tensor rm = *running_mean;
+        rm.copy_(add(mul(compute(rm), Scalar(1 - momentum)), mul(mu, Scalar(momentum))));
+      }
+      if (running_var) {
+        Tensor rv = *running_var;
+        const Tensor unbiased = mul(var, Scalar(double(count) / double(count - 1)));
+        rv.copy_(add(mul(compute(rv), Scalar(1 - momentum)), mul(unbiased, Scalar(momentum))));
+      }
+    } else {
+      KILN_CHECK(running_mean && running_var, "batch_norm: evaluation (training=false) needs running_mean and running_var");
+      mu = as_acc(running_mean, x);
+      var = as_acc(running_var, x);
+    }
+    Tensor y = empty(x.sizes(), x.dtype(), x.device());
+    cuda::normalize_planes(x, mu, var, as_acc(weight, x), as_acc(bias, x), eps, c, 1, true, y);
+    return y;
+  }
+#endif
   const Tensor xf = compute(x);
   Tensor mu, var;
   if (training) {

@@ -66,6 +66,56 @@ def test_batch_norm_training_updates_running_statistics(rng, device):
           (xi - xi.mean(-1, keepdims=True)) / np.sqrt(xi.var(-1, keepdims=True) + 1e-5))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_norms_of_large_and_odd_shapes_against_float64(rng, device, dtype):
+    # On CUDA these take the native statistics (split over many blocks, merged by Chan's formula) and the one-pass
+    # normalisation, vectorised where a row or plane is a multiple of 16 bytes and scalar otherwise. Values around
+    # 100 with a spread of 3 make a naive sum of squares cancel; the reference sees the input as rounded to dtype.
+    kd = getattr(kiln, dtype)
+    tol = {"float32": 1e-4, "bfloat16": 4e-2, "float16": 4e-3}[dtype]
+
+    def inp(shape):
+        x = t((rng.standard_normal(shape) * 3 + 100).astype(np.float32), device, kd)
+        return x, to_numpy(x)
+
+    def check(actual, expected):
+        assert actual.dtype == kd
+        close(actual, expected, rtol=tol, atol=tol)
+
+    for shape in [(64, 4096), (5, 1003)]:
+        x, xn = inp(shape)
+        w, b = rng.standard_normal(shape[-1]), rng.standard_normal(shape[-1])
+        mu, var = xn.mean(-1, keepdims=True), xn.var(-1, keepdims=True)
+        check(F.layer_norm(x, [shape[-1]], t(w, device), t(b, device)), (xn - mu) / np.sqrt(var + 1e-5) * w + b)
+    for shape, groups in [((2, 64, 33, 31), 8), ((1, 128, 64, 64), 32), ((2, 32, 4, 16, 16), 8)]:
+        x, xn = inp(shape)
+        g = xn.reshape(shape[0], groups, -1)
+        ref = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(shape)
+        check(F.group_norm(x, groups), ref)
+        wc, bc = rng.standard_normal(shape[1]), rng.standard_normal(shape[1])
+        cv = (1, shape[1]) + (1,) * (len(shape) - 2)
+        check(F.group_norm(x, groups, t(wc, device), t(bc, device)), ref * wc.reshape(cv) + bc.reshape(cv))
+    for shape in [(8, 16, 25, 25), (16, 32, 32, 32)]:
+        x, xn = inp(shape)
+        c, axes, cv = shape[1], (0, 2, 3), (1, shape[1], 1, 1)
+        rm, rv = rng.standard_normal(c).astype(np.float32), (rng.random(c) + 0.5).astype(np.float32)
+        RM, RV = t(rm, device), t(rv, device)
+        w, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+        y = F.batch_norm(x, RM, RV, t(w, device), t(b, device), training=True, momentum=0.25)
+        mean, var = xn.mean(axes), xn.var(axes)
+        check(y, (xn - mean.reshape(cv)) / np.sqrt(var.reshape(cv) + 1e-5) * w.reshape(cv) + b.reshape(cv))
+        n = xn.size // c
+        close(RM, 0.75 * rm + 0.25 * mean, rtol=1e-5, atol=1e-4)
+        close(RV, 0.75 * rv + 0.25 * var * n / (n - 1), rtol=1e-4, atol=1e-4)
+        rm2, rv2 = to_numpy(RM), to_numpy(RV)
+        ye = F.batch_norm(x, RM, RV, t(w, device), t(b, device), training=False)
+        check(ye, (xn - rm2.reshape(cv)) / np.sqrt(rv2.reshape(cv) + 1e-5) * w.reshape(cv) + b.reshape(cv))
+    # A non-contiguous input (composed on every device) agrees with the contiguous one.
+    x, xn = inp((6, 40, 9))
+    xt = x.transpose(0, 2)
+    close(F.layer_norm(xt, [6]), to_numpy(F.layer_norm(xt.contiguous(), [6])), rtol=tol, atol=tol)
+
+
 def test_dropout_statistics_and_reproducibility(device):
     x = kiln.ones(200_000, device=device)
     for p in (0.1, 0.5, 0.9):

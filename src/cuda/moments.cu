@@ -1,0 +1,278 @@
+// layer_norm, group_norm and batch_norm on CUDA (cuda/moments.h): the statistics in one read of the input,
+// split over many blocks and merged by Chan's formula; then one pass that normalises. Half-precision input
+// accumulates in f32, f64 in f64.
+#include "cuda/moments.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/dispatch.h"
+#include "cuda/launch.h"
+#include "kiln/ops.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+__device__ __forceinline__ int64_t lmin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+template <class T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+
+// Count, mean and sum of squared deviations of a set of values.
+template <class A>
+struct Moments {
+  A n = 0, mean = 0, m2 = 0;
+  // Chan et al.: merges the moments of another set (nb values).
+  __device__ void merge(A nb, A mean_b, A m2_b) {
+    if (nb == 0) return;
+    const A total = n + nb, delta = mean_b - mean, f = nb / total;
+    mean += delta * f;
+    m2 += m2_b + delta * delta * n * f;
+    n = total;
+  }
+};
+
+template <class T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+// Merges the moments of every thread of the block into thread 0's.
+template <class A>
+__device__ Moments<A> block_merge(Moments<A> m) {
+  __shared__ A sh[3][kThreads / 32];
+  for (int o = 16; o > 0; o /= 2) {
+    const A n = __shfl_xor_sync(0xffffffffu, m.n, o), mean = __shfl_xor_sync(0xffffffffu, m.mean, o),
+            m2 = __shfl_xor_sync(0xffffffffu, m.m2, o);
+    m.merge(n, mean, m2);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    sh[0][warp] = m.n;
+    sh[1][warp] = m.mean;
+    sh[2][warp] = m.m2;
+  }
+  __syncthreads();
+  Moments<A> r;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < kThreads / 32; ++w) r.merge(sh[0][w], sh[1][w], sh[2][w]);
+  return r;
+}
+
+// Block (set, split) takes the split-th chunk of `chunk` elements of its set's logical sequence (`runs` runs of
+// `len`, run j at set * set_stride + j * run_stride) and writes their mean and m2 to part[set * splits + split].
+// V elements per access: chunk, len and both strides are multiples of V (checked on the host).
+template <class T, class A, int V>
+__global__ void __launch_bounds__(kThreads) moments_kernel(const T* __restrict__ x, int64_t total, int64_t len,
+                                                           int64_t set_stride, int64_t run_stride, int64_t chunk,
+                                                           int splits, A* __restrict__ part) {
+  const int64_t set = blockIdx.x / splits;
+  const int split = static_cast<int>(blockIdx.x % splits);
+  const int64_t begin = split * chunk, end = lmin(total, begin + chunk);
+  Moments<A> m;
+  for (int64_t j = begin; j < end;) {
+    // The piece of the chunk inside one run: logical elements [j, piece_end), run elements from j - run * len.
+    const int64_t run = j / len, piece_end = lmin(end, (run + 1) * len);
+    const T* p = x + set * set_stride + run * run_stride;
+    for (int64_t i = j - run * len + static_cast<int64_t>(threadIdx.x) * V; i < piece_end - run * len;
+         i += static_cast<int64_t>(kThreads) * V) {
+      const Pack<T, V> pk = *reinterpret_cast<const Pack<T, V>*>(p + i);
+      A s = 0;
+#pragma unroll
+      for (int k = 0; k < V; ++k) s += static_cast<A>(pk.v[k]);
+      const A mean_b = s / V;
+      A m2_b = 0;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A d = static_cast<A>(pk.v[k]) - mean_b;
+        m2_b += d * d;
+      }
+      m.merge(A(V), mean_b, m2_b);
+    }
+    j = piece_end;
+  }
+  m = block_merge(m);
+  if (threadIdx.x == 0) {
+    part[2 * blockIdx.x] = m.mean;
+    part[2 * blockIdx.x + 1] = m.m2;
+  }
+}
+
+// One thread per set: merges the splits' moments (split s holds min(chunk, total - s * chunk) values) into the
+// mean and the biased variance.
+template <class A>
+__global__ void moments_finish(const A* __restrict__ part, int64_t sets, int splits, int64_t total, int64_t chunk,
+                               A* __restrict__ mean, A* __restrict__ var) {
+  const int64_t set = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (set >= sets) return;
+  Moments<A> m;
+  for (int s = 0; s < splits; ++s) {
+    const int64_t n = lmin(chunk, total - s * chunk);
+    m.merge(static_cast<A>(n), part[2 * (set * splits + s)], part[2 * (set * splits + s) + 1]);
+  }
+  mean[set] = m.mean;
+  var[set] = m.m2 / static_cast<A>(total);
+}
+
+// Writes (x - mean) * rstd * w + b for V elements. w and b: per element (wv, bv) or one value (ws, bs).
+template <class T, class A, int V>
+__device__ __forceinline__ void normalize_pack(const T* __restrict__ x, T* __restrict__ y, A scale, A shift) {
+  const Pack<T, V> in = *reinterpret_cast<const Pack<T, V>*>(x);
+  Pack<T, V> out;
+#pragma unroll
+  for (int k = 0; k < V; ++k) out.v[k] = static_cast<T>(static_cast<A>(in.v[k]) * scale + shift);
+  *reinterpret_cast<Pack<T, V>*>(y) = out;
+}
+
+// layer_norm: block b covers columns [tile * kThreads * V, ...) of row b / tiles; w and b per column (or null).
+template <class T, class A, int V>
+__global__ void __launch_bounds__(kThreads) normalize_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t d,
+                                                                  int64_t tiles, const A* __restrict__ mean,
+                                                                  const A* __restrict__ var, const A* __restrict__ w,
+                                                                  const A* __restrict__ b, A eps) {
+  const int64_t row = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+  const A mu = mean[row], rstd = A(1) / ::sqrt(var[row] + eps);
+  const int64_t c0 = (tile * kThreads + threadIdx.x) * V;
+  if (c0 >= d) return;
+  const Pack<T, V> in = *reinterpret_cast<const Pack<T, V>*>(x + row * d + c0);
+  Pack<T, V> out;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    A v = (static_cast<A>(in.v[k]) - mu) * rstd;
+    if (w) v *= w[c0 + k];
+    if (b) v += b[c0 + k];
+    out.v[k] = static_cast<T>(v);
+  }
+  *reinterpret_cast<Pack<T, V>*>(y + row * d + c0) = out;
+}
+
+// group_norm / batch_norm: block b covers elements [tile * kThreads * V * kPlaneIters, ...) of plane b / tiles
+// (plane p = n * C + c: channel c = p % C, statistics index p % C for batch_norm, p / stat_div for group_norm).
+constexpr int kPlaneIters = 4;
+template <class T, class A, int V>
+__global__ void __launch_bounds__(kThreads) normalize_planes_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                                    int64_t plane, int64_t tiles, int64_t channels,
+                                                                    int64_t stat_div, bool per_channel,
+                                                                    const A* __restrict__ mean, const A* __restrict__ var,
+                                                                    const A* __restrict__ w, const A* __restrict__ b,
+                                                                    A eps) {
+  const int64_t p = blockIdx.x / tiles, tile = blockIdx.x % tiles, c = p % channels;
+  const int64_t s = per_channel ? c : p / stat_div;
+  A scale = A(1) / ::sqrt(var[s] + eps);
+  if (w) scale *= w[c];
+  const A shift = (b ? b[c] : A(0)) - mean[s] * scale;
+  const T* xp = x + p * plane;
+  T* yp = y + p * plane;
+#pragma unroll
+  for (int it = 0; it < kPlaneIters; ++it) {
+    const int64_t i = ((tile * kPlaneIters + it) * kThreads + threadIdx.x) * V;
+    if (i < plane) normalize_pack<T, A, V>(xp + i, yp + i, scale, shift);
+  }
+}
+
+template <class F>
+void visit_float(DType t, const char* op, F&& f) {
+  visit_dtypes<kFloatTypes>(t, op, [&](auto tag) { f(tag); });
+}
+
+const void* data_or_null(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+}  // namespace
+
+void moments(const Tensor& x, int64_t sets, int64_t runs, int64_t len, int64_t set_stride, int64_t run_stride,
+             Tensor& mean, Tensor& var) {
+  const int64_t total = runs * len;
+  if (sets == 0) return;
+  KILN_CHECK(total > 0, "moments: internal error: empty sets");
+  DeviceGuard guard(x.device());
+  const int dev = x.device().index;
+  const cudaStream_t s = stream_of(x.device());
+  visit_float(x.dtype(), "normalisation", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = typename AccOf<T>::type;
+    constexpr int V = static_cast<int>(16 / sizeof(T));
+    const bool vec = len % V == 0 && set_stride % V == 0 && run_stride % V == 0 && aligned(x.data_ptr(), 16);
+    // Enough blocks to fill the GPU four times over, each with at least 16 elements per thread.
+    const int64_t want = 4 * static_cast<int64_t>(multiprocessor_count(dev));
+    const int64_t most = std::max<int64_t>(1, total / (16 * kThreads));
+    int splits = static_cast<int>(std::clamp<int64_t>((want + sets - 1) / sets, 1, std::min<int64_t>(most, 1024)));
+    const int step = vec ? V : 1;
+    int64_t chunk = (total + splits - 1) / splits;
+    chunk = (chunk + step - 1) / step * step;
+    splits = static_cast<int>((total + chunk - 1) / chunk);
+    KILN_CHECK(sets * splits <= INT32_MAX, "normalisation: ", sets, " sets are too many for one launch");
+    Tensor part = empty({sets * splits, 2}, mean.dtype(), x.device());
+    const auto* px = static_cast<const T*>(x.data_ptr());
+    const unsigned blocks = static_cast<unsigned>(sets * splits);
+    if (vec)
+      moments_kernel<T, A, V><<<blocks, kThreads, 0, s>>>(px, total, len, set_stride, run_stride, chunk, splits,
+                                                         part.data<A>());
+    else
+      moments_kernel<T, A, 1><<<blocks, kThreads, 0, s>>>(px, total, len, set_stride, run_stride, chunk, splits,
+                                                         part.data<A>());
+    moments_finish<A><<<static_cast<unsigned>((sets + 127) / 128), 128, 0, s>>>(part.data<A>(), sets, splits, total,
+                                                                              chunk, mean.data<A>(), var.data<A>());
+  });
+  check_launch("normalisation statistics");
+}
+
+void normalize_rows(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b, double eps,
+                    Tensor& y) {
+  const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
+  if (x.numel() == 0) return;
+  DeviceGuard guard(x.device());
+  const cudaStream_t s = stream_of(x.device());
+  visit_float(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = typename AccOf<T>::type;
+    constexpr int V = static_cast<int>(16 / sizeof(T));
+    const auto* px = static_cast<const T*>(x.data_ptr());
+    auto* py = static_cast<T*>(y.data_ptr());
+    const auto* pw = static_cast<const A*>(data_or_null(w));
+    const auto* pb = static_cast<const A*>(data_or_null(b));
+    auto launch = [&](auto kernel, int v) {
+      const int64_t tiles = (d + static_cast<int64_t>(kThreads) * v - 1) / (static_cast<int64_t>(kThreads) * v);
+      KILN_CHECK(rows * tiles <= INT32_MAX, "layer_norm: ", x.meta(), " is too large for one launch");
+      kernel<<<static_cast<unsigned>(rows * tiles), kThreads, 0, s>>>(px, py, d, tiles, mean.data<A>(), var.data<A>(),
+                                                                     pw, pb, static_cast<A>(eps));
+    };
+    if (d % V == 0 && aligned(px, 16) && aligned(py, 16)) launch(normalize_rows_kernel<T, A, V>, V);
+    else launch(normalize_rows_kernel<T, A, 1>, 1);
+  });
+  check_launch("layer_norm");
+}
+
+void normalize_planes(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b,
+                      double eps, int64_t channels, int64_t stat_div, bool per_channel, Tensor& y) {
+  if (x.numel() == 0) return;
+  const int64_t plane = x.numel() / (x.size(0) * channels), planes = x.size(0) * channels;
+  DeviceGuard guard(x.device());
+  const cudaStream_t s = stream_of(x.device());
+  visit_float(x.dtype(), "normalisation", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = typename AccOf<T>::type;
+    constexpr int V = static_cast<int>(16 / sizeof(T));
+    const auto* px = static_cast<const T*>(x.data_ptr());
+    auto* py = static_cast<T*>(y.data_ptr());
+    const auto* pw = static_cast<const A*>(data_or_null(w));
+    const auto* pb = static_cast<const A*>(data_or_null(b));
+    auto launch = [&](auto kernel, int v) {
+      const int64_t per_tile = static_cast<int64_t>(kThreads) * v * kPlaneIters;
+      const int64_t tiles = (plane + per_tile - 1) / per_tile;
+      KILN_CHECK(planes * tiles <= INT32_MAX, "normalisation: ", x.meta(), " is too large for one launch");
+      kernel<<<static_cast<unsigned>(planes * tiles), kThreads, 0, s>>>(px, py, plane, tiles, channels, stat_div,
+                                                                       per_channel, mean.data<A>(), var.data<A>(), pw,
+                                                                       pb, static_cast<A>(eps));
+    };
+    if (plane % V == 0 && aligned(px, 16) && aligned(py, 16)) launch(normalize_planes_kernel<T, A, V>, V);
+    else launch(normalize_planes_kernel<T, A, 1>, 1);
+  });
+  check_launch("normalisation");
+}
+
+}  // namespace kiln::cuda
