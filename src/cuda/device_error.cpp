@@ -34,6 +34,7 @@ const char* op_name(int32_t op) {
     case OpId::DecodeAttention: return "decode_attention (lengths)";
     case OpId::KvCacheAppend: return "kv_cache_append_ (positions)";
     case OpId::QkNormRopeAppend: return "qk_norm_rope_append_ (at)";
+    case OpId::CrossEntropy: return "cross_entropy (target)";
     default: return "a CUDA op";
   }
 }

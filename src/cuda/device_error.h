@@ -35,6 +35,7 @@ enum class OpId : int32_t {
   DecodeAttention,  // value = a length outside [0, Lmax], bound = Lmax + 1
   KvCacheAppend,    // value = a position p with p + T > Lmax or p < 0, bound = Lmax - T + 1
   QkNormRopeAppend,  // value = the cache slot `at` with at + T > Lmax or at < 0, bound = Lmax - T + 1
+  CrossEntropy,      // value = a target outside [0, C) that is not ignore_index, bound = C
 };
 
 #if defined(__CUDACC__)

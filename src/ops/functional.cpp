@@ -8,6 +8,7 @@
 #include "kiln/nn.h"
 #include "ops/generator_offset.h"
 #if KILN_HAVE_CUDA
+#include "cuda/loss.h"
 #include "cuda/moments.h"
 #include "cuda/random.h"
 #endif
@@ -381,6 +382,33 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::optio
              label_smoothing);
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   const int64_t c = input.size(class_dim);
+#if KILN_HAVE_CUDA
+  // Rows of logits with class indices: one read of each row on CUDA (cuda/loss.h), no host synchronisation (a
+  // target out of range is raised at the next one).
+  if (input.is_cuda() && input.dim() == 2 && input.is_contiguous() && c > 0 && target.is_cuda() &&
+      (target.dtype() == DType::I64 || target.dtype() == DType::I32)) {
+    KILN_CHECK(target.dim() == 1 && target.size(0) == input.size(0), "cross_entropy: target ", target.meta(),
+               " must be the input ", input.meta(), " without its class dim (dim 1)");
+    const DType acc = input.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    Tensor w, w_total;
+    if (weight) {
+      KILN_CHECK(weight->dim() == 1 && weight->size(0) == c && weight->device() == input.device(),
+                 "cross_entropy: weight must be [", c, "] on ", input.device().str(), ", got ", weight->meta());
+      w = weight->to(acc).contiguous();
+      w_total = sum(w).reshape({1});
+    }
+    const int64_t n = input.size(0);
+    Tensor nll = empty({n}, acc, input.device()), wsum = empty({n}, acc, input.device()),
+           smooth = empty({n}, acc, input.device());
+    cuda::cross_entropy_rows(input, target.contiguous(), w, w_total, ignore_index, nll, wsum, smooth);
+    const double a = 1 - label_smoothing, b = label_smoothing / double(c);
+    auto mix = [&](const Tensor& l, const Tensor& sm) { return label_smoothing > 0 ? add(mul(l, Scalar(a)), mul(sm, Scalar(b))) : l; };
+    if (reduction == "none") return mix(nll, smooth).to(input.dtype());
+    if (reduction == "sum") return mix(sum(nll), sum(smooth)).to(input.dtype());
+    KILN_CHECK(reduction == "mean", "cross_entropy: reduction must be 'mean', 'sum' or 'none', got '", reduction, "'");
+    return div(mix(sum(nll), sum(smooth)), sum(wsum)).to(input.dtype());
+  }
+#endif
   const Tensor logp = log_softmax(compute(input), class_dim);
   std::optional<Tensor> w;
   if (weight) w = compute(*weight);
