@@ -213,6 +213,8 @@ Tensor instance_norm(const Tensor& x, const std::optional<Tensor>& running_mean,
   check_channels(weight, c, "weight", "instance_norm");
   check_channels(bias, c, "bias", "instance_norm");
   if (!use_input_stats) return batch_norm(x, running_mean, running_var, weight, bias, false, momentum, eps);
+  // Without running statistics it is group_norm with a group per channel (one read for the statistics on CUDA).
+  if (!running_mean && !running_var) return group_norm(x, c, weight, bias, eps);
   const Tensor xf = compute(x);
   const auto dims = spatial_dims(x);
   const Tensor mu = mean(xf, dims, true);
