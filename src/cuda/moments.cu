@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dispatch.h"
 #include "cuda/launch.h"
@@ -221,13 +222,16 @@ void moments(const Tensor& x, int64_t sets, int64_t runs, int64_t len, int64_t s
   check_launch("normalisation statistics");
 }
 
-void normalize_rows(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b, double eps,
-                    Tensor& y) {
-  const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
-  if (x.numel() == 0) return;
+namespace {
+
+// The normalising passes' common launch: typed pointers, V elements per access where every row (or plane) of
+// `inner` elements is a whole number of 16-byte packs and x and y are aligned, one element otherwise.
+// launch(kernel_tag<V>, px, py, pw, pb, pmean, pvar) starts the kernel.
+template <class Launch>
+void normalize_launch(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b,
+                      int64_t inner, Tensor& y, const char* op, Launch&& launch) {
   DeviceGuard guard(x.device());
-  const cudaStream_t s = stream_of(x.device());
-  visit_float(x.dtype(), "layer_norm", [&](auto tag) {
+  visit_float(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = typename AccOf<T>::type;
     constexpr int V = static_cast<int>(16 / sizeof(T));
@@ -235,44 +239,47 @@ void normalize_rows(const Tensor& x, const Tensor& mean, const Tensor& var, cons
     auto* py = static_cast<T*>(y.data_ptr());
     const auto* pw = static_cast<const A*>(data_or_null(w));
     const auto* pb = static_cast<const A*>(data_or_null(b));
-    auto launch = [&](auto kernel, int v) {
-      const int64_t tiles = (d + static_cast<int64_t>(kThreads) * v - 1) / (static_cast<int64_t>(kThreads) * v);
-      KILN_CHECK(rows * tiles <= INT32_MAX, "layer_norm: ", x.meta(), " is too large for one launch");
-      kernel<<<static_cast<unsigned>(rows * tiles), kThreads, 0, s>>>(px, py, d, tiles, mean.data<A>(), var.data<A>(),
-                                                                     pw, pb, static_cast<A>(eps));
-    };
-    if (d % V == 0 && aligned(px, 16) && aligned(py, 16)) launch(normalize_rows_kernel<T, A, V>, V);
-    else launch(normalize_rows_kernel<T, A, 1>, 1);
+    if (inner % V == 0 && aligned(px, 16) && aligned(py, 16))
+      launch(std::integral_constant<int, V>{}, px, py, pw, pb, mean.data<A>(), var.data<A>());
+    else
+      launch(std::integral_constant<int, 1>{}, px, py, pw, pb, mean.data<A>(), var.data<A>());
   });
-  check_launch("layer_norm");
+  check_launch(op);
+}
+
+}  // namespace
+
+void normalize_rows(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b, double eps,
+                    Tensor& y) {
+  if (x.numel() == 0) return;
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  const cudaStream_t s = stream_of(x.device());
+  normalize_launch(x, mean, var, w, b, d, y, "layer_norm", [&](auto v, const auto* px, auto* py, const auto* pw,
+                                                               const auto* pb, const auto* pm, const auto* pv) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
+    using A = std::remove_cv_t<std::remove_pointer_t<decltype(pm)>>;
+    const int64_t per_tile = static_cast<int64_t>(kThreads) * v, tiles = (d + per_tile - 1) / per_tile;
+    KILN_CHECK(rows * tiles <= INT32_MAX, "layer_norm: ", x.meta(), " is too large for one launch");
+    normalize_rows_kernel<T, A, decltype(v)::value><<<static_cast<unsigned>(rows * tiles), kThreads, 0, s>>>(
+        px, py, d, tiles, pm, pv, pw, pb, static_cast<A>(eps));
+  });
 }
 
 void normalize_planes(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b,
                       double eps, int64_t channels, int64_t stat_div, bool per_channel, Tensor& y) {
   if (x.numel() == 0) return;
-  const int64_t plane = x.numel() / (x.size(0) * channels), planes = x.size(0) * channels;
-  DeviceGuard guard(x.device());
+  const int64_t planes = x.size(0) * channels, plane = x.numel() / planes;
   const cudaStream_t s = stream_of(x.device());
-  visit_float(x.dtype(), "normalisation", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = typename AccOf<T>::type;
-    constexpr int V = static_cast<int>(16 / sizeof(T));
-    const auto* px = static_cast<const T*>(x.data_ptr());
-    auto* py = static_cast<T*>(y.data_ptr());
-    const auto* pw = static_cast<const A*>(data_or_null(w));
-    const auto* pb = static_cast<const A*>(data_or_null(b));
-    auto launch = [&](auto kernel, int v) {
-      const int64_t per_tile = static_cast<int64_t>(kThreads) * v * kPlaneIters;
-      const int64_t tiles = (plane + per_tile - 1) / per_tile;
-      KILN_CHECK(planes * tiles <= INT32_MAX, "normalisation: ", x.meta(), " is too large for one launch");
-      kernel<<<static_cast<unsigned>(planes * tiles), kThreads, 0, s>>>(px, py, plane, tiles, channels, stat_div,
-                                                                       per_channel, mean.data<A>(), var.data<A>(), pw,
-                                                                       pb, static_cast<A>(eps));
-    };
-    if (plane % V == 0 && aligned(px, 16) && aligned(py, 16)) launch(normalize_planes_kernel<T, A, V>, V);
-    else launch(normalize_planes_kernel<T, A, 1>, 1);
+  normalize_launch(x, mean, var, w, b, plane, y, "normalisation", [&](auto v, const auto* px, auto* py,
+                                                                      const auto* pw, const auto* pb, const auto* pm,
+                                                                      const auto* pv) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
+    using A = std::remove_cv_t<std::remove_pointer_t<decltype(pm)>>;
+    const int64_t per_tile = static_cast<int64_t>(kThreads) * v * kPlaneIters, tiles = (plane + per_tile - 1) / per_tile;
+    KILN_CHECK(planes * tiles <= INT32_MAX, "normalisation: ", x.meta(), " is too large for one launch");
+    normalize_planes_kernel<T, A, decltype(v)::value><<<static_cast<unsigned>(planes * tiles), kThreads, 0, s>>>(
+        px, py, plane, tiles, channels, stat_div, per_channel, pm, pv, pw, pb, static_cast<A>(eps));
   });
-  check_launch("normalisation");
 }
 
 }  // namespace kiln::cuda

@@ -29,6 +29,36 @@ template <class T> __device__ inline bool is_zero(T x) { return x == T(0); }
 
 constexpr int kWarps = 4;  // matrices per block
 
+// The pivot row of column k, read from `col` (the column's first element) by one warp whose lane l holds rows
+// l, l + 32, ... (RPL of them): the first row >= k of the largest magnitude (ties: the lower index, as i?amax),
+// the same in every lane; k when every candidate is NaN (LAPACK's i?amax keeps the first).
+template <class T, int RPL>
+__device__ int warp_pivot(const T* col, int k, int n, int lane) {
+  using R = decltype(pivot_abs(T()));
+  R best = R(-1);
+  int where = n;
+#pragma unroll
+  for (int j = 0; j < RPL; ++j) {
+    const int r = lane + 32 * j;
+    if (r >= k && r < n) {
+      const R v = pivot_abs(col[r]);
+      if (v > best) {
+        best = v;
+        where = r;
+      }
+    }
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    const R ob = __shfl_xor_sync(0xffffffffu, best, off);
+    const int ow = __shfl_xor_sync(0xffffffffu, where, off);
+    if (ob > best || (ob == best && ow < where)) {
+      best = ob;
+      where = ow;
+    }
+  }
+  return where < n ? where : k;
+}
+
 // LU with partial pivoting of each matrix in place, one warp per matrix (W per block), n <= 32 RPL: lane l holds
 // rows l, l + 32, ... during the pivot search and the elimination, and columns l, l + 32, ... during the row
 // swaps. Pivots are 1-based; info is the first zero pivot's 1-based index (0: none), as getrf.
@@ -45,31 +75,7 @@ __global__ void __launch_bounds__(32 * W) lu_small_kernel(T* __restrict__ a, int
   __syncwarp();
   int first_zero = 0;
   for (int k = 0; k < n; ++k) {
-    // The first row of the largest magnitude in column k, rows k.. (ties: the lower index, as i?amax).
-    using R = decltype(pivot_abs(T()));
-    R best = R(-1);
-    int where = n;
-#pragma unroll
-    for (int j = 0; j < RPL; ++j) {
-      const int r = lane + 32 * j;
-      if (r >= k && r < n) {
-        const R v = pivot_abs(s[k * n + r]);
-        if (v > best) {
-          best = v;
-          where = r;
-        }
-      }
-    }
-    for (int off = 16; off > 0; off /= 2) {
-      const R ob = __shfl_down_sync(0xffffffffu, best, off);
-      const int ow = __shfl_down_sync(0xffffffffu, where, off);
-      if (ob > best || (ob == best && ow < where)) {
-        best = ob;
-        where = ow;
-      }
-    }
-    int p = __shfl_sync(0xffffffffu, where, 0);
-    if (p >= n) p = k;  // every candidate NaN: LAPACK's i?amax keeps the first
+    const int p = warp_pivot<T, RPL>(s + k * n, k, n, lane);
     if (lane == 0) piv[b * n + k] = p + 1;
     const T pivot = s[k * n + p];
     __syncwarp();
@@ -136,30 +142,7 @@ __global__ void __launch_bounds__(4 * R) lu_block_kernel(T* __restrict__ a, int3
   __syncthreads();
   for (int k = 0; k < n; ++k) {
     if (threadIdx.x < 32) {
-      using Real = decltype(pivot_abs(T()));
-      Real best = Real(-1);
-      int where = n;
-#pragma unroll
-      for (int j = 0; j < R / 32; ++j) {
-        const int row = lane + 32 * j;
-        if (row >= k && row < n) {
-          const Real v = pivot_abs(s[k * ld + row]);
-          if (v > best) {
-            best = v;
-            where = row;
-          }
-        }
-      }
-      // Every lane ends with the first row of the largest magnitude (ties: the lower index, as i?amax).
-      for (int off = 16; off > 0; off /= 2) {
-        const Real ob = __shfl_xor_sync(0xffffffffu, best, off);
-        const int ow = __shfl_xor_sync(0xffffffffu, where, off);
-        if (ob > best || (ob == best && ow < where)) {
-          best = ob;
-          where = ow;
-        }
-      }
-      const int p = where < n ? where : k;  // every candidate NaN: LAPACK's i?amax keeps the first
+      const int p = warp_pivot<T, R / 32>(s + k * ld, k, n, lane);
       const T pivot = s[k * ld + p];
       const bool zero = is_zero(pivot);
       __syncwarp();

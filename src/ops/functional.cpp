@@ -147,43 +147,25 @@ Tensor batch_norm(const Tensor& x, const std::optional<Tensor>& running_mean, co
   check_channels(running_var, c, "running_var", "batch_norm");
   check_channels(weight, c, "weight", "batch_norm");
   check_channels(bias, c, "bias", "batch_norm");
+  const bool native = native_norm(x, {&running_mean, &running_var, &weight, &bias}, "batch_norm");
+  const Tensor xf = native ? x : compute(x);
+  Tensor mu, var;
+  if (training) {
+    const int64_t count = x.numel() / std::max<int64_t>(c, 1);
+    KILN_CHECK(count > 1, "batch_norm: training needs more than one value per channel, got ", x.meta());
+    if (native) {
 #if KILN_HAVE_CUDA
-  if (native_norm(x, {&running_mean, &running_var, &weight, &bias}, "batch_norm")) {
-    Tensor mu, var;
-    if (training) {
-      const int64_t plane = x.numel() / (x.size(0) * c), count = x.numel() / c;
-      KILN_CHECK(count > 1, "batch_norm: training needs more than one value per channel, got ", x.meta());
+      const int64_t plane = count / x.size(0);
       mu = empty({c}, acc_dtype(x), x.device());
       var = empty({c}, acc_dtype(x), x.device());
       cuda::moments(x, c, x.size(0), plane, plane, c * plane, mu, var);
-      if (running_mean) {
-        Tensor rm = *running_mean;
-        rm.copy_(add(mul(compute(rm), Scalar(1 - momentum)), mul(mu, Scalar(momentum))));
-      }
-      if (running_var) {
-        Tensor rv = *running_var;
-        const Tensor unbiased = mul(var, Scalar(double(count) / double(count - 1)));
-        rv.copy_(add(mul(compute(rv), Scalar(1 - momentum)), mul(unbiased, Scalar(momentum))));
-      }
-    } else {
-      KILN_CHECK(running_mean && running_var, "batch_norm: evaluation (training=false) needs running_mean and running_var");
-      mu = as_acc(running_mean, x);
-      var = as_acc(running_var, x);
-    }
-    Tensor y = empty(x.sizes(), x.dtype(), x.device());
-    cuda::normalize_planes(x, mu, var, as_acc(weight, x), as_acc(bias, x), eps, c, 1, true, y);
-    return y;
-  }
 #endif
-  const Tensor xf = compute(x);
-  Tensor mu, var;
-  if (training) {
-    std::vector<int64_t> dims = {0};
-    for (int64_t d : spatial_dims(x)) dims.push_back(d);
-    const int64_t count = x.numel() / std::max<int64_t>(c, 1);
-    KILN_CHECK(count > 1, "batch_norm: training needs more than one value per channel, got ", x.meta());
-    mu = mean(xf, dims);
-    var = kiln::var(xf, dims, /*correction=*/0);
+    } else {
+      std::vector<int64_t> dims = {0};
+      for (int64_t d : spatial_dims(x)) dims.push_back(d);
+      mu = mean(xf, dims);
+      var = kiln::var(xf, dims, /*correction=*/0);
+    }
     if (running_mean) {
       Tensor rm = *running_mean;
       rm.copy_(add(mul(compute(rm), Scalar(1 - momentum)), mul(mu, Scalar(momentum))));
@@ -195,9 +177,16 @@ Tensor batch_norm(const Tensor& x, const std::optional<Tensor>& running_mean, co
     }
   } else {
     KILN_CHECK(running_mean && running_var, "batch_norm: evaluation (training=false) needs running_mean and running_var");
-    mu = compute(*running_mean);
-    var = compute(*running_var);
+    mu = native ? as_acc(running_mean, x) : compute(*running_mean);
+    var = native ? as_acc(running_var, x) : compute(*running_var);
   }
+#if KILN_HAVE_CUDA
+  if (native) {
+    Tensor y = empty(x.sizes(), x.dtype(), x.device());
+    cuda::normalize_planes(x, mu, var, as_acc(weight, x), as_acc(bias, x), eps, c, 1, true, y);
+    return y;
+  }
+#endif
   const Tensor y = mul(sub(xf, channel_view(mu, x)), channel_view(rsqrt(add(var, Scalar(eps))), x));
   return affine(y, weight, bias, x).to(x.dtype());
 }
