@@ -23,14 +23,10 @@ namespace kiln {
 
 namespace {
 
-void check_cpu(const char* op, const Tensor& t) {
-  KILN_CHECK(t.is_cpu(), op, ": no CUDA implementation yet (got ", t.meta(), ")");
-}
-
 // For the ops with a CUDA path: only a build without the CUDA backend refuses CUDA tensors.
 void check_backend(const char* op, const Tensor& t) {
 #if !KILN_HAVE_CUDA
-  check_cpu(op, t);
+  KILN_CHECK(t.is_cpu(), op, ": no CUDA implementation yet (got ", t.meta(), ")");
 #else
   (void)op;
   (void)t;
@@ -405,9 +401,7 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& value) {
   KILN_CHECK(mask.dtype() == DType::Bool, "masked_fill: only boolean masks are supported, got mask ", mask.meta());
   check_same_device("masked_fill", x, mask);
-#if !KILN_HAVE_CUDA
-  check_cpu("masked_fill", x);
-#endif
+  check_backend("masked_fill", x);
   unsigned char bytes[8];
   value_bytes("masked_fill", value, x.dtype(), bytes);
   // Out of place, x and mask broadcast together (as torch.masked_fill does).
