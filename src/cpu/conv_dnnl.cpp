@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "cpu/conv.h"
+#include "cpu/dnnl_context.h"
 
 namespace kiln::cpu {
 
@@ -23,18 +24,8 @@ dnnl::memory::format_tag plain(size_t rank) {
 
 dnnl::memory::dims dims_of(const Tensor& t) { return dnnl::memory::dims(t.sizes().begin(), t.sizes().end()); }
 
-struct Context {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-};
-
-Context& context() {
-  thread_local Context c;
-  return c;
-}
-
 // `user` in the primitive's layout `want`: the same memory when the layouts agree, else a reordered copy.
-dnnl::memory in_layout(dnnl::memory user, const dnnl::memory::desc& want, Context& c) {
+dnnl::memory in_layout(dnnl::memory user, const dnnl::memory::desc& want, DnnlContext& c) {
   if (user.get_desc() == want) return user;
   dnnl::memory m(want, c.engine);
   dnnl::reorder(user, m).execute(c.stream, user, m);
@@ -54,7 +45,7 @@ bool run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, const 
   if (bias && bias->dtype() != DType::F32 && bias->dtype() != t) return false;
   const dt type = t == DType::F32 ? dt::f32 : dt::bf16;
   try {
-    Context& c = context();
+    DnnlContext& c = dnnl_context();
     const size_t rank = static_cast<size_t>(x.dim());
     const dnnl::memory::dims xd = dims_of(x), yd = dims_of(y);
     dnnl::memory::dims dil(p.dilation.begin(), p.dilation.end());

@@ -300,6 +300,9 @@ bool gemm_half_takes(const Tensor& a, const Tensor& b) {
 
 void gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
   if (c.numel() == 0) return;
+#if KILN_HAVE_DNNL
+  if (c.size(1) > kHalfInPlaceRows && dnnl_gemm_half(c, a, b, alpha, beta)) return;
+#endif
   if (a.dtype() == DType::BF16) gemm_half_kernel<BFloat16>(c, a, b, alpha, beta);
   else gemm_half_kernel<Half>(c, a, b, alpha, beta);
 }

@@ -17,8 +17,13 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& alpha
 // here) = beta * c + alpha * a [B, n, k] @ b [B, k, m], for the layouts gemm_half_takes: a and b bf16 or f16
 // with unit stride along k (b: a linear layer's transposed weight). Up to 16 rows of a read b in place, each
 // weight widened once per group of four rows; more rows widen slices of b to f32 for sgemm.
+// With oneDNN (KILN_HAVE_DNNL) and a CPU with BF16 dot products, bf16 products of more than 16 rows go to
+// oneDNN's matmul instead (dnnl_gemm_half; false: not taken, c untouched).
 bool gemm_half_takes(const Tensor& a, const Tensor& b);
 void gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta);
+bool dnnl_gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta);
+// Which of the two the many-row bf16 products take here, in words (`kiln info`).
+std::string dnnl_gemm_half_description();
 
 // The BLAS library in use and how it threads, e.g. "OpenBLAS 0.3.21 ... (OpenMP threads)".
 std::string blas_description();

@@ -14,6 +14,7 @@
 #endif
 #if KILN_HAVE_DNNL
 #include "cpu/conv.h"
+#include "cpu/dnnl_context.h"
 #endif
 
 namespace kiln {
@@ -90,17 +91,6 @@ Tensor flip(const Tensor& x, int64_t dim) {
   return index_select(x, dim, from_vector(idx, std::nullopt, x.device()));
 }
 
-#if KILN_HAVE_DNNL
-// KILN_DNNL=0 in the environment: im2col on the CPU too (for A/B measurements).
-bool dnnl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_DNNL");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
-#endif
-
 }  // namespace
 
 Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, const Shape& stride_arg,
@@ -161,7 +151,7 @@ Tensor conv(const Tensor& input, const Tensor& weight, const std::optional<Tenso
   }
 #endif
 #if KILN_HAVE_DNNL
-  if (dnnl_enabled() && x.device().is_cpu()) {
+  if (cpu::dnnl_enabled() && x.device().is_cpu()) {
     Shape out = {n, cout};
     bool fits = true;
     for (int64_t i = 0; i < nsp; ++i) {
@@ -232,7 +222,7 @@ Tensor conv_transpose(const Tensor& input, const Tensor& weight, const std::opti
     KILN_CHECK(bias->dim() == 1 && bias->size(0) == groups * weight.size(1), op, ": bias must be [",
                groups * weight.size(1), "], got ", bias->meta());
 #if KILN_HAVE_DNNL
-  if (x.device().is_cpu() && dnnl_enabled()) {
+  if (x.device().is_cpu() && cpu::dnnl_enabled()) {
     Shape out = {x.size(0), groups * weight.size(1)};
     bool fits = true;
     Shape after;

@@ -78,6 +78,28 @@ TEST(Linear, HalfWeightAcrossSlicesAndStridedInput) {
   }
 }
 
+// More than 16 rows of bf16 (oneDNN's matmul where the build and the CPU have it, else widened weights and sgemm):
+// a linear layer on a batch of sequences (the weight shared), with and without bias, and batched products with a
+// scale or an accumulated input (the forms oneDNN does not take fall back), all against double.
+TEST(Linear, HalfProductsOfManyRowsOnEveryPath) {
+  const DType dt = DType::BF16;
+  const Tensor w = test::random_tensor({48, 200}, dt, -1, 1), b = test::random_tensor({48}, dt, -1, 1);
+  const Tensor x = test::random_tensor({3, 37, 200}, dt, -1, 1);
+  for (const auto& bias : {std::optional<Tensor>(), std::optional<Tensor>(b)})
+    EXPECT_TRUE(test::linear_close(linear(x, w, bias), linear_ref(x, w, bias), test::linear_abs_scale(x, w, bias), dt, 200));
+  const Tensor a = test::random_tensor({4, 33, 72}, dt, -1, 1), m = test::random_tensor({4, 72, 24}, dt, -1, 1);
+  const Tensor ref = matmul(a.to(DType::F64), m.to(DType::F64));
+  auto close = [&](const Tensor& got, const Tensor& want) {
+    return test::all_close(got.to(DType::F64), want, test::Tolerance{1.6e-2, 2e-2});
+  };
+  EXPECT_TRUE(close(bmm(a, m), ref));
+  EXPECT_TRUE(close(bmm(a, m.transpose(1, 2).contiguous().transpose(1, 2)), ref));  // a weight's layout
+  const Tensor a2 = a.select(0, 0), m2 = m.select(0, 0).transpose(0, 1).contiguous().t(), ref2 = ref.select(0, 0);
+  const Tensor c = test::random_tensor({33, 24}, dt, -1, 1);
+  EXPECT_TRUE(close(addmm(c, a2, m2), add(c.to(DType::F64), ref2)));
+  EXPECT_TRUE(close(addmm(c, a2, m2, 0.5, 2.0), add(mul(c.to(DType::F64), Scalar(0.5)), mul(ref2, Scalar(2.0)))));
+}
+
 // Every K around the 8-wide F16C steps (the tails), 1 to 7 rows (the 4-row blocks and their remainders), and
 // f16's extremes (subnormals, the largest finite) widened exactly.
 TEST(Linear, HalfWeightsAtEveryTailAndRowCount) {

@@ -38,8 +38,10 @@ int run_info(bool memory) {
             << "\n";
 #if KILN_HAVE_DNNL
   std::cout << "  cpu conv:     " << kiln::cpu::dnnl_description() << "\n";
+  std::cout << "  cpu bf16 mm:  " << kiln::cpu::dnnl_gemm_half_description() << "\n";
 #else
   std::cout << "  cpu conv:     im2col + BLAS (built without oneDNN)\n";
+  std::cout << "  cpu bf16 mm:  weights widened to f32 for BLAS above 16 rows (built without oneDNN)\n";
 #endif
 #if KILN_HAVE_CUDA
   std::cout << "  cuda backend: compiled in (architectures " << kCudaArchitectures << ", runtime "
