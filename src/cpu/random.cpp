@@ -79,7 +79,11 @@ void dropout_apply(Tensor& out, const Tensor& x, double p, double ka, double kb,
                               static_cast<C>(drop)};
     const T* in = x.data<T>();
     T* o = out.data<T>();
-    parallel_index(x.numel(), [&](int64_t i) { o[i] = convert<T>(rule(convert<C>(in[i]), static_cast<uint64_t>(i))); });
+    const int64_t n = x.numel();
+    parallel_index((n + 3) / 4, [&](int64_t g) {
+      const PhiloxOut block = rule.block(static_cast<uint64_t>(g));
+      for (int j = 0; j < 4 && 4 * g + j < n; ++j) o[4 * g + j] = convert<T>(rule.apply(convert<C>(in[4 * g + j]), block, j));
+    });
   });
 }
 

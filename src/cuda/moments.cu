@@ -176,6 +176,73 @@ __global__ void __launch_bounds__(kThreads) normalize_planes_kernel(const T* __r
   }
 }
 
+// Sum over the block, returned to every thread; `sh` holds kThreads / 32 partials (the caller's, one array per
+// reduction in flight).
+template <class A>
+__device__ A block_sum(A v, A* sh) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+  __syncthreads();
+  A t = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) t += sh[w];
+  return t;
+}
+
+// layer_norm of one row per block, the row in registers (at most C packs of V per thread): the mean, then the
+// variance from the centred values, then the output, with one read of x.
+constexpr int kFusedPacks = 4;
+template <class T, class A, int V>
+__global__ void __launch_bounds__(kThreads) layer_norm_fused_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                                    int64_t d, const A* __restrict__ w,
+                                                                    const A* __restrict__ b, A eps) {
+  __shared__ A sh[2][kThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int packs = static_cast<int>(d / V);
+  A v[kFusedPacks][V];
+  A s = 0;
+#pragma unroll
+  for (int c = 0; c < kFusedPacks; ++c) {
+    const int p = threadIdx.x + c * kThreads;
+    if (p < packs) {
+      const Pack<T, V> in = *reinterpret_cast<const Pack<T, V>*>(x + row * d + static_cast<int64_t>(p) * V);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        v[c][k] = static_cast<A>(in.v[k]);
+        s += v[c][k];
+      }
+    }
+  }
+  const A mean = block_sum(s, sh[0]) / static_cast<A>(d);
+  A q = 0;
+#pragma unroll
+  for (int c = 0; c < kFusedPacks; ++c) {
+    if (threadIdx.x + c * kThreads < packs) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A dv = v[c][k] - mean;
+        q += dv * dv;
+      }
+    }
+  }
+  const A rstd = A(1) / ::sqrt(block_sum(q, sh[1]) / static_cast<A>(d) + eps);
+#pragma unroll
+  for (int c = 0; c < kFusedPacks; ++c) {
+    const int p = threadIdx.x + c * kThreads;
+    if (p < packs) {
+      Pack<T, V> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        A o = (v[c][k] - mean) * rstd;
+        if (w) o *= w[p * V + k];
+        if (b) o += b[p * V + k];
+        out.v[k] = static_cast<T>(o);
+      }
+      *reinterpret_cast<Pack<T, V>*>(y + row * d + static_cast<int64_t>(p) * V) = out;
+    }
+  }
+}
+
 template <class F>
 void visit_float(DType t, const char* op, F&& f) {
   visit_dtypes<kFloatTypes>(t, op, [&](auto tag) { f(tag); });
@@ -248,6 +315,26 @@ void normalize_launch(const Tensor& x, const Tensor& mean, const Tensor& var, co
 }
 
 }  // namespace
+
+bool layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y) {
+  const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
+  if (x.numel() == 0 || rows > INT32_MAX) return false;
+  bool done = false;
+  visit_float(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = typename AccOf<T>::type;
+    constexpr int V = static_cast<int>(16 / sizeof(T));
+    const auto* px = static_cast<const T*>(x.data_ptr());
+    auto* py = static_cast<T*>(y.data_ptr());
+    if (d % V != 0 || d > static_cast<int64_t>(kThreads) * V * kFusedPacks || !aligned(px, 16) || !aligned(py, 16)) return;
+    DeviceGuard guard(x.device());
+    layer_norm_fused_kernel<T, A, V><<<static_cast<unsigned>(rows), kThreads, 0, stream_of(x.device())>>>(
+        px, py, d, static_cast<const A*>(data_or_null(w)), static_cast<const A*>(data_or_null(b)), static_cast<A>(eps));
+    check_launch("layer_norm");
+    done = true;
+  });
+  return done;
+}
 
 void normalize_rows(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b, double eps,
                     Tensor& y) {

@@ -13,6 +13,11 @@ namespace kiln::cuda {
 void moments(const Tensor& x, int64_t sets, int64_t runs, int64_t len, int64_t set_stride, int64_t run_stride,
              Tensor& mean, Tensor& var);
 
+// layer_norm of rows of d = x.size(-1) in one launch, a row per block held in registers, where d is a multiple of
+// 16 bytes and at most 4 x 256 packs of them, and x and y are aligned: y = (x - mean) / sqrt(var + eps) * w + b.
+// False (nothing launched) otherwise.
+bool layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y);
+
 // layer_norm's pass over rows of d = x.size(-1): y = (x - mean[r]) / sqrt(var[r] + eps) * w[c] + b[c]; w and b
 // [d] or undefined.
 void normalize_rows(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b, double eps,

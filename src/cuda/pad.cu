@@ -1,5 +1,5 @@
-// pad on CUDA: one thread per output element (grid-stride, 64-bit indices), the source computed in the kernel
-// from the shared map of src/ops/pad_index.h: one pass, no index tensors, any size. Element copies by size.
+// pad on CUDA: one warp per output row (grid-stride, 64-bit indices), the source computed in the kernel from the
+// shared map of src/ops/pad_index.h: one pass, no index tensors, any size. Element copies by size.
 #include "cuda/pad.h"
 
 #include <cstring>
@@ -11,38 +11,59 @@ namespace kiln::cuda {
 
 namespace {
 
+// One warp per output row (the last dim): the row's input row, and whether it is all constant, come from one
+// set of divisions; the lanes then walk the row, the interior a contiguous run of the input row (in_stride[2]
+// apart) and only the edges through pad_source. Four elements per lane per step, loads before stores.
+constexpr int kThreads = 256, kRowsPerBlock = kThreads / 32, kUnroll = 4;
+
 template <class U>
-__global__ void pad_kernel(const U* __restrict__ x, U* __restrict__ y, PadGeometry g, U value, int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t rest = i;
-    const int64_t i2 = rest % g.out[2];
-    rest /= g.out[2];
-    const int64_t i1 = rest % g.out[1];
-    rest /= g.out[1];
-    const int64_t i0 = rest % g.out[0];
-    const int64_t o = rest / g.out[0];
-    const int64_t s0 = pad_source(i0, g.left[0], g.in[0], g.mode), s1 = pad_source(i1, g.left[1], g.in[1], g.mode),
-                  s2 = pad_source(i2, g.left[2], g.in[2], g.mode);
-    y[i] = (s0 < 0 || s1 < 0 || s2 < 0)
-               ? value
-               : x[o * g.outer_stride + s0 * g.in_stride[0] + s1 * g.in_stride[1] + s2 * g.in_stride[2]];
+__global__ void __launch_bounds__(kThreads) pad_rows_kernel(const U* __restrict__ x, U* __restrict__ y, PadGeometry g,
+                                                            U value, int64_t rows) {
+  const int lane = threadIdx.x % 32;
+  const int64_t out2 = g.out[2], in2 = g.in[2], left2 = g.left[2], st2 = g.in_stride[2];
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const int64_t i1 = r % g.out[1], t = r / g.out[1], i0 = t % g.out[0], o = t / g.out[0];
+    const int64_t s0 = pad_source(i0, g.left[0], g.in[0], g.mode), s1 = pad_source(i1, g.left[1], g.in[1], g.mode);
+    U* yr = y + r * out2;
+    if (s0 < 0 || s1 < 0) {
+      for (int64_t i = lane; i < out2; i += 32) yr[i] = value;
+      continue;
+    }
+    const U* xr = x + o * g.outer_stride + s0 * g.in_stride[0] + s1 * g.in_stride[1];
+    for (int64_t base = 0; base < out2; base += 32 * kUnroll) {
+      U v[kUnroll];
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int64_t i = base + lane + 32 * k, j = i - left2;
+        if (i < out2) {
+          const int64_t s = (j >= 0 && j < in2) ? j : pad_source(i, left2, in2, g.mode);
+          v[k] = s < 0 ? value : xr[s * st2];
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kUnroll; ++k) {
+        const int64_t i = base + lane + 32 * k;
+        if (i < out2) yr[i] = v[k];
+      }
+    }
   }
 }
 
 }  // namespace
 
 void pad(const Tensor& x, Tensor& y, const PadGeometry& g, const void* value) {
-  const int64_t n = y.numel();
-  if (n == 0) return;
+  if (y.numel() == 0) return;
+  const int64_t rows = y.numel() / g.out[2];
   DeviceGuard guard(y.device());
-  constexpr int kThreads = 256;
   visit_itemsize(y.itemsize(), "pad", [&](auto tag) {
     using U = typename decltype(tag)::type;
     U v;
     std::memcpy(&v, value, sizeof(U));
-    pad_kernel<U><<<grid_for(n, kThreads, y.device().index), kThreads, 0, stream_of(y.device())>>>(
-        static_cast<const U*>(x.data_ptr()), static_cast<U*>(y.data_ptr()), g, v, n);
+    // grid_for caps the blocks at a multiple of the SMs; each block takes kRowsPerBlock rows per step.
+    const unsigned blocks = grid_for((rows + kRowsPerBlock - 1) / kRowsPerBlock * kThreads, kThreads, y.device().index);
+    pad_rows_kernel<U><<<blocks, kThreads, 0, stream_of(y.device())>>>(static_cast<const U*>(x.data_ptr()),
+                                                                      static_cast<U*>(y.data_ptr()), g, v, rows);
   });
   check_launch("pad");
 }

@@ -12,11 +12,30 @@ namespace kiln::cuda {
 namespace {
 constexpr int kThreads = 256;
 
-template <class T, class C>
+template <class T>
+struct alignas(4 * sizeof(T)) Quad {
+  T v[4];
+};
+
+// One thread per Philox block: elements 4g .. 4g + 3, moved as one access when VEC (x and out aligned to four
+// elements), else one by one.
+template <class T, class C, bool VEC>
 __global__ void dropout_kernel(T* __restrict__ out, const T* __restrict__ x, DropoutRule<C> rule, int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = convert<T>(rule(convert<C>(x[i]), static_cast<uint64_t>(i)));
+  const int64_t blocks = (n + 3) / 4;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < blocks;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const PhiloxOut o = rule.block(static_cast<uint64_t>(g));
+    const int64_t i = 4 * g;
+    if (VEC && i + 4 <= n) {
+      const Quad<T> in = *reinterpret_cast<const Quad<T>*>(x + i);
+      Quad<T> r;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) r.v[j] = convert<T>(rule.apply(convert<C>(in.v[j]), o, j));
+      *reinterpret_cast<Quad<T>*>(out + i) = r;
+    } else {
+      for (int j = 0; j < 4 && i + j < n; ++j) out[i + j] = convert<T>(rule.apply(convert<C>(x[i + j]), o, j));
+    }
+  }
 }
 
 Offsets<1> output_offsets(const char* op, const Tensor& t) { return make_offsets<1>(op, t.sizes(), {t.strides()}); }
@@ -74,8 +93,12 @@ void dropout_apply(const Tensor& out, const Tensor& x, double p, double ka, doub
     using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const DropoutRule<C> rule{seed, offset, static_cast<float>(p), static_cast<C>(ka), static_cast<C>(kb),
                               static_cast<C>(drop)};
-    dropout_kernel<T, C><<<grid_for(n, kThreads, x.device().index), kThreads, 0, stream_of(x.device())>>>(
-        static_cast<T*>(out.data_ptr()), static_cast<const T*>(x.data_ptr()), rule, n);
+    T* po = static_cast<T*>(out.data_ptr());
+    const T* px = static_cast<const T*>(x.data_ptr());
+    const unsigned grid = grid_for((n + 3) / 4, kThreads, x.device().index);
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0; };
+    if (aligned(po) && aligned(px)) dropout_kernel<T, C, true><<<grid, kThreads, 0, stream_of(x.device())>>>(po, px, rule, n);
+    else dropout_kernel<T, C, false><<<grid, kThreads, 0, stream_of(x.device())>>>(po, px, rule, n);
   });
   check_launch("dropout");
 }

@@ -82,7 +82,7 @@ def test_norms_of_large_and_odd_shapes_against_float64(rng, device, dtype):
         assert actual.dtype == kd
         close(actual, expected, rtol=tol, atol=tol)
 
-    for shape in [(64, 4096), (5, 1003)]:
+    for shape in [(64, 4096), (5, 1003), (3, 16384)]:
         x, xn = inp(shape)
         w, b = rng.standard_normal(shape[-1]), rng.standard_normal(shape[-1])
         mu, var = xn.mean(-1, keepdims=True), xn.var(-1, keepdims=True)
@@ -141,14 +141,39 @@ def test_dropout_statistics_and_reproducibility(device):
     assert abs(a.mean()) < 0.01 and abs(a.std() - 1) < 0.01  # SELU's fixed point kept
 
 
+def philox4x32_10(counter, seed):
+    """The four words of Philox4x32-10 (src/core/philox.h) for 64-bit counters (offset 0) and a 64-bit seed, in NumPy."""
+    m = np.uint64(0xFFFFFFFF)
+    c = [counter & m, counter >> np.uint64(32), np.zeros_like(counter), np.zeros_like(counter)]
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
+    for r in range(10):
+        if r > 0:
+            k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m, (k1 + np.uint64(0xBB67AE85)) & m
+        p0, p1 = np.uint64(0xD2511F53) * c[0], np.uint64(0xCD9E8D57) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & m, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & m]
+    return c
+
+
 def test_dropout_is_one_pass_over_the_generators_stream(rng, device):
-    # Element i is kept where the i-th f32 draw of the same (seed, offset) is >= p: the mask of rand().
+    # The reference Philox reproduces rand() (element i: word 0 of the block at counter i), and dropout's mask:
+    # element i takes word i % 4 of the block at counter i // 4 and is kept where that draw, as f32, is >= p.
+    n = 64 * 300
+    words = philox4x32_10(np.arange(n, dtype=np.uint64), 11)
+    u_rand = (words[0] >> np.uint64(8)).astype(np.float32) * np.float32(2.0 ** -24)
+    np.testing.assert_array_equal(to_numpy(kiln.rand(64, 300, device=device, generator=kiln.Generator(11))).ravel(),
+                                  u_rand)
+    blocks = philox4x32_10(np.arange((n + 3) // 4, dtype=np.uint64), 11)
+    w = np.stack(blocks, 1).ravel()[:n]
+    u = ((w >> np.uint64(8)).astype(np.float32) * np.float32(2.0 ** -24)).reshape(64, 300)
     x = t(rng.standard_normal((64, 300)).astype(np.float32), device)
     for p in (0.1, 0.7):
-        u = to_numpy(kiln.rand(64, 300, device=device, generator=kiln.Generator(11)))
         got = to_numpy(F.dropout(x, p, generator=kiln.Generator(11)))
         expected = np.where(u >= np.float32(p), to_numpy(x).astype(np.float32) * np.float32(1 / (1 - p)), 0)
         np.testing.assert_array_equal(got, expected)
+    # A length that is not a multiple of four: the last block's first words.
+    x1 = t(rng.standard_normal(1001).astype(np.float32), device)
+    got = to_numpy(F.dropout(x1, 0.5, generator=kiln.Generator(11)))
+    np.testing.assert_array_equal(got, np.where(u.ravel()[:1001] >= np.float32(0.5), to_numpy(x1) * 2, 0))
     # The same numbers on every device, for every float dtype, whatever the input's layout.
     for dt in (kiln.float32, kiln.bfloat16, kiln.float16, kiln.float64):
         xv = t(rng.standard_normal((50, 40)), device, dt).transpose(0, 1)

@@ -39,14 +39,15 @@ kiln_cases = listing([KILN, "bench", "ops", "--list"])
 names = [c[0] for c in kiln_cases]
 check(len(names) == len(set(names)), "case names are unique")
 for n in names:
-    check(re.fullmatch(r"([a-z_0-9]+|linalg/[a-z_]+)/(bf16|f32|f64|c64|e4m3)(/[A-Za-z0-9_.]+)+", n) is not None,
+    check(re.fullmatch(r"([a-z_0-9]+|linalg/[a-z_]+|pad/[a-z]+)/(bf16|f32|f64|c64|e4m3|i64)(/[A-Za-z0-9_.]+)+", n) is not None,
           f"name {n!r} is regex-friendly")
 count = {}
 for n in names:
     count[n.split("/")[0]] = count.get(n.split("/")[0], 0) + 1
 expected = {"launch": 1, "linear": 73, "linear_fp8": 27, "scaled_mm": 24, "softmax": 8, "log_softmax": 8,
             "rms_norm": 6, "add_rms_norm": 4, "rope": 4, "silu_and_mul": 5, "sample": 6, "decode_attention": 16,
-            "sdpa_prefill": 9, "grouped_mm": 18, "moe": 9, "linalg": 10}
+            "sdpa_prefill": 9, "grouped_mm": 18, "moe": 9, "linalg": 13, "bincount": 1, "pad": 2, "dropout": 1,
+            "conv2d": 3, "conv3d": 1, "layer_norm": 1, "group_norm": 2, "batch_norm": 2, "cross_entropy": 1}
 check(count == expected, f"cases per op {count} == {expected}")
 check(sum("/M1/" in n and n.startswith("linear/") for n in names) == 54, "54 linear M = 1 cases (27 shapes x bias)")
 check(sum(n.endswith("/bias") for n in names) == 27, "27 linear cases with bias")
@@ -58,6 +59,10 @@ check(by_name.get("softmax/f32/1x128256", (0,))[0] == 2 * 4 * 128256, "softmax f
 check(by_name.get("add_rms_norm/bf16/1x4096", (0,))[0] == 2 * (4 * 4096 + 4096), "add_rms_norm bytes")
 check(by_name.get("rope/bf16/T1/Hq32/Hk8/D128", (0,))[0] == 2 * 2 * 40 * 128 + 8 + 4 * 64, "rope bytes")
 check(by_name.get("silu_and_mul/bf16/M1/I6144", (0,))[0] == 2 * 3 * 6144, "silu_and_mul bytes")
+check(by_name.get("cross_entropy/bf16/4096x151936", (0,))[0] == 2 * 4096 * 151936 + 8 * 4096 + 2,
+      "cross_entropy bytes: logits and targets read, the loss written")
+check(by_name.get("pad/reflect/bf16/1x128x16x256x256/p1", (0,))[0] == 2 * 128 * (16 * 256 * 256 + 18 * 258 * 258),
+      "pad bytes: input read, padded output written")
 check(by_name.get("sample/f32/1x151936/t0.7_k20_p0.8", (0,))[0] == 4 * 151936 + 8, "sample bytes")
 check(by_name.get("grouped_mm/bf16/T1/E128_H2048_I768/gate_up", (0,))[0] ==
       2 * (8 * 1536 * 2048 + 8 * 2048 + 8 * 1536) + 4 * 128, "grouped_mm decode bytes: 8 experts' weights, a, out, offs")
