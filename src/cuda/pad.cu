@@ -16,14 +16,18 @@ namespace {
 // apart) and only the edges through pad_source. Four elements per lane per step, loads before stores.
 constexpr int kThreads = 256, kRowsPerBlock = kThreads / 32, kUnroll = 4;
 
-template <class U>
+// I: the row index's type, 32-bit where the rows number fewer than 2^31 (a 64-bit division costs several times a
+// 32-bit one, and there are three per row).
+template <class U, class I>
 __global__ void __launch_bounds__(kThreads) pad_rows_kernel(const U* __restrict__ x, U* __restrict__ y, PadGeometry g,
                                                             U value, int64_t rows) {
   const int lane = threadIdx.x % 32;
   const int64_t out2 = g.out[2], in2 = g.in[2], left2 = g.left[2], st2 = g.in_stride[2];
+  const I out1 = static_cast<I>(g.out[1]), out0 = static_cast<I>(g.out[0]);
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32; r < rows;
        r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
-    const int64_t i1 = r % g.out[1], t = r / g.out[1], i0 = t % g.out[0], o = t / g.out[0];
+    const I ri = static_cast<I>(r), t = ri / out1;
+    const int64_t i1 = ri - t * out1, i0 = t % out0, o = t / out0;
     const int64_t s0 = pad_source(i0, g.left[0], g.in[0], g.mode), s1 = pad_source(i1, g.left[1], g.in[1], g.mode);
     U* yr = y + r * out2;
     if (s0 < 0 || s1 < 0) {
@@ -62,8 +66,10 @@ void pad(const Tensor& x, Tensor& y, const PadGeometry& g, const void* value) {
     std::memcpy(&v, value, sizeof(U));
     // grid_for caps the blocks at a multiple of the SMs; each block takes kRowsPerBlock rows per step.
     const unsigned blocks = grid_for((rows + kRowsPerBlock - 1) / kRowsPerBlock * kThreads, kThreads, y.device().index);
-    pad_rows_kernel<U><<<blocks, kThreads, 0, stream_of(y.device())>>>(static_cast<const U*>(x.data_ptr()),
-                                                                      static_cast<U*>(y.data_ptr()), g, v, rows);
+    const U* px = static_cast<const U*>(x.data_ptr());
+    U* py = static_cast<U*>(y.data_ptr());
+    if (rows < (int64_t{1} << 31)) pad_rows_kernel<U, uint32_t><<<blocks, kThreads, 0, stream_of(y.device())>>>(px, py, g, v, rows);
+    else pad_rows_kernel<U, int64_t><<<blocks, kThreads, 0, stream_of(y.device())>>>(px, py, g, v, rows);
   });
   check_launch("pad");
 }

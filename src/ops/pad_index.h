@@ -15,6 +15,7 @@ enum class PadMode : int { Constant, Reflect, Replicate, Circular };
 // constant. Negative `left` crops.
 KILN_HD int64_t pad_source(int64_t i, int64_t left, int64_t size, PadMode mode) {
   int64_t j = i - left;
+  if (j >= 0 && j < size) return j;  // inside the input: every mode reads it (no division on the common path)
   switch (mode) {
     case PadMode::Constant: return (j >= 0 && j < size) ? j : -1;
     case PadMode::Replicate: return j < 0 ? 0 : (j >= size ? size - 1 : j);
