@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "cpu/bincount.h"
+#include "cpu/moments.h"
 #include "cpu/random.h"
 #include "kiln/nn.h"
 #include "ops/generator_offset.h"
@@ -50,17 +51,36 @@ std::vector<int64_t> spatial_dims(const Tensor& x) {
   return d;
 }
 
-// CUDA's one-read statistics and one-pass normalisation (cuda/moments.h) take contiguous, non-empty input whose
-// weights and statistics are on its device; the rest composes kiln's ops.
+// The one-read statistics and one-pass normalisation (cpu/moments.h, cuda/moments.h) take contiguous, non-empty
+// input whose weights and statistics are on its device; the rest composes kiln's ops.
 bool native_norm(const Tensor& x, std::initializer_list<const std::optional<Tensor>*> others, const char* op) {
   for (const auto* t : others)
     if (*t) KILN_CHECK((*t)->device() == x.device(), op, ": expected every tensor on ", x.device().str(), ", got ",
                        (*t)->meta(), " with input ", x.meta());
+  return x.is_contiguous() && x.numel() > 0;
+}
+
+// The backends' moments / normalize_rows / normalize_planes, by the input's device.
+void norm_moments(const Tensor& x, int64_t sets, int64_t runs, int64_t len, int64_t set_stride, int64_t run_stride,
+                  Tensor& mean, Tensor& var) {
 #if KILN_HAVE_CUDA
-  return x.is_cuda() && x.is_contiguous() && x.numel() > 0;
-#else
-  return false;
+  if (x.is_cuda()) return cuda::moments(x, sets, runs, len, set_stride, run_stride, mean, var);
 #endif
+  cpu::moments(x, sets, runs, len, set_stride, run_stride, mean, var);
+}
+void norm_rows(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b, double eps,
+               Tensor& y) {
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) return cuda::normalize_rows(x, mean, var, w, b, eps, y);
+#endif
+  cpu::normalize_rows(x, mean, var, w, b, eps, y);
+}
+void norm_planes(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b, double eps,
+                 int64_t channels, int64_t stat_div, bool per_channel, Tensor& y) {
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) return cuda::normalize_planes(x, mean, var, w, b, eps, channels, stat_div, per_channel, y);
+#endif
+  cpu::normalize_planes(x, mean, var, w, b, eps, channels, stat_div, per_channel, y);
 }
 
 DType acc_dtype(const Tensor& x) { return x.dtype() == DType::F64 ? DType::F64 : DType::F32; }
@@ -90,17 +110,17 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const std::opt
   for (const auto* t : {&weight, &bias})
     if (*t) KILN_CHECK((*t)->sizes() == normalized_shape, "layer_norm: weight and bias must have normalized_shape ",
                        normalized_shape, ", got ", (*t)->meta());
-#if KILN_HAVE_CUDA
   if (native_norm(x, {&weight, &bias}, "layer_norm")) {
     const int64_t d = checked_numel(normalized_shape), rows = x.numel() / d;
     Tensor y = empty(x.sizes(), x.dtype(), x.device());
-    if (cuda::layer_norm_rows(x.reshape({rows, d}), as_acc(weight, x), as_acc(bias, x), eps, y)) return y;
+#if KILN_HAVE_CUDA
+    if (x.is_cuda() && cuda::layer_norm_rows(x.reshape({rows, d}), as_acc(weight, x), as_acc(bias, x), eps, y)) return y;
+#endif
     Tensor mu = empty({rows}, acc_dtype(x), x.device()), var = empty({rows}, acc_dtype(x), x.device());
-    cuda::moments(x, rows, 1, d, d, 0, mu, var);
-    cuda::normalize_rows(x.reshape({rows, d}), mu, var, as_acc(weight, x), as_acc(bias, x), eps, y);
+    norm_moments(x, rows, 1, d, d, 0, mu, var);
+    norm_rows(x.reshape({rows, d}), mu, var, as_acc(weight, x), as_acc(bias, x), eps, y);
     return y;
   }
-#endif
   std::vector<int64_t> dims;
   for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
   const Tensor xf = compute(x);
@@ -121,16 +141,14 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const std::optional<Tenso
              ") must divide the channels (", c, ")");
   check_channels(weight, c, "weight", "group_norm");
   check_channels(bias, c, "bias", "group_norm");
-#if KILN_HAVE_CUDA
   if (native_norm(x, {&weight, &bias}, "group_norm")) {
     const int64_t len = x.numel() / (n * num_groups);
     Tensor mu = empty({n * num_groups}, acc_dtype(x), x.device()), var = empty({n * num_groups}, acc_dtype(x), x.device());
-    cuda::moments(x, n * num_groups, 1, len, len, 0, mu, var);
+    norm_moments(x, n * num_groups, 1, len, len, 0, mu, var);
     Tensor y = empty(x.sizes(), x.dtype(), x.device());
-    cuda::normalize_planes(x, mu, var, as_acc(weight, x), as_acc(bias, x), eps, c, c / num_groups, false, y);
+    norm_planes(x, mu, var, as_acc(weight, x), as_acc(bias, x), eps, c, c / num_groups, false, y);
     return y;
   }
-#endif
   const Tensor xf = compute(x).reshape({n, num_groups, -1});
   const Tensor mu = mean(xf, {-1}, true);
   const Tensor centred = sub(xf, mu);
@@ -155,12 +173,10 @@ Tensor batch_norm(const Tensor& x, const std::optional<Tensor>& running_mean, co
     const int64_t count = x.numel() / std::max<int64_t>(c, 1);
     KILN_CHECK(count > 1, "batch_norm: training needs more than one value per channel, got ", x.meta());
     if (native) {
-#if KILN_HAVE_CUDA
       const int64_t plane = count / x.size(0);
       mu = empty({c}, acc_dtype(x), x.device());
       var = empty({c}, acc_dtype(x), x.device());
-      cuda::moments(x, c, x.size(0), plane, plane, c * plane, mu, var);
-#endif
+      norm_moments(x, c, x.size(0), plane, plane, c * plane, mu, var);
     } else {
       std::vector<int64_t> dims = {0};
       for (int64_t d : spatial_dims(x)) dims.push_back(d);
@@ -181,13 +197,11 @@ Tensor batch_norm(const Tensor& x, const std::optional<Tensor>& running_mean, co
     mu = native ? as_acc(running_mean, x) : compute(*running_mean);
     var = native ? as_acc(running_var, x) : compute(*running_var);
   }
-#if KILN_HAVE_CUDA
   if (native) {
     Tensor y = empty(x.sizes(), x.dtype(), x.device());
-    cuda::normalize_planes(x, mu, var, as_acc(weight, x), as_acc(bias, x), eps, c, 1, true, y);
+    norm_planes(x, mu, var, as_acc(weight, x), as_acc(bias, x), eps, c, 1, true, y);
     return y;
   }
-#endif
   const Tensor y = mul(sub(xf, channel_view(mu, x)), channel_view(rsqrt(add(var, Scalar(eps))), x));
   return affine(y, weight, bias, x).to(x.dtype());
 }
