@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -83,19 +84,30 @@ void moments(const Tensor& x, int64_t sets, int64_t runs, int64_t len, int64_t s
   });
 }
 
+namespace {
+
+// The normalising passes' typed pointers: f(px, py, pw, pb, pmean, pvar), w and b null when undefined.
+template <class F>
+void with_norm_pointers(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b,
+                        Tensor& y, const char* op, F&& f) {
+  visit_dtypes<kFloatTypes>(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = typename AccOf<T>::type;
+    f(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), w.defined() ? w.data<A>() : nullptr,
+      b.defined() ? b.data<A>() : nullptr, mean.data<A>(), var.data<A>());
+  });
+}
+
+}  // namespace
+
 void normalize_rows(const Tensor& x, const Tensor& mean, const Tensor& var, const Tensor& w, const Tensor& b, double eps,
                     Tensor& y) {
   const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
   if (x.numel() == 0) return;
-  visit_dtypes<kFloatTypes>(x.dtype(), "layer_norm", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = typename AccOf<T>::type;
-    const T* px = static_cast<const T*>(x.data_ptr());
-    T* py = static_cast<T*>(y.data_ptr());
-    const A* pw = w.defined() ? w.data<A>() : nullptr;
-    const A* pb = b.defined() ? b.data<A>() : nullptr;
-    const A* pm = mean.data<A>();
-    const A* pv = var.data<A>();
+  with_norm_pointers(x, mean, var, w, b, y, "layer_norm", [&](const auto* px, auto* py, const auto* pw, const auto* pb,
+                                                              const auto* pm, const auto* pv) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
+    using A = std::remove_cv_t<std::remove_pointer_t<decltype(pm)>>;
 #pragma omp parallel for schedule(static) if (x.numel() > (1 << 16))
     for (int64_t r = 0; r < rows; ++r) {
       const A mu = pm[r], rstd = A(1) / std::sqrt(pv[r] + static_cast<A>(eps));
@@ -116,17 +128,12 @@ void normalize_planes(const Tensor& x, const Tensor& mean, const Tensor& var, co
                       double eps, int64_t channels, int64_t stat_div, bool per_channel, Tensor& y) {
   if (x.numel() == 0) return;
   const int64_t planes = x.size(0) * channels, plane = x.numel() / planes;
-  visit_dtypes<kFloatTypes>(x.dtype(), "normalisation", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = typename AccOf<T>::type;
-    const T* px = static_cast<const T*>(x.data_ptr());
-    T* py = static_cast<T*>(y.data_ptr());
-    const A* pw = w.defined() ? w.data<A>() : nullptr;
-    const A* pb = b.defined() ? b.data<A>() : nullptr;
-    const A* pm = mean.data<A>();
-    const A* pv = var.data<A>();
-    // Work items: (plane, chunk), so that a few large planes still spread over the threads.
-    const int64_t chunks = (plane + kChunk - 1) / kChunk;
+  // Work items: (plane, chunk), so that a few large planes still spread over the threads.
+  const int64_t chunks = (plane + kChunk - 1) / kChunk;
+  with_norm_pointers(x, mean, var, w, b, y, "normalisation", [&](const auto* px, auto* py, const auto* pw,
+                                                                 const auto* pb, const auto* pm, const auto* pv) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
+    using A = std::remove_cv_t<std::remove_pointer_t<decltype(pm)>>;
 #pragma omp parallel for schedule(static) if (x.numel() > (1 << 16))
     for (int64_t it = 0; it < planes * chunks; ++it) {
       const int64_t p = it / chunks, begin = (it % chunks) * kChunk, n = std::min(kChunk, plane - begin);
