@@ -26,3 +26,4 @@ int kiln_fuzz_tokenizer(const uint8_t* data, size_t size);
 int kiln_fuzz_tokenizer_encode(const uint8_t* data, size_t size);
 int kiln_fuzz_chat(const uint8_t* data, size_t size);
 int kiln_fuzz_gguf(const uint8_t* data, size_t size);
+int kiln_fuzz_request(const uint8_t* data, size_t size);

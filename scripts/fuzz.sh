@@ -7,7 +7,7 @@
 #     --merge      afterwards, add the inputs that reached new code to fuzz/corpus/<target> (libFuzzer's
 #                  -merge=1: only coverage-increasing inputs are kept); without it the corpus is read only
 #     --jobs J     targets run at once (default: the number of cores)
-#     TARGET       safetensors config tokenizer tokenizer_encode chat gguf (default: all)
+#     TARGET       safetensors config tokenizer tokenizer_encode chat gguf request (default: all)
 #
 # A crash, a leak, a sanitizer report, a failed property (KILN_FUZZ_CHECK) or an input slower than
 # FUZZ_TIMEOUT seconds (default 30) fails the run: the script prints the target's report and the
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -eq 0 ] && targets=(safetensors config tokenizer tokenizer_encode chat gguf)
+[ ${#targets[@]} -eq 0 ] && targets=(safetensors config tokenizer tokenizer_encode chat gguf request)
 BUILD=${FUZZ_BUILD:-build-fuzz}
 CXX_CLANG=${FUZZ_CXX:-$(command -v clang++ || true)}
 if [ -z "$CXX_CLANG" ]; then

@@ -43,5 +43,6 @@ TEST(FuzzCorpus, TokenizerInputsReplay) { replay("tokenizer", kiln_fuzz_tokenize
 TEST(FuzzCorpus, TokenizerEncodeInputsReplay) { replay("tokenizer_encode", kiln_fuzz_tokenizer_encode, 20); }
 TEST(FuzzCorpus, ChatInputsReplay) { replay("chat", kiln_fuzz_chat, 5); }
 TEST(FuzzCorpus, GgufInputsReplay) { replay("gguf", kiln_fuzz_gguf, 1); }
+TEST(FuzzCorpus, ServeRequestInputsReplay) { replay("request", kiln_fuzz_request, 10); }
 
 }  // namespace

@@ -239,6 +239,8 @@ def test_hostile_input_leaves_the_server_serving(server):
     assert server.request("POST", "/v1/completions", raw="{not json")[0] == 400
     assert server.request("POST", "/v1/completions", raw="[1, 2]")[0] == 400
     assert server.request("POST", "/v1/completions", raw='{"prompt": NaN}')[0] == 400
+    # A number beyond a double (the JSON library's overflow error, not its syntax error): a 400, not a 500.
+    assert server.request("POST", "/v1/completions", raw='{"prompt": [0], "max_tokens": 1e999}')[0] == 400
     assert server.request("POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]})[0] == 400
     assert server.request("POST", "/v1/chat/completions", {"messages": "hello"})[0] == 400
     # A body over the limit (1 MiB): 413 from the headers alone.

@@ -32,6 +32,7 @@
 #include "kiln/nn.h"
 #include "kiln/runtime.h"
 #include "kiln/tokenizer.h"
+#include "serve_request.h"
 
 namespace kiln::cli {
 
@@ -39,58 +40,13 @@ namespace {
 
 using json = nlohmann::json;
 
-// ---- errors in OpenAI's shape -----------------------------------------------------------------------------------
-
-struct HttpError {
-  int status;
-  std::string message, param, type;
-};
-
-HttpError bad_request(std::string message, std::string param = "") {
-  return {400, std::move(message), std::move(param), "invalid_request_error"};
-}
+// ---- errors in OpenAI's shape (their validation: serve_request.h) -------------------------------------------------
 
 void send_error(httplib::Response& res, const HttpError& e) {
   json err = {{"message", e.message}, {"type", e.type}, {"code", nullptr}};
   err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
   res.status = e.status;
   res.set_content(json{{"error", err}}.dump(), "application/json");
-}
-
-// ---- strict field access ------------------------------------------------------------------------------------------
-
-json parse_body(const std::string& body) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    throw bad_request(str("the body is not valid JSON: ", e.what()));
-  }
-  if (!j.is_object()) throw bad_request("the body must be a JSON object");
-  return j;
-}
-
-std::optional<double> number(const json& j, const char* key, double lo, double hi) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  if (!j[key].is_number()) throw bad_request(str("'", key, "' must be a number"), key);
-  const double v = j[key].get<double>();
-  if (!std::isfinite(v) || v < lo || v > hi) throw bad_request(str("'", key, "' must be in [", lo, ", ", hi, "], got ", v), key);
-  return v;
-}
-
-std::optional<int64_t> integer(const json& j, const char* key, int64_t lo, int64_t hi) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  if (!j[key].is_number_integer() && !j[key].is_number_unsigned())
-    throw bad_request(str("'", key, "' must be an integer"), key);
-  const int64_t v = j[key].is_number_unsigned() && j[key].get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : j[key].get<int64_t>();
-  if (v < lo || v > hi) throw bad_request(str("'", key, "' must be in [", lo, ", ", hi, "], got ", v), key);
-  return v;
-}
-
-bool boolean(const json& j, const char* key, bool fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) throw bad_request(str("'", key, "' must be a boolean"), key);
-  return j[key].get<bool>();
 }
 
 // ---- a request and its stream ---------------------------------------------------------------------------------
@@ -102,17 +58,14 @@ struct TokenLogprob {
   std::vector<std::pair<int32_t, float>> top;
 };
 
-struct Job {
-  std::vector<int64_t> prompt;
-  llm::GenerateOptions options;
-  std::vector<std::string> stop;
+// A request being served: the validated request, then what the engine thread hands to the HTTP thread.
+struct Job : GenerationRequest {
   // Written by the engine thread, read by the HTTP thread under `mu`.
   std::mutex mu;
   std::condition_variable cv;
   std::string pending;  // text not yet sent
-  // logprobs: -1 none; else the chosen token's log-probability and this many alternatives (OpenAI's
+  // With top_logprobs >= 0: the chosen token's log-probability and that many alternatives (OpenAI's
   // top_logprobs) per token, under the model's distribution before any sampling setting.
-  int64_t top_logprobs = -1;
   std::vector<TokenLogprob> pending_logprobs;  // entries not yet sent
   bool done = false;
   std::string finish_reason;
@@ -456,85 +409,6 @@ std::string request_id(const char* prefix) {
   return str(prefix, std::hex, now_s(), "-", ++n);
 }
 
-// A prompt's ids: text (tokenized) or an array of token ids.
-std::vector<int64_t> prompt_of(const json& p, const Engine& e, const char* field) {
-  std::vector<int64_t> ids;
-  if (p.is_string()) {
-    if (!e.tokenizer()) throw bad_request("this model has no tokenizer: give the prompt as token ids", field);
-    try {
-      for (int32_t t : e.tokenizer()->encode(p.get<std::string>(), true)) ids.push_back(t);
-    } catch (const Error& err) {
-      throw bad_request(str("'", field, "': ", err.what()), field);
-    }
-  } else if (p.is_array()) {
-    const int64_t vocab = e.model().config().vocab_size;
-    for (const json& t : p) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
-        throw bad_request(str("'", field, "' must be a string or an array of token ids in [0, ", vocab, ")"), field);
-      ids.push_back(t.get<int64_t>());
-    }
-  } else {
-    throw bad_request(str("'", field, "' must be a string or an array of token ids"), field);
-  }
-  if (ids.empty()) throw bad_request(str("'", field, "' is empty"), field);
-  return ids;
-}
-
-// The sampling and length fields shared by both endpoints, checked against the model's context.
-std::shared_ptr<Job> make_job(const json& j, std::vector<int64_t> prompt, const Engine& e, bool chat) {
-  auto job = std::make_shared<Job>();
-  if (j.contains("n") && !j["n"].is_null() && integer(j, "n", 1, 1) != 1) throw bad_request("only n = 1 is supported", "n");
-  // logprobs: chat takes a boolean and top_logprobs (0..20); completions an integer (0..5), OpenAI's forms.
-  if (chat) {
-    const bool want = boolean(j, "logprobs", false);
-    const std::optional<int64_t> top = integer(j, "top_logprobs", 0, 20);
-    if (top && !want) throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
-    job->top_logprobs = want ? top.value_or(0) : -1;
-  } else {
-    job->top_logprobs = integer(j, "logprobs", 0, 5).value_or(-1);
-  }
-  const int64_t ctx = e.model().max_context(), room = ctx - static_cast<int64_t>(prompt.size());
-  if (room < 1)
-    throw bad_request(str("the prompt has ", prompt.size(), " tokens; the context holds ", ctx), chat ? "messages" : "prompt");
-  const char* len_key = chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  const std::optional<int64_t> max_tokens = integer(j, len_key, 1, INT64_MAX);
-  if (max_tokens && *max_tokens > room)
-    throw bad_request(str("'", len_key, "' (", *max_tokens, ") exceeds the room the context leaves after the prompt (", ctx,
-                          " - ", prompt.size(), " = ", room, ")"),
-                      len_key);
-  job->options.max_new_tokens = max_tokens.value_or(chat ? room : std::min<int64_t>(16, room));
-  job->options.sampling.temperature = number(j, "temperature", 0, 100).value_or(1.0);
-  job->options.sampling.top_p = number(j, "top_p", 0, 1).value_or(1.0);
-  job->options.sampling.top_k = integer(j, "top_k", 0, INT32_MAX).value_or(0);
-  job->options.sampling.min_p = number(j, "min_p", 0, 1).value_or(0.0);
-  job->options.seed = static_cast<uint64_t>(integer(j, "seed", INT64_MIN, INT64_MAX).value_or(0));
-  if (j.contains("stop") && !j["stop"].is_null()) {
-    const json& s = j["stop"];
-    if (s.is_string()) job->stop.push_back(s.get<std::string>());
-    else if (s.is_array() && s.size() <= 4) {
-      for (const json& x : s) {
-        if (!x.is_string()) throw bad_request("'stop' must be a string or an array of up to 4 strings", "stop");
-        job->stop.push_back(x.get<std::string>());
-      }
-    } else {
-      throw bad_request("'stop' must be a string or an array of up to 4 strings", "stop");
-    }
-    for (const auto& x : job->stop)
-      if (x.empty()) throw bad_request("'stop' strings must not be empty", "stop");
-  }
-  if (!boolean(j, "ignore_eos", false)) job->options.stop_ids = e.model().config().eos_token_ids;
-  job->prompt = std::move(prompt);
-  return job;
-}
-
-void check_model_name(const json& j, const std::string& id) {
-  if (!j.contains("model") || j["model"].is_null()) return;
-  if (!j["model"].is_string()) throw bad_request("'model' must be a string", "model");
-  const std::string m = j["model"].get<std::string>();
-  if (!m.empty() && m != id)
-    throw HttpError{404, str("the model '", m, "' does not exist; this server serves '", id, "'"), "model",
-                    "invalid_request_error"};
-}
 
 json usage(const Job& job) {
   const int64_t p = static_cast<int64_t>(job.prompt.size());
@@ -765,43 +639,24 @@ int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
                     {"max_context", engine.model().max_context()}};
     res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
   }));
-  svr.Post("/v1/completions", guarded([&](const httplib::Request& req, httplib::Response& res) {
+  // What request validation needs of the model (serve_request.h).
+  ServedModel served;
+  served.id = model_id;
+  served.vocab_size = engine.model().config().vocab_size;
+  served.max_context = engine.model().max_context();
+  served.eos_token_ids = engine.model().config().eos_token_ids;
+  served.tokenizer = engine.tokenizer();
+  served.chat = engine.chat();
+  // A request's fields into a job (its ids, sampling, stop strings, logprobs and stream flags), then the answer.
+  auto generate = [&](const httplib::Request& req, httplib::Response& res, bool chat) {
     const json j = parse_body(req.body);
-    check_model_name(j, model_id);
-    if (!j.contains("prompt")) throw bad_request("'prompt' is required", "prompt");
-    auto job = make_job(j, prompt_of(j["prompt"], engine, "prompt"), engine, false);
-    const bool stream = boolean(j, "stream", false);
-    const bool include_usage = j.contains("stream_options") && j["stream_options"].is_object() &&
-                               boolean(j["stream_options"], "include_usage", false);
-    respond(engine, job, false, stream, include_usage, model_id, res);
-  }));
-  svr.Post("/v1/chat/completions", guarded([&](const httplib::Request& req, httplib::Response& res) {
-    const json j = parse_body(req.body);
-    check_model_name(j, model_id);
-    if (!engine.chat()) throw bad_request("this model has no chat template: use /v1/completions");
-    if (!j.contains("messages")) throw bad_request("'messages' is required", "messages");
-    std::vector<ChatMessage> messages;
-    try {
-      messages = parse_chat_messages(j["messages"].dump());
-    } catch (const Error& e) {
-      throw bad_request(e.what(), "messages");
-    }
-    if (messages.empty()) throw bad_request("'messages' is empty", "messages");
-    std::string text;
-    try {
-      text = engine.chat()->render(messages);
-    } catch (const Error& e) {
-      throw bad_request(e.what(), "messages");
-    }
-    if (!engine.tokenizer()) throw bad_request("this model has no tokenizer");
-    std::vector<int64_t> ids;
-    for (int32_t t : engine.tokenizer()->encode(text, false)) ids.push_back(t);
-    auto job = make_job(j, std::move(ids), engine, true);
-    const bool stream = boolean(j, "stream", false);
-    const bool include_usage = j.contains("stream_options") && j["stream_options"].is_object() &&
-                               boolean(j["stream_options"], "include_usage", false);
-    respond(engine, job, true, stream, include_usage, model_id, res);
-  }));
+    auto job = std::make_shared<Job>();
+    static_cast<GenerationRequest&>(*job) = chat ? chat_request(j, served) : completion_request(j, served);
+    respond(engine, job, chat, job->stream, job->include_usage, model_id, res);
+  };
+  svr.Post("/v1/completions", guarded([&](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); }));
+  svr.Post("/v1/chat/completions",
+           guarded([&](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); }));
   svr.Post("/tokenize", guarded([&](const httplib::Request& req, httplib::Response& res) {
     const json j = parse_body(req.body);
     const char* key = j.contains("content") ? "content" : "prompt";
