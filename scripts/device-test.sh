@@ -169,10 +169,11 @@ sanitizer() {
       # API errors are expected where tests provoke them (out of memory, a sync inside a capture); the
       # tools look for memory errors, shared-memory races and barrier misuse.
       [ "$tool" = memcheck ] && extra=(--report-api-errors no)
-      # racecheck instruments kiln's kernels only (their names hold kiln's namespace): cuBLAS's and cuBLASLt's
-      # Hopper kernels synchronise their shared memory through the asynchronous proxy (TMA, mbarriers), which
-      # racecheck does not model: it reported write-after-read hazards in every nvjet_* kernel and stopped with
-      # "Internal Sanitizer Error: failed to handle a hardware exception" in the first cuBLASLt product.
+      # racecheck instruments kiln's kernels only (their names hold kiln's namespace): cuBLAS's Hopper kernels
+      # synchronise their shared memory through the asynchronous proxy (TMA, mbarriers), which racecheck does
+      # not model (it reported write-after-read hazards in every nvjet_* kernel). On an H100 the linear and fp8
+      # executables still stop at their first test with "Internal Sanitizer Error: failed to handle a hardware
+      # exception", also with KILN_PDL=0: a kiln kernel there that racecheck cannot run, not yet identified.
       [ "$tool" = racecheck ] && extra=(--racecheck-report hazard --kernel-name kns=kiln)
       timeout "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
         --print-limit 50 "$BUILD/tests/$exe" --gtest_filter="$filter" > "$log" 2>&1
