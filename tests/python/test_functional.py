@@ -110,10 +110,20 @@ def test_norms_of_large_and_odd_shapes_against_float64(rng, device, dtype):
         rm2, rv2 = to_numpy(RM), to_numpy(RV)
         ye = F.batch_norm(x, RM, RV, t(w, device), t(b, device), training=False)
         check(ye, (xn - rm2.reshape(cv)) / np.sqrt(rv2.reshape(cv) + 1e-5) * w.reshape(cv) + b.reshape(cv))
-    # A non-contiguous input (composed on every device) agrees with the contiguous one.
+    # A non-contiguous input (composed of kiln's ops on every device) agrees with the contiguous one (native).
     x, xn = inp((6, 40, 9))
     xt = x.transpose(0, 2)
     close(F.layer_norm(xt, [6]), to_numpy(F.layer_norm(xt.contiguous(), [6])), rtol=tol, atol=tol)
+    x4 = t(np.ascontiguousarray((rng.standard_normal((5, 8, 4, 6)) * 3 + 100).astype(np.float32).transpose(0, 1, 3, 2)),
+           device, kd).transpose(2, 3)  # [5, 8, 4, 6] whose last two dims are swapped in memory
+    wc, bc = t(rng.standard_normal(8), device), t(rng.standard_normal(8), device)
+    close(F.group_norm(x4, 4, wc, bc), to_numpy(F.group_norm(x4.contiguous(), 4, wc, bc)), rtol=tol, atol=tol)
+    rm, rv = t(np.zeros(8, np.float32), device), t(np.ones(8, np.float32), device)
+    rm2, rv2 = t(np.zeros(8, np.float32), device), t(np.ones(8, np.float32), device)
+    close(F.batch_norm(x4, rm, rv, training=True), to_numpy(F.batch_norm(x4.contiguous(), rm2, rv2, training=True)),
+          rtol=tol, atol=tol)
+    close(rm, to_numpy(rm2), rtol=1e-5, atol=1e-4)
+    close(rv, to_numpy(rv2), rtol=1e-4, atol=1e-4)
 
 
 def test_dropout_statistics_and_reproducibility(device):
