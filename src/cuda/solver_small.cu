@@ -8,6 +8,7 @@
 
 #include <cuda/std/complex>
 
+#include "cuda/kernels/linalg_small.cuh"
 #include "cuda/launch.h"
 #include "cuda/solver.h"
 
@@ -111,16 +112,6 @@ __global__ void __launch_bounds__(32 * W) lu_small_kernel(T* __restrict__ a, int
   if (lane == 0) info[b] = first_zero;
 }
 
-// a -= l u, with fused multiply-adds (no complex operator*: its C99 Annex G checks for infinities cost more than the
-// product here, and the CPU's LAPACK does not make them either).
-__device__ inline void msub(float& a, float l, float u) { a = fmaf(-l, u, a); }
-__device__ inline void msub(double& a, double l, double u) { a = fma(-l, u, a); }
-__device__ inline void msub(cfloat& a, cfloat l, cfloat u) {
-  const float re = fmaf(l.imag(), u.imag(), fmaf(-l.real(), u.real(), a.real()));
-  const float im = fmaf(-l.imag(), u.real(), fmaf(-l.real(), u.imag(), a.imag()));
-  a = cfloat(re, im);
-}
-
 // LU with partial pivoting of one matrix per block of 4 R threads, 32 < n <= R, the matrix in shared memory with an
 // odd column stride (the row swaps then read across columns without bank conflicts). For each column k, warp 0
 // finds the pivot, swaps the rows and scales the multipliers; then thread t updates row t % R in the columns
@@ -171,16 +162,16 @@ __global__ void __launch_bounds__(4 * R) lu_block_kernel(T* __restrict__ a, int3
       int c = k + 1 + ((cg - k - 1) & 3);
       for (; c + 12 < n; c += 16) {
         T x0 = s[c * ld + r], x1 = s[(c + 4) * ld + r], x2 = s[(c + 8) * ld + r], x3 = s[(c + 12) * ld + r];
-        msub(x0, l, s[c * ld + k]);
-        msub(x1, l, s[(c + 4) * ld + k]);
-        msub(x2, l, s[(c + 8) * ld + k]);
-        msub(x3, l, s[(c + 12) * ld + k]);
+        x0 = kernels::msub(x0, l, s[c * ld + k]);
+        x1 = kernels::msub(x1, l, s[(c + 4) * ld + k]);
+        x2 = kernels::msub(x2, l, s[(c + 8) * ld + k]);
+        x3 = kernels::msub(x3, l, s[(c + 12) * ld + k]);
         s[c * ld + r] = x0;
         s[(c + 4) * ld + r] = x1;
         s[(c + 8) * ld + r] = x2;
         s[(c + 12) * ld + r] = x3;
       }
-      for (; c < n; c += 4) msub(s[c * ld + r], l, s[c * ld + k]);
+      for (; c < n; c += 4) s[c * ld + r] = kernels::msub(s[c * ld + r], l, s[c * ld + k]);
     }
     __syncthreads();
   }

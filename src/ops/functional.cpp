@@ -112,13 +112,14 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const std::opt
                        normalized_shape, ", got ", (*t)->meta());
   if (native_norm(x, {&weight, &bias}, "layer_norm")) {
     const int64_t d = checked_numel(normalized_shape), rows = x.numel() / d;
+    const Tensor w = as_acc(weight, x), b = as_acc(bias, x);
     Tensor y = empty(x.sizes(), x.dtype(), x.device());
 #if KILN_HAVE_CUDA
-    if (x.is_cuda() && cuda::layer_norm_rows(x.reshape({rows, d}), as_acc(weight, x), as_acc(bias, x), eps, y)) return y;
+    if (x.is_cuda() && cuda::layer_norm_rows(x.reshape({rows, d}), w, b, eps, y)) return y;
 #endif
     Tensor mu = empty({rows}, acc_dtype(x), x.device()), var = empty({rows}, acc_dtype(x), x.device());
     norm_moments(x, rows, 1, d, d, 0, mu, var);
-    norm_rows(x.reshape({rows, d}), mu, var, as_acc(weight, x), as_acc(bias, x), eps, y);
+    norm_rows(x.reshape({rows, d}), mu, var, w, b, eps, y);
     return y;
   }
   std::vector<int64_t> dims;
