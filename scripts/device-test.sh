@@ -12,6 +12,7 @@
 #   TEST_TIMEOUT=S  seconds each executable may take (default 240)
 #   SAN_EXES=REGEX  sanitizer modes: only the test executables whose names match
 #   SAN_DEADLINE=S  sanitizer modes: seconds for all of it (default 480); SAN_JOBS=N processes at once (8)
+#   SAN_SHARDS=N    sanitizer modes: each executable's tests split over N processes (GoogleTest shards)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -116,6 +117,9 @@ release() {
 #   SAN_TOOLS="..."     the tools to run (the mode's by default: memcheck, or racecheck and synccheck)
 #   SAN_JOBS=N          executables under a tool at once (default 8)
 #   SAN_TIMEOUT=S       seconds each may take (default 420)
+#   SAN_SHARDS=N        each executable's tests split over N processes (GTEST_TOTAL_SHARDS; default 1):
+#                       racecheck and synccheck run kernels 10-100x slower, so a long executable finishes
+#                       in time only when its tests run side by side
 #   SAN_DEADLINE=S      seconds for the whole pass (default 480, so that the build and the pass fit one
 #                       10-minute call); runs still going then are stopped and reported as timed out
 sanitizer() {
@@ -138,33 +142,42 @@ sanitizer() {
   # Jobs from the smallest executable up (size is a rough proxy for run time), each under every tool
   # before the next: within the deadline as many executables as possible finish, and what does not start
   # or finish in time is reported as such.
-  local jobs=() tools=(${SAN_TOOLS:-$1})
+  # A job is tool:executable:shard:gtest filter; its log is $dir/tool-executable[.shard].log.
+  local jobs=() tools=(${SAN_TOOLS:-$1}) shards=${SAN_SHARDS:-1}
+  add_job() {
+    local i
+    for ((i = 0; i < shards; i++)); do jobs+=("$1:$2:$i:$3"); done
+  }
   for x in "${exes[@]}"; do
     local name=$(basename "$x") fam
     [[ "$name" =~ ${SAN_EXES:-.} ]] || continue
     fam=${name#kiln_cuda_}; fam=${fam%_tests}
     for tool in "${tools[@]}"; do
-      if [ "$tool" = memcheck ] || [[ " ${shared[*]} " == *" $fam "* ]]; then jobs+=("$tool:$name:*"); fi
+      if [ "$tool" = memcheck ] || [[ " ${shared[*]} " == *" $fam "* ]]; then add_job "$tool" "$name" "*"; fi
     done
   done
   # A mixed executable's CUDA tests: suites named *Cuda*, or parameterised cases named *_cuda.
   for m in "${mixed[@]}"; do
     [ -x "$BUILD/tests/$m" ] && [[ "$m" =~ ${SAN_EXES:-.} ]] || continue
     for tool in "${tools[@]}"; do
-      if [ "$tool" = memcheck ] || [[ " ${mixed_shared[*]} " == *" $m "* ]]; then jobs+=("$tool:$m:*Cuda*:*_cuda"); fi
+      if [ "$tool" = memcheck ] || [[ " ${mixed_shared[*]} " == *" $m "* ]]; then add_job "$tool" "$m" "*Cuda*:*_cuda"; fi
     done
   done
+  log_of() {  # tool exe shard
+    if [ "$shards" -gt 1 ]; then echo "$dir/$1-$2.$3.log"; else echo "$dir/$1-$2.log"; fi
+  }
   # The CPU references of the tests run in SAN_JOBS processes at once: a few OpenMP threads each, not all
   # cores each (threads that outnumber the cores spin against each other).
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
   local deadline=$(( t0 + ${SAN_DEADLINE:-480} ))
   for j in "${jobs[@]}"; do
     local tool=${j%%:*} rest=${j#*:}
-    local exe=${rest%%:*} filter=${rest#*:}
+    local exe=${rest%%:*}; rest=${rest#*:}
+    local shard=${rest%%:*} filter=${rest#*:}
     local left=$(( deadline - $(date +%s) ))
-    if [ "$left" -lt 20 ]; then echo "not run: SAN_DEADLINE reached" > "$dir/$tool-$exe.log"; continue; fi
+    if [ "$left" -lt 20 ]; then echo "not run: SAN_DEADLINE reached" > "$(log_of "$tool" "$exe" "$shard")"; continue; fi
     (
-      local log="$dir/$tool-$exe.log" s=$(date +%s) extra=() limit=${SAN_TIMEOUT:-420}
+      local log=$(log_of "$tool" "$exe" "$shard") s=$(date +%s) extra=() limit=${SAN_TIMEOUT:-420}
       [ "$limit" -gt "$left" ] && limit=$left
       # API errors are expected where tests provoke them (out of memory, a sync inside a capture); the
       # tools look for memory errors, shared-memory races and barrier misuse.
@@ -175,7 +188,8 @@ sanitizer() {
       # executables still stop at their first test with "Internal Sanitizer Error: failed to handle a hardware
       # exception", also with KILN_PDL=0: a kiln kernel there that racecheck cannot run, not yet identified.
       [ "$tool" = racecheck ] && extra=(--racecheck-report hazard --kernel-name kns=kiln)
-      timeout "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard \
+        timeout "$limit" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 99 \
         --print-limit 50 "$BUILD/tests/$exe" --gtest_filter="$filter" > "$log" 2>&1
       echo "exit $? after $(( $(date +%s) - s )) s" >> "$log"
     ) &
@@ -185,8 +199,10 @@ sanitizer() {
   local failing=0 clean=0 unfinished=0
   for j in "${jobs[@]}"; do
     local tool=${j%%:*} rest=${j#*:}
-    local exe=${rest%%:*}
-    local log="$dir/$tool-$exe.log"
+    local exe=${rest%%:*}; rest=${rest#*:}
+    local shard=${rest%%:*}
+    local log=$(log_of "$tool" "$exe" "$shard")
+    [ "$shards" -gt 1 ] && exe="$exe (shard $((shard + 1))/$shards)"
     # Out of time: the errors reported before the stop still count.
     if tail -1 "$log" | grep -qE "^not run|^exit 124 " && ! grep -qE "^========= (Invalid|Barrier|Race|Error)" "$log"; then
       unfinished=$((unfinished + 1))

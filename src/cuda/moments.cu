@@ -152,27 +152,37 @@ __global__ void __launch_bounds__(kThreads) normalize_rows_kernel(const T* __res
   *reinterpret_cast<Pack<T, V>*>(y + row * d + c0) = out;
 }
 
-// group_norm / batch_norm: block b covers elements [tile * kThreads * V * kPlaneIters, ...) of plane b / tiles
-// (plane p = n * C + c: channel c = p % C, statistics index p % C for batch_norm, p / stat_div for group_norm).
+// group_norm / batch_norm, flat over the tensor: block b covers packs [b * kThreads * kPlaneIters, ...), pack q
+// holding elements [q V, q V + V) of plane q / plane_packs (planes are whole packs). Plane p = n * C + c:
+// channel c = p % C, statistics index c for batch_norm (per_channel), p / stat_div for group_norm. Small planes
+// (batch_norm's 56 x 56) leave no lanes idle; each pack's scale and shift come from cached per-channel values.
+// The loads of all kPlaneIters packs are issued before the first store. I: 32-bit indices below 2^31 packs.
 constexpr int kPlaneIters = 4;
-template <class T, class A, int V>
+template <class T, class A, int V, class I>
 __global__ void __launch_bounds__(kThreads) normalize_planes_kernel(const T* __restrict__ x, T* __restrict__ y,
-                                                                    int64_t plane, int64_t tiles, int64_t channels,
-                                                                    int64_t stat_div, bool per_channel,
-                                                                    const A* __restrict__ mean, const A* __restrict__ var,
-                                                                    const A* __restrict__ w, const A* __restrict__ b,
-                                                                    A eps) {
-  const int64_t p = blockIdx.x / tiles, tile = blockIdx.x % tiles, c = p % channels;
-  const int64_t s = per_channel ? c : p / stat_div;
-  A scale = A(1) / ::sqrt(var[s] + eps);
-  if (w) scale *= w[c];
-  const A shift = (b ? b[c] : A(0)) - mean[s] * scale;
-  const T* xp = x + p * plane;
-  T* yp = y + p * plane;
+                                                                    I packs, I plane_packs, I channels, I stat_div,
+                                                                    bool per_channel, const A* __restrict__ mean,
+                                                                    const A* __restrict__ var, const A* __restrict__ w,
+                                                                    const A* __restrict__ b, A eps) {
+  const I q0 = static_cast<I>(blockIdx.x) * (kThreads * kPlaneIters) + threadIdx.x;
+  Pack<T, V> in[kPlaneIters];
 #pragma unroll
   for (int it = 0; it < kPlaneIters; ++it) {
-    const int64_t i = ((tile * kPlaneIters + it) * kThreads + threadIdx.x) * V;
-    if (i < plane) normalize_pack<T, A, V>(xp + i, yp + i, scale, shift);
+    const I q = q0 + it * kThreads;
+    if (q < packs) in[it] = reinterpret_cast<const Pack<T, V>*>(x)[q];
+  }
+#pragma unroll
+  for (int it = 0; it < kPlaneIters; ++it) {
+    const I q = q0 + it * kThreads;
+    if (q >= packs) break;
+    const I p = q / plane_packs, c = p % channels, st = per_channel ? c : p / stat_div;
+    A scale = A(1) / ::sqrt(var[st] + eps);
+    if (w) scale *= w[c];
+    const A shift = (b ? b[c] : A(0)) - mean[st] * scale;
+    Pack<T, V> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = static_cast<T>(static_cast<A>(in[it].v[k]) * scale + shift);
+    reinterpret_cast<Pack<T, V>*>(y)[q] = out;
   }
 }
 
@@ -376,10 +386,18 @@ void normalize_planes(const Tensor& x, const Tensor& mean, const Tensor& var, co
                                                                       const auto* pv) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(px)>>;
     using A = std::remove_cv_t<std::remove_pointer_t<decltype(pm)>>;
-    const int64_t per_tile = static_cast<int64_t>(kThreads) * v * kPlaneIters, tiles = (plane + per_tile - 1) / per_tile;
-    KILN_CHECK(planes * tiles <= INT32_MAX, "normalisation: ", x.meta(), " is too large for one launch");
-    normalize_planes_kernel<T, A, decltype(v)::value><<<static_cast<unsigned>(planes * tiles), kThreads, 0, s>>>(
-        px, py, plane, tiles, channels, stat_div, per_channel, pm, pv, pw, pb, static_cast<A>(eps));
+    constexpr int Vn = decltype(v)::value;
+    const int64_t packs = x.numel() / Vn, per_block = static_cast<int64_t>(kThreads) * kPlaneIters;
+    const int64_t blocks = (packs + per_block - 1) / per_block;
+    KILN_CHECK(blocks <= INT32_MAX, "normalisation: ", x.meta(), " is too large for one launch");
+    const auto go = [&](auto index) {
+      using I = decltype(index);
+      normalize_planes_kernel<T, A, Vn, I><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+          px, py, static_cast<I>(packs), static_cast<I>(plane / Vn), static_cast<I>(channels), static_cast<I>(stat_div),
+          per_channel, pm, pv, pw, pb, static_cast<A>(eps));
+    };
+    if (packs + per_block < INT32_MAX) go(int32_t{});
+    else go(int64_t{});
   });
 }
 

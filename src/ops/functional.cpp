@@ -462,29 +462,44 @@ Tensor bincount(const Tensor& x, const std::optional<Tensor>& weights, int64_t m
                           x.meta());
   // int32 and int64 indices are read as they are; other integer dtypes widen to int64 first.
   const Tensor idx = (x.dtype() == DType::I32 || x.dtype() == DType::I64 ? x : x.to(DType::I64)).contiguous();
-  int64_t len = minlength;
-  if (idx.numel()) {
-    // The smallest and largest value in one copy to the host (the output's size depends on them).
-    const Tensor range = stack({amin(idx).to(DType::I64), amax(idx).to(DType::I64)}).cpu();
-    const int64_t lo = range.data<int64_t>()[0], hi = range.data<int64_t>()[1];
-    KILN_CHECK(lo >= 0, "bincount: the input holds a negative value (", lo, "); only non-negative integers count");
-    len = std::max(len, hi + 1);
-  }
   const DType out = !weights ? DType::I64 : weights->dtype() == DType::F32 ? DType::F32 : DType::F64;
-  Tensor counts = zeros({len}, out, x.device());
-  if (!idx.numel()) return counts;
   std::optional<Tensor> w;
   if (weights) {
     KILN_CHECK(weights->device() == x.device(), "bincount: weights ", weights->meta(), " must be on the input's device (",
                x.meta(), ")");
     w = weights->to(out).contiguous();
   }
+  // The output's length depends on the largest value, so the host reads it: int64 [2] holding -min(0, min x)
+  // and max(0, max x).
+  const auto length_from = [&](const Tensor& range) {
+    const Tensor r = range.cpu();
+    const auto neg = static_cast<uint64_t>(r.data<int64_t>()[0]);
+    const int64_t hi = r.data<int64_t>()[1];
+    KILN_CHECK(neg == 0, "bincount: the input holds a negative value (-", neg, "); only non-negative integers count");
+    KILN_CHECK(hi < INT64_MAX, "bincount: the input's largest value ", hi, " leaves no room for its bin");
+    return std::max(minlength, hi + 1);
+  };
 #if KILN_HAVE_CUDA
-  if (x.is_cuda()) {
+  if (x.is_cuda() && idx.numel()) {
+    // One read counts the values below a few thousand and finds the range; a second pass only where larger
+    // values (or minlength) need more bins than that.
+    Tensor range = zeros({2}, DType::I64, x.device());
+    Tensor counts = zeros({cuda::bincount_one_pass_bins(out)}, out, x.device());
+    cuda::bincount_one_pass(idx, w, range, counts);
+    const int64_t len = length_from(range);
+    if (len <= counts.numel()) return counts.narrow(0, 0, len);
+    counts = zeros({len}, out, x.device());
     cuda::bincount(idx, w, counts);
     return counts;
   }
 #endif
+  int64_t len = minlength;
+  if (idx.numel()) {
+    const Tensor lo = amin(idx).to(DType::I64), hi = amax(idx).to(DType::I64);
+    len = length_from(stack({neg(minimum(lo, zeros_like(lo))), maximum(hi, zeros_like(hi))}));
+  }
+  Tensor counts = zeros({len}, out, x.device());
+  if (!idx.numel()) return counts;
   cpu::bincount(idx, w, counts);
   return counts;
 }

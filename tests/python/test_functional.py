@@ -341,6 +341,14 @@ def test_pad_layouts_dtypes_and_sizes(rng, device, mode, np_mode):
     got = F.pad(t(xb, device), [1, 1], mode=mode, value=1.0 if mode == "constant" else None)
     assert to_numpy(got).astype(bool).tolist() == np.pad(xb, [(0, 0), (1, 1)], mode=np_mode,
                                                           **({"constant_values": True} if mode == "constant" else {})).tolist()
+    # Rows shorter than one thread's run of elements (CUDA: 16-byte stores spanning rows) and a total that is
+    # not a whole number of runs, for 1- and 8-byte elements.
+    xu = rng.integers(0, 255, (37, 3)).astype(np.uint8)
+    got = F.pad(t(xu, device), [1, 1], mode=mode, value=value)
+    assert to_numpy(got).tolist() == np.pad(xu, [(0, 0), (1, 1)], mode=np_mode, **kw).tolist()
+    xd = rng.standard_normal((5, 2, 1))
+    close(F.pad(t(xd, device), [0, 0, 1, 1], mode=mode, value=value),
+          np.pad(xd, [(0, 0), (1, 1), (0, 0)], mode=np_mode, **kw), 0, 0)
     # A zero-size batch, and a plane of more than 65536 elements.
     assert F.pad(t(np.zeros((0, 3, 4)), device), [1, 1], mode=mode, value=value).shape == (0, 3, 6)
     big = rng.standard_normal((1, 2, 300, 260)).astype(np.float32)
@@ -371,6 +379,18 @@ def test_bincount_and_histc(rng, device):
     close(kiln.bincount(t(many, device), t(w64, device)), np.bincount(many, w64), rtol=1e-12, atol=1e-12)
     w32 = rng.random(300_000).astype(np.float32)
     close(kiln.bincount(t(big, device), t(w32, device)), np.bincount(big, w32), rtol=1e-4)
+    # Around CUDA's one-pass limit (8192 bins for counts and f32 weights, 4096 for f64): values just below and at
+    # it, and minlength beyond it with small values; the most negative int64 is still negative.
+    for top, wdt in ((8192, None), (4096, np.float64), (8192, np.float32)):
+        for hi in (top - 1, top):
+            vals = np.concatenate([rng.integers(0, 30, 5000), [hi]])
+            ww = None if wdt is None else rng.random(vals.size).astype(wdt)
+            got = kiln.bincount(t(vals, device), None if ww is None else t(ww, device))
+            assert got.shape == (hi + 1,)
+            close(got, np.bincount(vals, ww), rtol=1e-5, atol=0)
+    assert kiln.bincount(t(v, device), minlength=10_000).tolist() == np.bincount(v, minlength=10_000).tolist()
+    with pytest.raises(kiln.KilnError, match="negative"):
+        kiln.bincount(t(np.array([5, np.iinfo(np.int64).min]), device))
     x = rng.standard_normal(5000).astype(np.float32)
     h = kiln.histc(t(x, device), bins=20, min=-2, max=2)
     ref, _ = np.histogram(x, bins=20, range=(-2, 2))
