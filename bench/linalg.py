@@ -1,10 +1,12 @@
 """kiln.linalg against torch.linalg (where installed) and, on the CPU, NumPy, in one process.
 
-    python3 bench/linalg.py [--device cpu|cuda] [--repeats N] [--json FILE]
+    python3 bench/linalg.py [--device cpu|cuda] [--repeats N] [--json FILE] [--large]
 
 Median wall time of each case over the repeats, fresh random inputs (well-conditioned: A + n I), each call
 followed by a device synchronisation on CUDA (kiln's and torch's). On the CPU NumPy's wheels carry their own
-OpenBLAS build; kiln uses the system's (Debian's OpenBLAS, OpenMP)."""
+OpenBLAS build; kiln uses the system's (Debian's OpenBLAS, OpenMP). --large adds the sizes of the linear-algebra
+targets (solve 4096 with 1 and 64 right-hand sides, qr 1024 and 65536 x 64, svd and eigh 1024), the default on
+CUDA."""
 import argparse
 import json
 import statistics
@@ -25,6 +27,11 @@ CASES = [
     ("det", "float64", (4096, 8, 8)), ("qr", "float32", (512, 512)), ("qr", "float32", (8192, 64)),
     ("svd", "float32", (256, 256)), ("svd", "float32", (4096, 8, 8)), ("eigh", "float32", (512, 512)),
     ("cholesky", "float64", (1024, 1024)),
+]
+# (op, dtype, shape); "solve" takes 1 right-hand side, "solve64" 64.
+LARGE_CASES = [
+    ("solve", "float32", (4096, 4096)), ("solve64", "float32", (4096, 4096)), ("qr", "float32", (1024, 1024)),
+    ("qr", "float32", (65536, 64)), ("svd", "float32", (1024, 1024)), ("eigh", "float32", (1024, 1024)),
 ]
 
 
@@ -55,13 +62,14 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--json")
+    ap.add_argument("--large", action="store_true", help="also the large cases (always on CUDA)")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     cuda = a.device == "cuda"
     ksync = kiln.cuda.synchronize if cuda else (lambda: None)
     tsync = torch.cuda.synchronize if (cuda and torch is not None) else (lambda: None)
     rows = []
-    for op, dt, shape in CASES:
+    for op, dt, shape in CASES + (LARGE_CASES if (a.large or cuda) else []):
         x = make(shape, dt, rng)
         if op == "cholesky":
             x = (x @ np.swapaxes(x, -1, -2)).astype(dt)
@@ -69,10 +77,12 @@ def main():
             x = (x + np.swapaxes(x, -1, -2)).astype(dt)
         k = kiln.tensor(x, device=a.device)
         kf = {"inv": lambda: kiln.linalg.inv(k), "solve": lambda: kiln.linalg.solve(k, k[..., :1]),
+              "solve64": lambda: kiln.linalg.solve(k, k[..., :64]),
               "lu_factor": lambda: kiln.linalg.lu_factor(k), "det": lambda: kiln.linalg.det(k),
               "qr": lambda: kiln.linalg.qr(k), "svd": lambda: kiln.linalg.svd(k, full_matrices=False),
               "eigh": lambda: kiln.linalg.eigh(k), "cholesky": lambda: kiln.linalg.cholesky(k)}[op]
         nf = {"inv": lambda: np.linalg.inv(x), "solve": lambda: np.linalg.solve(x, x[..., :1]),
+              "solve64": lambda: np.linalg.solve(x, x[..., :64]),
               "lu_factor": None, "det": lambda: np.linalg.det(x), "qr": lambda: np.linalg.qr(x),
               "svd": lambda: np.linalg.svd(x, full_matrices=False), "eigh": lambda: np.linalg.eigh(x),
               "cholesky": lambda: np.linalg.cholesky(x)}[op]
@@ -81,6 +91,7 @@ def main():
         if torch is not None:
             t = torch.from_numpy(x).to(a.device)
             tf = {"inv": lambda: torch.linalg.inv(t), "solve": lambda: torch.linalg.solve(t, t[..., :1]),
+                  "solve64": lambda: torch.linalg.solve(t, t[..., :64]),
                   "lu_factor": lambda: torch.linalg.lu_factor(t), "det": lambda: torch.linalg.det(t),
                   "qr": lambda: torch.linalg.qr(t), "svd": lambda: torch.linalg.svd(t, full_matrices=False),
                   "eigh": lambda: torch.linalg.eigh(t), "cholesky": lambda: torch.linalg.cholesky(t)}[op]

@@ -41,6 +41,10 @@ void blas_trsm(const Tensor& a, Tensor& b, bool left, bool upper, bool unit);
 // the inverse from the LU in place; LU solves of
 // b [B, k, n] in place (trans 'N', 'T' or 'C').
 void lu_small(Tensor& a, Tensor& piv, Tensor& info);
+// The block kernel of lu_small (kSmallN < n, lu_small_fits) from `in` [B, n, n] into `out` (the same buffer or
+// another of in's shape): column-major buffers, or row-major ones with row_major (lu_factor's own layout, no
+// transposes around the kernel).
+void lu_block(const Tensor& in, Tensor& out, Tensor& piv, Tensor& info, bool row_major);
 void inverse_small(Tensor& lu, const Tensor& piv);
 void lu_solve_small(const Tensor& lu, const Tensor& piv, Tensor& b, char trans);
 // The fused kernels: a [B, n, n] contiguous and row-major (not LAPACK's layout), results row-major and contiguous,

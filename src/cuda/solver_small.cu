@@ -7,6 +7,7 @@
 #include <math_constants.h>
 
 #include <cuda/std/complex>
+#include <cuda/std/limits>
 
 #include "cuda/kernels/linalg_small.cuh"
 #include "cuda/launch.h"
@@ -112,22 +113,29 @@ __global__ void __launch_bounds__(32 * W) lu_small_kernel(T* __restrict__ a, int
   if (lane == 0) info[b] = first_zero;
 }
 
-// LU with partial pivoting of one matrix per block of 4 R threads, 32 < n <= R, the matrix in shared memory with an
-// odd column stride (the row swaps then read across columns without bank conflicts). For each column k, warp 0
-// finds the pivot, swaps the rows and scales the multipliers; then thread t updates row t % R in the columns
-// c > k with c = t / R (mod 4): the multiplier stays in a register, the pivot row's entry is a broadcast, and
-// consecutive threads touch consecutive rows. Two block barriers per column. Pivots and info as getrf's.
-template <class T, int R>
-__global__ void __launch_bounds__(4 * R) lu_block_kernel(T* __restrict__ a, int32_t* __restrict__ piv,
-                                                          int32_t* __restrict__ info, int n) {
+// LU with partial pivoting of one matrix per block of G R threads, 32 < n <= R, the matrix in shared memory with
+// an odd column stride (the row swaps then read across columns without bank conflicts). For each column k, warp 0
+// finds the pivot, swaps the rows and scales the multipliers by the pivot's reciprocal (as LAPACK's getf2); then
+// thread t updates row t % R in the columns c > k with c = t / R (mod G): the multiplier stays in a register, the
+// pivot row's entry is a broadcast, and consecutive threads touch consecutive rows. Two block barriers per column:
+// the column steps are latency-bound, so a lone matrix takes more column groups (G = 16) than a batch (G = 4).
+// `in` and `out` (the same buffer, or two) are column-major, or row-major with `row_major` (no transposes around
+// the kernel). Pivots and info as getrf's.
+template <class T, int R, int G>
+__global__ void __launch_bounds__(G * R) lu_block_kernel(const T* in, T* out, int32_t* __restrict__ piv,
+                                                          int32_t* __restrict__ info, int n, bool row_major) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ int zero_pivot;
+  __shared__ T inv_pivot;
   T* s = reinterpret_cast<T*>(smem_raw);
   const int ld = n | 1;
   const int64_t b = blockIdx.x;
-  T* g = a + b * n * n;
+  const T* gi = in + b * n * n;
+  T* go = out + b * n * n;
   int32_t* pv = piv + b * n;
-  for (int i = threadIdx.x; i < n * n; i += 4 * R) s[(i / n) * ld + i % n] = g[i];
+  // Element i of the buffer is (i % n, i / n) column-major, (i / n, i % n) row-major.
+  const auto at = [&](int i) -> T& { return row_major ? s[(i % n) * ld + i / n] : s[(i / n) * ld + i % n]; };
+  for (int i = threadIdx.x; i < n * n; i += G * R) at(i) = gi[i];
   const int lane = threadIdx.x % 32, r = threadIdx.x % R, cg = threadIdx.x / R;
   int first_zero = 0;
   __syncthreads();
@@ -147,9 +155,15 @@ __global__ void __launch_bounds__(4 * R) lu_block_kernel(T* __restrict__ a, int3
             s[c * ld + k] = s[c * ld + p];
             s[c * ld + p] = t;
           }
-          __syncwarp();
         }
-        for (int row = k + 1 + lane; row < n; row += 32) s[k * ld + row] = s[k * ld + row] / pivot;
+        // LAPACK's getf2 scales by the reciprocal unless the pivot is so small that the reciprocal overflows.
+        using Real = decltype(pivot_abs(T()));
+        if (pivot_abs(pivot) >= ::cuda::std::numeric_limits<Real>::min()) {
+          const T rcp = T(1) / pivot;
+          for (int row = k + 1 + lane; row < n; row += 32) s[k * ld + row] = s[k * ld + row] * rcp;
+        } else {
+          for (int row = k + 1 + lane; row < n; row += 32) s[k * ld + row] = s[k * ld + row] / pivot;
+        }
       }
       if (lane == 0) {
         pv[k] = p + 1;
@@ -159,23 +173,23 @@ __global__ void __launch_bounds__(4 * R) lu_block_kernel(T* __restrict__ a, int3
     __syncthreads();
     if (!zero_pivot && r > k && r < n) {
       const T l = s[k * ld + r];
-      int c = k + 1 + ((cg - k - 1) & 3);
-      for (; c + 12 < n; c += 16) {
-        T x0 = s[c * ld + r], x1 = s[(c + 4) * ld + r], x2 = s[(c + 8) * ld + r], x3 = s[(c + 12) * ld + r];
+      int c = k + 1 + ((cg - k - 1) & (G - 1));
+      for (; c + 3 * G < n; c += 4 * G) {
+        T x0 = s[c * ld + r], x1 = s[(c + G) * ld + r], x2 = s[(c + 2 * G) * ld + r], x3 = s[(c + 3 * G) * ld + r];
         x0 = kernels::msub(x0, l, s[c * ld + k]);
-        x1 = kernels::msub(x1, l, s[(c + 4) * ld + k]);
-        x2 = kernels::msub(x2, l, s[(c + 8) * ld + k]);
-        x3 = kernels::msub(x3, l, s[(c + 12) * ld + k]);
+        x1 = kernels::msub(x1, l, s[(c + G) * ld + k]);
+        x2 = kernels::msub(x2, l, s[(c + 2 * G) * ld + k]);
+        x3 = kernels::msub(x3, l, s[(c + 3 * G) * ld + k]);
         s[c * ld + r] = x0;
-        s[(c + 4) * ld + r] = x1;
-        s[(c + 8) * ld + r] = x2;
-        s[(c + 12) * ld + r] = x3;
+        s[(c + G) * ld + r] = x1;
+        s[(c + 2 * G) * ld + r] = x2;
+        s[(c + 3 * G) * ld + r] = x3;
       }
-      for (; c < n; c += 4) s[c * ld + r] = kernels::msub(s[c * ld + r], l, s[c * ld + k]);
+      for (; c < n; c += G) s[c * ld + r] = kernels::msub(s[c * ld + r], l, s[c * ld + k]);
     }
     __syncthreads();
   }
-  for (int i = threadIdx.x; i < n * n; i += 4 * R) g[i] = s[(i / n) * ld + i % n];
+  for (int i = threadIdx.x; i < n * n; i += G * R) go[i] = at(i);
   if (threadIdx.x == 0) info[b] = first_zero;
 }
 
@@ -325,6 +339,7 @@ void lu_small(Tensor& a, Tensor& piv, Tensor& info) {
   const int n = static_cast<int>(a.size(1));
   const int64_t batch = a.size(0);
   if (batch == 0 || n == 0) return;
+  if (n > kSmallN) return lu_block(a, a, piv, info, false);
   DeviceGuard guard(a.device());
   visit(a.dtype(), "linalg.lu_factor", [&](auto tag) {
     using T = decltype(tag);
@@ -336,17 +351,39 @@ void lu_small(Tensor& a, Tensor& piv, Tensor& info) {
       kernel<<<blocks, 32 * warps, sizeof(T) * warps * n * n, stream_of(a.device())>>>(
           static_cast<T*>(a.data_ptr()), piv.data<int32_t>(), info.data<int32_t>(), n, batch);
     };
-    if (n <= 32) return launch(&lu_small_kernel<T, 1, kWarps>, kWarps, 32);
-    auto block = [&](auto kernel, int rows) {
-      set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), sizeof(T) * rows * (rows | 1), a.device().index,
+    launch(&lu_small_kernel<T, 1, kWarps>, kWarps, 32);
+  });
+  check_launch("linalg.lu_factor");
+}
+
+void lu_block(const Tensor& in, Tensor& out, Tensor& piv, Tensor& info, bool row_major) {
+  const int n = static_cast<int>(in.size(1));
+  const int64_t batch = in.size(0);
+  KILN_CHECK(n > kSmallN && lu_small_fits(in.dtype(), n), "linalg.lu_factor: internal error: no block LU for n = ", n);
+  if (batch == 0) return;
+  DeviceGuard guard(in.device());
+  visit(in.dtype(), "linalg.lu_factor", [&](auto tag) {
+    using T = decltype(tag);
+    KILN_CHECK(batch <= INT32_MAX, "linalg.lu_factor: a batch of ", batch, " matrices exceeds one launch");
+    auto block = [&](auto kernel, int rows, int threads) {
+      set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), sizeof(T) * rows * (rows | 1), in.device().index,
                            "linalg.lu_factor");
-      KILN_CHECK(batch <= INT32_MAX, "linalg.lu_factor: a batch of ", batch, " matrices exceeds one launch");
-      kernel<<<static_cast<unsigned>(batch), 4 * rows, sizeof(T) * n * (n | 1), stream_of(a.device())>>>(
-          static_cast<T*>(a.data_ptr()), piv.data<int32_t>(), info.data<int32_t>(), n);
+      kernel<<<static_cast<unsigned>(batch), threads, sizeof(T) * n * (n | 1), stream_of(in.device())>>>(
+          static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()), piv.data<int32_t>(),
+          info.data<int32_t>(), n, row_major);
     };
-    if (n <= 64) return block(&lu_block_kernel<T, 64>, 64);
-    if constexpr (std::is_same_v<T, cfloat>) block(&lu_block_kernel<T, 128>, 128);
-    else throw Error(str("linalg.lu_factor: internal error: no LU kernel for ", n, " x ", n, " real matrices"));
+    // Fewer matrices than SMs: 1024 threads each (the column steps are latency-bound); a batch: 256 per matrix,
+    // several matrices per SM.
+    const bool few = batch < multiprocessor_count(in.device().index);
+    if (n <= 64) {
+      if (few) return block(&lu_block_kernel<T, 64, 16>, 64, 1024);
+      return block(&lu_block_kernel<T, 64, 4>, 64, 256);
+    }
+    if constexpr (std::is_same_v<T, cfloat>) {
+      if (few) return block(&lu_block_kernel<T, 128, 8>, 128, 1024);
+      return block(&lu_block_kernel<T, 128, 4>, 128, 512);
+    }
+    throw Error(str("linalg.lu_factor: internal error: no LU kernel for ", n, " x ", n, " real matrices"));
   });
   check_launch("linalg.lu_factor");
 }
