@@ -3,9 +3,11 @@
 // missing: then every convolution takes ops/conv.cpp's im2col path.
 //
 // Per case (the operation, dtype, shapes, geometry and the pointers' alignment) an operation graph of one
-// convolution node goes to cuDNN's heuristics (mode A); the first engine configuration that finalises into an
-// execution plan, and whose numerical notes the dtype allows, is cached with its workspace size for the
-// process. f32 refuses engines that use tensor cores (TF32) or convert inputs down, so that f32 keeps f32's
+// convolution node goes to cuDNN's heuristics (mode A). Of the engine configurations that finalise into an
+// execution plan, and whose numerical notes the dtype allows, the first kCandidates are timed on the call's own
+// tensors (one warm-up and kTimedRuns runs each, cudaEvents on the call's stream) and the fastest is cached with
+// its workspace size for the process; the heuristics' first alone with KILN_CONV_TUNE=0, or while the stream is
+// capturing a graph (no synchronisation is allowed there; the choice is then made at the next eager call). f32 refuses engines that use tensor cores (TF32) or convert inputs down, so that f32 keeps f32's
 // accuracy as kiln's other f32 products do. The workspace comes from kiln's caching allocator, on the stream
 // the convolution runs on, so that the three memory figures stay true.
 #include <cudnn.h>
@@ -215,11 +217,11 @@ bool allowed(cudnnBackendDescriptor_t cfg, DType dtype) {
   return true;
 }
 
-// The plan for one case, or null when no engine takes it. `a` is the data cuDNN calls X (the forward input; for
+// The plans for one case in the heuristics' order (at most `most`; none when no engine takes it). `a` is the data cuDNN calls X (the forward input; for
 // the transpose, its result), `c` the one it calls Y (the forward output; for the transpose, its input).
-std::shared_ptr<Plan> build_plan(cudnnHandle_t handle, Kind kind, DType dtype, const std::vector<int64_t>& xd,
-                                 const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, const ConvGeometry& g1,
-                                 int64_t ax, int64_t aw, int64_t ay) {
+std::vector<std::shared_ptr<Plan>> build_plans(cudnnHandle_t handle, Kind kind, DType dtype, const std::vector<int64_t>& xd,
+                                               const std::vector<int64_t>& wd, const std::vector<int64_t>& yd,
+                                               const ConvGeometry& g1, int64_t ax, int64_t aw, int64_t ay, size_t most) {
   const cudnnDataType_t type = data_type(dtype), compute = CUDNN_DATA_FLOAT;
   auto x = tensor_desc(xd, type, kUidX, ax), w = tensor_desc(wd, type, kUidW, aw), y = tensor_desc(yd, type, kUidY, ay);
   const auto nsp = static_cast<int64_t>(g1.stride.size());
@@ -262,7 +264,8 @@ std::shared_ptr<Plan> build_plan(cudnnHandle_t handle, Kind kind, DType dtype, c
   heur.finalize();
   int64_t count = 0;
   ok(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
-  if (count <= 0) return nullptr;
+  std::vector<std::shared_ptr<Plan>> plans;
+  if (count <= 0) return plans;
   std::vector<std::unique_ptr<Desc>> cfgs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; ++i) {
@@ -271,7 +274,7 @@ std::shared_ptr<Plan> build_plan(cudnnHandle_t handle, Kind kind, DType dtype, c
   }
   int64_t got = 0;
   ok(api().get_attr(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()));
-  for (int64_t i = 0; i < got; ++i) {
+  for (int64_t i = 0; i < got && plans.size() < most; ++i) {
     try {
       if (!allowed(raw[i], dtype)) continue;
       auto plan = std::make_shared<Plan>();
@@ -282,12 +285,76 @@ std::shared_ptr<Plan> build_plan(cudnnHandle_t handle, Kind kind, DType dtype, c
       int64_t n = 0;
       ok(api().get_attr(plan->plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
                         &plan->workspace));
-      return plan;
+      plans.push_back(std::move(plan));
     } catch (const NotTaken&) {
       // this configuration does not finalise for the case: the next one
     }
   }
-  return nullptr;
+  return plans;
+}
+
+// Runs a plan on the three tensors (X, W, Y) with a workspace of at least plan.workspace bytes.
+cudnnStatus_t execute(cudnnHandle_t handle, const Plan& plan, void* const ptrs[3], void* workspace) {
+  const int64_t uids[3] = {kUidX, kUidW, kUidY};
+  try {
+    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)
+        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs)
+        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    pack.finalize();
+    return api().execute(handle, plan.plan->get(), pack.get());
+  } catch (const NotTaken& e) {
+    return e.status;
+  }
+}
+
+constexpr size_t kCandidates = 8;
+constexpr int kTimedRuns = 3;
+// A candidate whose workspace exceeds both the heuristics' first's and this is not timed (the allocator would
+// keep the larger block reserved).
+constexpr int64_t kTunedWorkspace = int64_t{32} << 20;
+
+bool tuning_on() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_CONV_TUNE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+// The fastest of the candidates on this call's tensors (the output is written by every run; the caller runs the
+// chosen plan once more). A candidate that fails to run is skipped.
+std::shared_ptr<Plan> fastest(cudnnHandle_t handle, const std::vector<std::shared_ptr<Plan>>& cands,
+                              void* const ptrs[3], Device device, cudaStream_t stream) {
+  std::vector<std::shared_ptr<Plan>> timed;
+  int64_t ws_max = 1;
+  for (const auto& c : cands)
+    if (c->workspace <= std::max(cands[0]->workspace, kTunedWorkspace)) {
+      timed.push_back(c);
+      ws_max = std::max(ws_max, c->workspace);
+    }
+  const Tensor ws = empty({ws_max}, DType::U8, device);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "conv: cudaEventCreate");
+  check(cudaEventCreate(&stop), "conv: cudaEventCreate");
+  std::shared_ptr<Plan> best = cands[0];
+  float best_ms = 0;
+  for (const auto& c : timed) {
+    bool ran = execute(handle, *c, ptrs, ws.data_ptr()) == CUDNN_STATUS_SUCCESS;
+    check(cudaEventRecord(start, stream), "conv: cudaEventRecord");
+    for (int i = 0; ran && i < kTimedRuns; ++i) ran = execute(handle, *c, ptrs, ws.data_ptr()) == CUDNN_STATUS_SUCCESS;
+    check(cudaEventRecord(stop, stream), "conv: cudaEventRecord");
+    check(cudaEventSynchronize(stop), "conv: cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "conv: cudaEventElapsedTime");
+    if (ran && (best_ms == 0 || ms < best_ms)) {
+      best = c;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
 }
 
 bool run(Kind kind, const Tensor& a, const Tensor& w, Tensor& c, const ConvGeometry& g) {
@@ -327,35 +394,29 @@ bool run(Kind kind, const Tensor& a, const Tensor& w, Tensor& c, const ConvGeome
       return false;
     }
   }
+  const cudaStream_t stream = stream_of(a.device());
+  if (lib.set_stream(st.handle, stream) != CUDNN_STATUS_SUCCESS) return false;
+  void* const ptrs[3] = {const_cast<void*>(X.data_ptr()), const_cast<void*>(w.data_ptr()), const_cast<void*>(Y.data_ptr())};
   std::shared_ptr<Plan> plan;
   if (auto it = st.plans.find(key); it != st.plans.end()) {
     plan = it->second;
   } else {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream, &capturing), "conv: cudaStreamIsCapturing");
+    const bool tune = tuning_on() && capturing == cudaStreamCaptureStatusNone;
+    std::vector<std::shared_ptr<Plan>> cands;
     try {
-      plan = build_plan(st.handle, kind, dt, xd, wd, yd, g1, ax, aw, ay);
+      cands = build_plans(st.handle, kind, dt, xd, wd, yd, g1, ax, aw, ay, tune ? kCandidates : 1);
     } catch (const NotTaken&) {
-      plan = nullptr;
+      cands.clear();
     }
-    st.plans.emplace(key, plan);
+    plan = cands.empty() ? nullptr : cands.size() == 1 ? cands[0] : fastest(st.handle, cands, ptrs, a.device(), stream);
+    // Under capture the heuristics' first serves this call; the timed choice waits for an eager one.
+    if (tuning_on() == tune || !plan) st.plans.emplace(key, plan);
   }
   if (!plan) return false;
-  const cudaStream_t stream = stream_of(a.device());
-  if (lib.set_stream(st.handle, stream) != CUDNN_STATUS_SUCCESS) return false;
   const Tensor ws = empty({std::max<int64_t>(plan->workspace, 1)}, DType::U8, a.device());
-  void* ptrs[3] = {const_cast<void*>(X.data_ptr()), const_cast<void*>(w.data_ptr()), const_cast<void*>(Y.data_ptr())};
-  const int64_t uids[3] = {kUidX, kUidW, kUidY};
-  void* wsp = ws.data_ptr();
-  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
-  try {
-    Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids)
-        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs)
-        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wsp);
-    pack.finalize();
-    status = lib.execute(st.handle, plan->plan->get(), pack.get());
-  } catch (const NotTaken& e) {
-    status = e.status;
-  }
+  const cudnnStatus_t status = execute(st.handle, *plan, ptrs, ws.data_ptr());
   // A plan that finalised but does not run is an error, not a case to fall back from: the output may be partly
   // written.
   if (status != CUDNN_STATUS_SUCCESS)
