@@ -215,6 +215,22 @@ struct Fp8Weight {
 // activations are not quantised: the weight is dequantised on the fly (exact: fp8 x f32 scale).
 Tensor linear(const Tensor& x, const Fp8Weight& w, const std::optional<Tensor>& bias = std::nullopt);
 
+// A linear layer's weight [N, K] in llama.cpp's Q8_0 format: blocks of 32 values along K, each block int8 values
+// with one f16 scale (value = scale x q; scale = max|w| / 127 over the block, q = round(w / scale)), kept as
+// two tensors: values int8 [N, K] and scales f16 [N, K / 32]. K must be a multiple of 32. docs/quantization.md.
+struct Q8Weight {
+  Tensor values;
+  Tensor scales;
+};
+// Quantises a float weight [N, K] (f32/f16/bf16, finite) on its device.
+Q8Weight quantize_q8_0(const Tensor& w);
+// The weight's values x scales [N, K] in `dtype` (f32 exact).
+Tensor dequantize_q8_0(const Q8Weight& w, DType dtype = DType::F32);
+// y = x @ dequant(w)^T + bias, x [..., K] f32/f16/bf16, output in x's dtype. On the CPU up to 16 rows of x are
+// quantised to Q8_0 themselves (per block of 32) for int8 dot products, as llama.cpp's; more rows multiply the
+// exactly dequantised weight, a slice at a time. On CUDA the weight is dequantised to x's dtype for the product.
+Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& bias = std::nullopt);
+
 }  // namespace kiln
 
 // ---- torch.nn.functional: normalisation, dropout, embedding, losses, padding, counting -----------------------

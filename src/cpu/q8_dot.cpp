@@ -1,0 +1,194 @@
+#include "cpu/q8_dot.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "kiln/scalar_types.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12's AVX-512 headers build vectors from deliberately undefined ones, which -Wuninitialized flags.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#define KILN_Q8_X86 1
+#define KILN_Q8_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KILN_Q8_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#endif
+
+namespace kiln::cpu {
+
+namespace {
+
+// One block: scale = max|x| / 127, q = round(x / scale) (half away from zero), as llama.cpp's reference.
+// A block holding NaN or an infinity quantises to zeros with a NaN scale, so that products with it are NaN.
+float quantize_block(const float* x, int8_t* q) {
+  float amax = 0.f;
+  bool finite = true;
+  for (int i = 0; i < kQ8Block; ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    finite = finite && std::isfinite(x[i]);
+  }
+  if (!finite) {
+    std::fill(q, q + kQ8Block, int8_t{0});
+    return std::nanf("");
+  }
+  const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+  for (int i = 0; i < kQ8Block; ++i) q[i] = static_cast<int8_t>(std::lround(x[i] * id));
+  return d;
+}
+
+void dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
+                     const uint16_t* wd, int64_t nb, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    float acc = 0.f;
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t s = 0;
+      for (int i = 0; i < kQ8Block; ++i) s += int32_t{xq[r * ldq + b * kQ8Block + i]} * int32_t{w[b * kQ8Block + i]};
+      acc += xd[r * ldd + b] * f16_bits_to_f32(wd[b]) * static_cast<float>(s);
+    }
+    out[r] = acc;
+  }
+}
+
+#if KILN_Q8_X86
+KILN_Q8_AVX2 inline float hsum256(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// One block per step: |x| (unsigned) times w with x's sign (signed), pairs summed to int16 (at most
+// 2 x 128 x 127, no saturation) and to int32, converted and scaled in f32 lanes; one horizontal sum per row.
+template <int R>
+KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
+                                const uint16_t* wd, int64_t nb, float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
+    const float ws = _cvtsh_ss(wd[b]);
+    for (int r = 0; r < R; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
+      const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+      acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(xd[r * ldd + b] * ws), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]);
+}
+
+// Two blocks per 64-byte step (lanes 0-7 the first block's int32 partial sums, 8-15 the second's), vpdpbusd
+// on |x| and w with x's sign; an odd last block takes the 256-bit form.
+template <int R>
+KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
+                                const uint16_t* wd, int64_t nb, float* out) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m512i wv = _mm512_loadu_si512(w + b * kQ8Block);
+    const float w0 = _cvtsh_ss(wd[b]), w1 = _cvtsh_ss(wd[b + 1]);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_loadu_si512(xq + r * ldq + b * kQ8Block);
+      const __mmask64 neg = _mm512_movepi8_mask(xv);
+      const __m512i sw = _mm512_mask_sub_epi8(wv, neg, _mm512_setzero_si512(), wv);
+      const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sw));
+      const float* d = xd + r * ldd + b;
+      const __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d[0] * w0)), _mm256_set1_ps(d[1] * w1), 1);
+      acc[r] = _mm512_fmadd_ps(p, s, acc[r]);
+    }
+  }
+  __m256 tail[R];
+  for (int r = 0; r < R; ++r) tail[r] = _mm256_setzero_ps();
+  if (b < nb) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
+    const float w0 = _cvtsh_ss(wd[b]);
+    for (int r = 0; r < R; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
+      const __mmask32 neg = _mm256_movepi8_mask(xv);
+      const __m256i sw = _mm256_mask_sub_epi8(wv, neg, _mm256_setzero_si256(), wv);
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sw));
+      tail[r] = _mm256_mul_ps(p, _mm256_set1_ps(xd[r * ldd + b] * w0));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m256 lo = _mm512_castps512_ps256(acc[r]), hi = _mm512_extractf32x8_ps(acc[r], 1);
+    out[r] = hsum256(_mm256_add_ps(_mm256_add_ps(lo, hi), tail[r]));
+  }
+}
+
+enum class Isa { Scalar, Avx2, Vnni };
+Isa detect() {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+    return Isa::Vnni;
+  return avx2 ? Isa::Avx2 : Isa::Scalar;
+}
+std::atomic<int> limit{static_cast<int>(Isa::Vnni)};  // q8_limit_isa
+Isa isa() {
+  static const Isa i = detect();
+  return static_cast<Isa>(std::min(static_cast<int>(i), limit.load(std::memory_order_relaxed)));
+}
+#endif
+
+}  // namespace
+
+void q8_quantize_row(const float* x, int64_t K, int8_t* q, float* d) {
+  for (int64_t b = 0; b < K / kQ8Block; ++b) d[b] = quantize_block(x + b * kQ8Block, q + b * kQ8Block);
+}
+
+void q8_quantize_weight_row(const float* x, int64_t K, int8_t* q, uint16_t* d) {
+  for (int64_t b = 0; b < K / kQ8Block; ++b) d[b] = f32_to_f16_bits(quantize_block(x + b * kQ8Block, q + b * kQ8Block));
+}
+
+void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
+                 const uint16_t* wd, int64_t nb, float* out) {
+#if KILN_Q8_X86
+  const Isa i = isa();
+  if (i == Isa::Vnni) {
+    switch (rows) {
+      case 1: return dot_rows_vnni<1>(xq, ldq, xd, ldd, w, wd, nb, out);
+      case 2: return dot_rows_vnni<2>(xq, ldq, xd, ldd, w, wd, nb, out);
+      case 3: return dot_rows_vnni<3>(xq, ldq, xd, ldd, w, wd, nb, out);
+      case 4: return dot_rows_vnni<4>(xq, ldq, xd, ldd, w, wd, nb, out);
+      default: break;
+    }
+  } else if (i == Isa::Avx2) {
+    switch (rows) {
+      case 1: return dot_rows_avx2<1>(xq, ldq, xd, ldd, w, wd, nb, out);
+      case 2: return dot_rows_avx2<2>(xq, ldq, xd, ldd, w, wd, nb, out);
+      case 3: return dot_rows_avx2<3>(xq, ldq, xd, ldd, w, wd, nb, out);
+      case 4: return dot_rows_avx2<4>(xq, ldq, xd, ldd, w, wd, nb, out);
+      default: break;
+    }
+  }
+#endif
+  dot_rows_scalar(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+}
+
+void q8_limit_isa(const char* name) {
+#if KILN_Q8_X86
+  const Isa i = std::strcmp(name, "scalar") == 0 ? Isa::Scalar : std::strcmp(name, "avx2") == 0 ? Isa::Avx2 : Isa::Vnni;
+  limit.store(static_cast<int>(i), std::memory_order_relaxed);
+#else
+  (void)name;
+#endif
+}
+
+const char* q8_isa() {
+#if KILN_Q8_X86
+  switch (isa()) {
+    case Isa::Vnni: return "avx512-vnni";
+    case Isa::Avx2: return "avx2";
+    default: break;
+  }
+#endif
+  return "scalar";
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,42 @@
+// The CPU kernels of Q8_0 weights (kiln/nn.h, Q8Weight; llama.cpp's block format): blocks of 32 int8 values
+// with one f16 scale, value = scale x q. Products quantise the activations to the same format (per block of 32:
+// scale = max|x| / 127, q = round(x / scale)) and take int8 dot products: AVX-512 VNNI where the CPU has it,
+// AVX2 otherwise, scalar code elsewhere. Each block's integer sum is exact; the three differ only in the order
+// of the f32 sums over the blocks.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::cpu {
+
+inline constexpr int64_t kQ8Block = 32;
+
+// x [K] (K a multiple of 32) -> q [K], d [K / 32] (f32 scales). A block holding NaN or an infinity gives zeros
+// and a NaN scale.
+void q8_quantize_row(const float* x, int64_t K, int8_t* q, float* d);
+// The weight's form of the same: scales as f16 bits.
+void q8_quantize_weight_row(const float* x, int64_t K, int8_t* q, uint16_t* d);
+
+// out[r] = sum over blocks b of xd[r][b] * wd[b] * (xq[r] . w over block b), rows <= 4 activation rows (ldq apart,
+// their scales ldd apart), one weight row of nb blocks (values w, f16 scales wd).
+void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
+                 const uint16_t* wd, int64_t nb, float* out);
+
+// The instruction set the dot products use: "avx512-vnni", "avx2" or "scalar".
+const char* q8_isa();
+// Caps it at "avx2" or "scalar" ("avx512-vnni": no cap), so that tests reach every path on one CPU.
+void q8_limit_isa(const char* name);
+
+}  // namespace kiln::cpu
+
+#include "kiln/tensor.h"
+
+namespace kiln::cpu {
+// out [M, N] (x's dtype, contiguous) = x [M, K] (contiguous f32/f16/bf16) @ dequant(w)^T + bias, w the Q8_0
+// weight: values int8 [N, K] and scales f16 [N, K / 32] (contiguous). Up to kQ8DotRows rows quantise x and take
+// the int8 dot products; more rows dequantise slices of the weight to f32 for one sgemm each (x unquantised).
+inline constexpr int64_t kQ8DotRows = 16;
+void linear_q8(const Tensor& out, const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor* bias);
+// out [N, K] f32 = the weight's values x scales.
+void dequantize_q8(const Tensor& out, const Tensor& values, const Tensor& scales);
+}  // namespace kiln::cpu

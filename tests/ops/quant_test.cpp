@@ -1,0 +1,171 @@
+// Q8_0 weights (kiln/nn.h: Q8Weight): quantisation against the format's definition written here, dequantisation,
+// and linear on every instruction-set path against double-precision references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/q8_dot.h"
+#include "kiln/nn.h"
+#include "kiln/ops.h"
+#include "test_util.h"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<float> random_values(int64_t n, uint64_t seed, float scale = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+Tensor from(const std::vector<float>& v, Shape shape) {
+  Tensor t = empty(shape, DType::F32);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// The format's definition: per block of 32, d = max|x| / 127, q = round(x / d) half away from zero (x * (1 / d),
+// as llama.cpp's reference), the scale stored as f16.
+struct RefBlock {
+  int8_t q[32];
+  float d;  // f32 before the f16 rounding
+};
+RefBlock ref_quantize(const float* x) {
+  RefBlock b;
+  float amax = 0.f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  b.d = amax / 127.f;
+  const float id = b.d != 0.f ? 1.f / b.d : 0.f;
+  for (int i = 0; i < 32; ++i) b.q[i] = static_cast<int8_t>(std::round(x[i] * id));
+  return b;
+}
+
+const char* const kIsas[] = {"scalar", "avx2", "avx512-vnni"};
+
+struct IsaScope {
+  explicit IsaScope(const char* isa) { cpu::q8_limit_isa(isa); }
+  ~IsaScope() { cpu::q8_limit_isa("avx512-vnni"); }
+};
+
+}  // namespace
+
+TEST(Q8, QuantiseMatchesTheFormatAndDequantisesExactly) {
+  const int64_t N = 7, K = 96;
+  std::vector<float> w = random_values(N * K, 1, 3.f);
+  // A block of zeros, a block with a single large value, values at the rounding midpoint.
+  for (int i = 0; i < 32; ++i) w[static_cast<size_t>(32 + i)] = 0.f;
+  w[static_cast<size_t>(K + 5)] = 1e4f;
+  for (int i = 0; i < 32; ++i) w[static_cast<size_t>(2 * K + i)] = (i - 16) * 0.5f + (i == 31 ? 15.5f * 127 / 16 : 0.f);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor wt = from(w, {N, K}).to(dt);
+    const Q8Weight q = quantize_q8_0(wt);
+    ASSERT_EQ(q.values.dtype(), DType::I8);
+    ASSERT_EQ(q.scales.dtype(), DType::F16);
+    ASSERT_EQ(q.scales.sizes(), Shape({N, K / 32}));
+    const Tensor wf = wt.to(DType::F32);
+    const Tensor deq = dequantize_q8_0(q);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t b = 0; b < K / 32; ++b) {
+        const RefBlock r = ref_quantize(wf.data<float>() + n * K + b * 32);
+        const uint16_t bits = static_cast<const uint16_t*>(q.scales.data_ptr())[n * (K / 32) + b];
+        ASSERT_EQ(bits, f32_to_f16_bits(r.d)) << "row " << n << " block " << b;
+        for (int i = 0; i < 32; ++i) {
+          ASSERT_EQ(q.values.data<int8_t>()[n * K + b * 32 + i], r.q[i]) << "row " << n << " block " << b << " " << i;
+          ASSERT_EQ(deq.data<float>()[n * K + b * 32 + i], f16_bits_to_f32(bits) * r.q[i]);
+        }
+      }
+    // Each value within half a step of its block's scale (plus the scale's f16 rounding).
+    const Tensor err = abs(sub(deq, wf));
+    EXPECT_LT(amax(err).item<float>(), 1e4f / 127.f * 0.51f);
+    EXPECT_EQ(dequantize_q8_0(q, DType::BF16).dtype(), DType::BF16);
+  }
+}
+
+// linear(x, Q8Weight) against double-precision references: up to 16 rows, x quantised per block as the format
+// defines, times the dequantised weight (only the f32 sums' order differs); more rows, x as it is. Every
+// instruction-set path this CPU has, odd block counts (the 512-bit kernel's tail), 1 to 40 rows, with and
+// without bias, f32 and bf16 activations.
+TEST(Q8, LinearMatchesReferencesOnEveryPath) {
+  const int64_t N = 37;
+  for (int64_t K : {32, 96, 1024}) {
+    const std::vector<float> w = random_values(N * K, 2 + K, 0.05f);
+    const Q8Weight q = quantize_q8_0(from(w, {N, K}));
+    const Tensor wd = dequantize_q8_0(q);
+    const std::vector<float> bias = random_values(N, 3);
+    for (const char* isa : kIsas) {
+      IsaScope scope(isa);
+      for (int64_t M : {1, 2, 3, 4, 5, 16, 17, 40})
+        for (bool with_bias : {false, true})
+          for (DType dt : {DType::F32, DType::BF16}) {
+            const Tensor x = from(random_values(M * K, 4 + M), {M, K}).to(dt);
+            const std::optional<Tensor> b = with_bias ? std::optional<Tensor>(from(bias, {N}).to(dt)) : std::nullopt;
+            const Tensor y = linear(x, q, b).to(DType::F32);
+            ASSERT_EQ(y.sizes(), Shape({M, N}));
+            const Tensor xf = x.to(DType::F32);
+            for (int64_t m = 0; m < M; ++m) {
+              std::vector<double> xr(static_cast<size_t>(K));
+              for (int64_t bk = 0; bk < K / 32; ++bk) {
+                const float* src = xf.data<float>() + m * K + bk * 32;
+                const RefBlock r = ref_quantize(src);
+                for (int i = 0; i < 32; ++i)
+                  xr[static_cast<size_t>(bk * 32 + i)] = M <= cpu::kQ8DotRows ? double(r.d) * r.q[i] : double(src[i]);
+              }
+              for (int64_t n = 0; n < N; ++n) {
+                double ref = with_bias ? double(b->to(DType::F32).data<float>()[n]) : 0.0, mag = 0.0;
+                for (int64_t k = 0; k < K; ++k) {
+                  const double p = xr[static_cast<size_t>(k)] * double(wd.data<float>()[n * K + k]);
+                  ref += p;
+                  mag += std::fabs(p);
+                }
+                const double tol = (dt == DType::BF16 ? 8e-3 : 2e-6) * (mag + std::fabs(ref)) + 1e-6;
+                ASSERT_NEAR(y.data<float>()[m * N + n], ref, tol)
+                    << isa << " K " << K << " M " << M << " n " << n << " bias " << with_bias << " " << dtype_name(dt);
+              }
+            }
+          }
+    }
+  }
+}
+
+TEST(Q8, LinearIsCloseToTheUnquantisedProduct) {
+  const int64_t N = 64, K = 512;
+  const Tensor w = from(random_values(N * K, 9, 0.05f), {N, K}), x = from(random_values(3 * K, 10), {3, K});
+  const Tensor y = linear(x, quantize_q8_0(w)), ref = linear(x, w);
+  // Two int8 roundings of |relative| <= 1/254 each per element: a few parts in a thousand of the row's scale.
+  const float scale = amax(abs(ref)).item<float>();
+  EXPECT_LT(amax(abs(sub(y, ref))).item<float>(), 0.02f * scale);
+  EXPECT_GT(amax(abs(sub(y, ref))).item<float>(), 0.f);  // quantised, not the float product
+}
+
+TEST(Q8, NonFiniteActivationsGiveNan) {
+  const int64_t N = 4, K = 64;
+  const Q8Weight q = quantize_q8_0(from(random_values(N * K, 11), {N, K}));
+  std::vector<float> xv = random_values(K, 12);
+  xv[40] = std::nanf("");
+  const Tensor y = linear(from(xv, {1, K}), q);
+  for (int64_t n = 0; n < N; ++n) EXPECT_TRUE(std::isnan(y.data<float>()[n]));
+}
+
+TEST(Q8, BadArgumentsAreErrors) {
+  const Tensor w = from(random_values(4 * 64, 13), {4, 64});
+  EXPECT_TRUE(test::throws_error([&] { (void)quantize_q8_0(from(random_values(4 * 40, 14), {4, 40})); }, {"multiple of the block size"}));
+  std::vector<float> bad = random_values(4 * 64, 15);
+  bad[7] = INFINITY;
+  EXPECT_TRUE(test::throws_error([&] { (void)quantize_q8_0(from(bad, {4, 64})); }, {"NaN or infinite"}));
+  EXPECT_TRUE(test::throws_error([&] { (void)quantize_q8_0(w.to(DType::I32)); }, {"f32/f16/bf16"}));
+  const Q8Weight q = quantize_q8_0(w);
+  EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(2 * 32, 16), {2, 32}), q); }, {"expects 64"}));
+  EXPECT_TRUE(test::throws_error(
+      [&] { (void)linear(from(random_values(64, 17), {1, 64}), q, from(random_values(3, 18), {3})); }, {"bias must be [4]"}));
+  Q8Weight wrong = q;
+  wrong.scales = q.scales.to(DType::F32);
+  EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(64, 19), {1, 64}), wrong); }, {"scales must be f16"}));
+  wrong = q;
+  wrong.values = q.values.to(DType::I32);
+  EXPECT_TRUE(test::throws_error([&] { (void)dequantize_q8_0(wrong); }, {"values must be int8"}));
+}
