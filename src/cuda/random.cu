@@ -17,33 +17,23 @@ struct alignas(4 * sizeof(T)) Quad {
   T v[4];
 };
 
-// Two Philox blocks per thread and step: elements 4g .. 4g + 7, moved as two accesses when VEC (x and out aligned
-// to four elements), else one by one. Both loads are issued before the generator runs, so that their latency
-// overlaps its rounds.
-constexpr int kDropoutBlocks = 2;
+// One thread per Philox block: elements 4g .. 4g + 3, moved as one access when VEC (x and out aligned to four
+// elements), else one by one.
 template <class T, class C, bool VEC>
 __global__ void dropout_kernel(T* __restrict__ out, const T* __restrict__ x, DropoutRule<C> rule, int64_t n) {
   const int64_t blocks = (n + 3) / 4;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x * kDropoutBlocks;
-  for (int64_t g0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kDropoutBlocks; g0 < blocks;
-       g0 += step) {
-    Quad<T> in[kDropoutBlocks];
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < blocks;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const PhiloxOut o = rule.block(static_cast<uint64_t>(g));
+    const int64_t i = 4 * g;
+    if (VEC && i + 4 <= n) {
+      const Quad<T> in = *reinterpret_cast<const Quad<T>*>(x + i);
+      Quad<T> r;
 #pragma unroll
-    for (int h = 0; h < kDropoutBlocks; ++h)
-      if (VEC && 4 * (g0 + h) + 4 <= n) in[h] = *reinterpret_cast<const Quad<T>*>(x + 4 * (g0 + h));
-#pragma unroll
-    for (int h = 0; h < kDropoutBlocks; ++h) {
-      const int64_t g = g0 + h, i = 4 * g;
-      if (g >= blocks) break;
-      const PhiloxOut o = rule.block(static_cast<uint64_t>(g));
-      if (VEC && i + 4 <= n) {
-        Quad<T> r;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) r.v[j] = convert<T>(rule.apply(convert<C>(in[h].v[j]), o, j));
-        *reinterpret_cast<Quad<T>*>(out + i) = r;
-      } else {
-        for (int j = 0; j < 4 && i + j < n; ++j) out[i + j] = convert<T>(rule.apply(convert<C>(x[i + j]), o, j));
-      }
+      for (int j = 0; j < 4; ++j) r.v[j] = convert<T>(rule.apply(convert<C>(in.v[j]), o, j));
+      *reinterpret_cast<Quad<T>*>(out + i) = r;
+    } else {
+      for (int j = 0; j < 4 && i + j < n; ++j) out[i + j] = convert<T>(rule.apply(convert<C>(x[i + j]), o, j));
     }
   }
 }
@@ -105,7 +95,7 @@ void dropout_apply(const Tensor& out, const Tensor& x, double p, double ka, doub
                               static_cast<C>(drop)};
     T* po = static_cast<T*>(out.data_ptr());
     const T* px = static_cast<const T*>(x.data_ptr());
-    const unsigned grid = grid_for((n + 4 * kDropoutBlocks - 1) / (4 * kDropoutBlocks), kThreads, x.device().index);
+    const unsigned grid = grid_for((n + 3) / 4, kThreads, x.device().index);
     const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(T)) == 0; };
     if (aligned(po) && aligned(px)) dropout_kernel<T, C, true><<<grid, kThreads, 0, stream_of(x.device())>>>(po, px, rule, n);
     else dropout_kernel<T, C, false><<<grid, kThreads, 0, stream_of(x.device())>>>(po, px, rule, n);

@@ -117,8 +117,7 @@ __global__ void __launch_bounds__(32 * W) lu_small_kernel(T* __restrict__ a, int
 // an odd column stride (the row swaps then read across columns without bank conflicts). For each column k, warp 0
 // finds the pivot, swaps the rows and scales the multipliers by the pivot's reciprocal (as LAPACK's getf2); then
 // thread t updates row t % R in the columns c > k with c = t / R (mod G): the multiplier stays in a register, the
-// pivot row's entry is a broadcast, and consecutive threads touch consecutive rows. Two block barriers per column:
-// the column steps are latency-bound, so a lone matrix takes more column groups (G = 16) than a batch (G = 4).
+// pivot row's entry is a broadcast, and consecutive threads touch consecutive rows. Two block barriers per column.
 // `in` and `out` (the same buffer, or two) are column-major, or row-major with `row_major` (no transposes around
 // the kernel). Pivots and info as getrf's.
 template <class T, int R, int G>
@@ -372,17 +371,8 @@ void lu_block(const Tensor& in, Tensor& out, Tensor& piv, Tensor& info, bool row
           static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()), piv.data<int32_t>(),
           info.data<int32_t>(), n, row_major);
     };
-    // Fewer matrices than SMs: 1024 threads each (the column steps are latency-bound); a batch: 256 per matrix,
-    // several matrices per SM.
-    const bool few = batch < multiprocessor_count(in.device().index);
-    if (n <= 64) {
-      if (few) return block(&lu_block_kernel<T, 64, 16>, 64, 1024);
-      return block(&lu_block_kernel<T, 64, 4>, 64, 256);
-    }
-    if constexpr (std::is_same_v<T, cfloat>) {
-      if (few) return block(&lu_block_kernel<T, 128, 8>, 128, 1024);
-      return block(&lu_block_kernel<T, 128, 4>, 128, 512);
-    }
+    if (n <= 64) return block(&lu_block_kernel<T, 64, 4>, 64, 256);
+    if constexpr (std::is_same_v<T, cfloat>) return block(&lu_block_kernel<T, 128, 4>, 128, 512);
     throw Error(str("linalg.lu_factor: internal error: no LU kernel for ", n, " x ", n, " real matrices"));
   });
   check_launch("linalg.lu_factor");

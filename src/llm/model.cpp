@@ -38,6 +38,7 @@ void for_each_weight(const ModelWeights& w, F&& f) {
   auto linear = [&](const Linear& l) {
     f(l.weight);
     if (l.fp8) f(l.fp8->values), f(l.fp8->scales);
+    if (l.q8) f(l.q8->values), f(l.q8->scales);
     if (l.bias) f(*l.bias);
   };
   f(w.embed), f(w.final_norm), linear(w.lm_head);
@@ -80,6 +81,7 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
       L.moe->down_scales.reset();
     }
   }
+  if (!options.quant.empty()) quantize_linears(options.quant);
   // The model's work runs on a stream of its own: graph capture needs a created stream, and one stream for
   // prefill, decode and sampling keeps them ordered among themselves (events order it with other streams).
   if (dev.is_cuda()) {
@@ -96,6 +98,20 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
     if (t.defined()) mark_constant(t);
   });
   reset();
+}
+
+void Model::quantize_linears(const std::string& format) {
+  KILN_CHECK(format == "q8_0", "model: quantisation '", format, "' is not available (q8_0)");
+  auto q = [](Linear& l) {
+    if (!l.weight.defined() || l.in_features() % 32 != 0) return;
+    l.q8 = quantize_q8_0(l.weight);
+    l.weight = Tensor();  // a tied lm_head leaves the embedding as it is
+  };
+  q(weights_.lm_head);
+  for (LayerWeights& L : weights_.layers) {
+    q(L.attn.qkv), q(L.attn.o);
+    if (L.mlp) q(L.mlp->gate_up), q(L.mlp->down);
+  }
 }
 
 Model::~Model() = default;
@@ -177,7 +193,7 @@ static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, const Tens
       m = moe_forward(h, L.moe->router, e, c.num_experts_per_tok, c.norm_topk_prob);
     } else if (L.moe) {
       m = moe_forward(h, L.moe->router, L.moe->gate_up, L.moe->down, c.num_experts_per_tok, c.norm_topk_prob);
-    } else if (!L.mlp->gate_up.fp8 && !L.mlp->gate_up.bias) {
+    } else if (L.mlp->gate_up.weight.defined() && !L.mlp->gate_up.bias) {
       m = L.mlp->down(linear_silu_and_mul(h, L.mlp->gate_up.weight));  // one kernel for a decode row on CUDA
     } else {
       m = L.mlp->down(silu_and_mul(L.mlp->gate_up(h)));
@@ -488,6 +504,7 @@ int64_t Model::bytes_per_token() const {
   auto lin = [](const Linear& l) -> int64_t {
     int64_t b = 0;
     if (l.fp8) b += static_cast<int64_t>(l.fp8->values.nbytes() + l.fp8->scales.nbytes());
+    else if (l.q8) b += static_cast<int64_t>(l.q8->values.nbytes() + l.q8->scales.nbytes());
     else b += static_cast<int64_t>(l.weight.nbytes());
     if (l.bias) b += static_cast<int64_t>(l.bias->nbytes());
     return b;

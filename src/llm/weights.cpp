@@ -11,6 +11,7 @@ namespace kiln::llm {
 
 Tensor Linear::operator()(const Tensor& x) const {
   if (fp8) return linear(x, *fp8, bias);
+  if (q8) return linear(x, *q8, bias);
   return linear(x, weight, bias);
 }
 

@@ -408,18 +408,15 @@ CholeskyEx cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
   const Device dev = A.device();
   const Shape batch = batch_of(A);
   const int64_t B = count(batch);
-  // A's row-major copy read column-major is A^T = conj(A) (A is Hermitian), and its upper triangle is A's lower
-  // one: potrf 'U' on it gives conj(A) = U^H U, so that U read row-major is L with A = L L^H. No transposes.
-  const int64_t n = A.size(-1);
-  Tensor buf = A.reshape({B, n, n}).clone();
+  Tensor buf = to_colmajor(A);
   Tensor info = empty({B}, DType::I32, dev);
-  KILN_SOLVER(buf, potrf, buf, /*upper=*/true, info);
+  KILN_SOLVER(buf, potrf, buf, /*upper=*/false, info);  // the lower triangle of A (column-major 'L')
   if (check_errors) {
     if (auto e = first_failure(info))
       throw Error(str("linalg.cholesky_ex: ", element(e->first, B > 1), "the leading minor of order ", e->second,
                       " is not positive-definite"));
   }
-  Tensor L = tril(buf.reshape(A.sizes()));
+  Tensor L = tril(from_colmajor(buf, batch, dev));
   if (upper) L = conj(L).transpose(-2, -1).contiguous();
   return {L, ex_info(info, batch, dev)};
 }

@@ -512,7 +512,8 @@ TEST(LinalgCuda, SvdOfIllConditionedMatricesStaysAccurate) {
       const Tensor A = stack({conditioned(n, c), conditioned(n, c)}).to(cuda_device());
       const Tensor expected = logspace(0, -std::log10(c), n, 10.0, DType::F64);
       const SVD f = svd(A, false);
-      EXPECT_LT(amax(abs(sub(f.S.cpu(), expected.expand({2, n})))).item<double>(), 100 * 2.22e-16);
+      // Jacobi's error bound grows with n (O(n eps) of the largest singular value, here 1).
+      EXPECT_LT(amax(abs(sub(f.S.cpu(), expected.expand({2, n})))).item<double>(), 4 * n * 2.22e-16);
       EXPECT_LT(rel_err(matmul(mul(f.U, f.S.unsqueeze(-2)), f.Vh).cpu(), A.cpu()), 1e-13);
       EXPECT_EQ(matrix_rank(A, std::nullopt, 1e-9).to_vector<int64_t>(),
                 (std::vector<int64_t>(2, c > 1e9 ? n - n / 4 : n)));

@@ -93,6 +93,7 @@ Model open_model(const LlmOptions& o, Device dev, int64_t ctx) {
   mo.device = dev;
   mo.max_context = ctx;
   mo.use_graph = !o.no_graph;
+  mo.quant = o.quant;
   if (!o.dtype.empty()) mo.dtype = o.dtype == "f32" ? DType::F32 : o.dtype == "f16" ? DType::F16 : DType::BF16;
   if (!o.preset.empty()) {
     const ModelConfig c = llm::preset_config(o.preset);
@@ -301,14 +302,14 @@ int run_bench_model(const LlmOptions& o) {
   const auto& w = m.weights();
   add(w.embed);
   add(w.final_norm);
-  if (!c.tie_word_embeddings) add(w.lm_head.fp8 ? w.lm_head.fp8->values : w.lm_head.weight);
+  if (!c.tie_word_embeddings) add(w.lm_head.values());
   for (const auto& L : w.layers) {
-    for (const llm::Linear* l : {&L.attn.qkv, &L.attn.o}) add(l->fp8 ? l->fp8->values : l->weight);
+    for (const llm::Linear* l : {&L.attn.qkv, &L.attn.o}) add(l->values());
     add(L.input_norm);
     add(L.post_norm);
     add(L.attn.q_norm);
     add(L.attn.k_norm);
-    if (L.mlp) for (const llm::Linear* l : {&L.mlp->gate_up, &L.mlp->down}) add(l->fp8 ? l->fp8->values : l->weight);
+    if (L.mlp) for (const llm::Linear* l : {&L.mlp->gate_up, &L.mlp->down}) add(l->values());
     if (L.moe) {
       add(L.moe->router);
       add(L.moe->gate_up);
@@ -406,6 +407,8 @@ void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
     c->add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
     c->add_option("--dtype", o.dtype, "Activations and weights: bf16, f16 or f32 (default: bf16 on CUDA, f32 on the CPU)")
         ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+    c->add_option("--quant", o.quant, "Quantise the linear layers' weights when loading: q8_0 (docs/quantization.md)")
+        ->check(CLI::IsMember({"q8_0"}));
     c->add_flag("--no-graph", o.no_graph, "Do not capture the decode step as a CUDA graph");
   };
   o.generate = app.add_subcommand("generate", "Generate text with a model");

@@ -11,7 +11,7 @@
 namespace kiln::cli {
 
 struct LlmOptions {
-  std::string model, preset, device = "auto", dtype;
+  std::string model, preset, device = "auto", dtype, quant;
   bool no_graph = false;
   std::string prompt, prompt_ids, out, json, file;
   std::string reference;  // kiln perplexity: another implementation's result (JSON with "perplexity") to compare with

@@ -28,6 +28,9 @@ struct ModelOptions {
   std::optional<DType> dtype;
   int64_t max_context = 4096;  // KV cache length (prompt + generated tokens)
   bool use_graph = true;       // CUDA: capture the decode step as a graph
+  // "q8_0": the linear layers' float weights (lm_head included; K a multiple of 32) quantised to Q8_0 when the
+  // model is made (docs/quantization.md); "": as loaded.
+  std::string quant;
 };
 
 // Per-layer hidden states of one forward pass (for `kiln check`): the residual stream after each layer and
@@ -106,6 +109,7 @@ class Model {
   void write_step_inputs(int64_t token, uint64_t rng_offset);
   bool ensure_graph(const SamplingParams& params, uint64_t seed);
   void check_decode(int64_t token, int64_t n) const;
+  void quantize_linears(const std::string& format);
 
   ModelConfig config_;
   ModelWeights weights_;

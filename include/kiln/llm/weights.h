@@ -17,13 +17,15 @@
 
 namespace kiln::llm {
 
-// y = x W^T (+ b), with W either a plain tensor [N, K] or an FP8 weight with its scales.
+// y = x W^T (+ b), with W a plain tensor [N, K], an FP8 weight with its scales, or a Q8_0 weight.
 struct Linear {
-  Tensor weight;                 // [N, K]; undefined when the weight is FP8
+  Tensor weight;                 // [N, K]; undefined when the weight is FP8 or Q8_0
   std::optional<Fp8Weight> fp8;  // the FP8 weight, when kept in FP8
+  std::optional<Q8Weight> q8;    // the Q8_0 weight (ModelOptions::quant)
   std::optional<Tensor> bias;    // [N]
-  int64_t out_features() const { return fp8 ? fp8->values.size(0) : weight.size(0); }
-  int64_t in_features() const { return fp8 ? fp8->values.size(1) : weight.size(1); }
+  const Tensor& values() const { return fp8 ? fp8->values : q8 ? q8->values : weight; }
+  int64_t out_features() const { return values().size(0); }
+  int64_t in_features() const { return values().size(1); }
   Tensor operator()(const Tensor& x) const;
 };
 
