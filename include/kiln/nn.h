@@ -228,7 +228,8 @@ Q8Weight quantize_q8_0(const Tensor& w);
 Tensor dequantize_q8_0(const Q8Weight& w, DType dtype = DType::F32);
 // y = x @ dequant(w)^T + bias, x [..., K] f32/f16/bf16, output in x's dtype. On the CPU up to 16 rows of x are
 // quantised to Q8_0 themselves (per block of 32) for int8 dot products, as llama.cpp's; more rows multiply the
-// exactly dequantised weight, a slice at a time. On CUDA the weight is dequantised to x's dtype for the product.
+// weight dequantised to x's dtype, a slice at a time, with the dense product (bf16: oneDNN's matmul). On CUDA
+// the weight is dequantised to x's dtype for the product.
 Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& bias = std::nullopt);
 
 }  // namespace kiln

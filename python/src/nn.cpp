@@ -47,7 +47,23 @@ void bind_nn(nb::module_& m, nb::module_& F) {
       .def_prop_ro("recipe", [](const Fp8Weight& w) { return scale_recipe_name(w.recipe); })
       .def_ro("block_n", &Fp8Weight::block_n)
       .def_ro("block_k", &Fp8Weight::block_k);
+  nb::class_<Q8Weight>(m, "Q8Weight",
+                       "A linear layer's weight [N, K] in Q8_0 (llama.cpp's format): values int8 [N, K] and one f16 "
+                       "scale per block of 32 along K, scales [N, K / 32]. Made by quantize_q8_0.")
+      .def("__init__", [](Q8Weight* w, const Tensor& values, const Tensor& scales) { new (w) Q8Weight{values, scales}; },
+           nb::arg("values"), nb::arg("scales"))
+      .def_ro("values", &Q8Weight::values)
+      .def_ro("scales", &Q8Weight::scales);
+  m.def("quantize_q8_0", &quantize_q8_0, nb::arg("weight"), release_gil(),
+        "Q8_0 of a float weight [N, K] (K a multiple of 32): per block of 32, scale = max|w| / 127 (f16), "
+        "values = round(w / scale).");
+  m.def("dequantize_q8_0", &dequantize_q8_0, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
+        "values x scales [N, K] in dtype.");
   for (nb::module_* mod : {&m, &F}) {
+    mod->def("linear", [](const Tensor& x, const Q8Weight& w, std::optional<Tensor> b) { return linear(x, w, b); },
+             nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
+             "input @ dequant(weight).T + bias for a Q8_0 weight (CPU: int8 dot products on the input quantised "
+             "per block of 32 for up to 16 rows, dequantised slices above).");
     mod->def("linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) { return linear(x, w, b); },
              nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
              "input @ weight.T + bias: weight [N, K], f32/f16/bf16 with f32 accumulation.");

@@ -33,8 +33,8 @@ void q8_limit_isa(const char* name);
 
 namespace kiln::cpu {
 // out [M, N] (x's dtype, contiguous) = x [M, K] (contiguous f32/f16/bf16) @ dequant(w)^T + bias, w the Q8_0
-// weight: values int8 [N, K] and scales f16 [N, K / 32] (contiguous). Up to kQ8DotRows rows quantise x and take
-// the int8 dot products; more rows dequantise slices of the weight to f32 for one sgemm each (x unquantised).
+// weight: values int8 [N, K] and scales f16 [N, K / 32] (contiguous): x quantised per block, int8 dot products.
+// linear(x, Q8Weight) takes this up to kQ8DotRows rows (more rows multiply dequantised slices of the weight).
 inline constexpr int64_t kQ8DotRows = 16;
 void linear_q8(const Tensor& out, const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor* bias);
 // out [N, K] f32 = the weight's values x scales.

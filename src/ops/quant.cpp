@@ -1,6 +1,7 @@
 // Q8_0 weights (kiln/nn.h: Q8Weight): quantisation, dequantisation and linear. The CPU kernels are in
 // src/cpu/q8_dot.cpp and q8_linear.cpp; CUDA tensors are quantised and dequantised on the CPU's code through a
 // host copy (a load-time step) and multiplied as the dequantised weight.
+#include <algorithm>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -70,9 +71,22 @@ Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& b
   Shape out_shape = x.sizes();
   out_shape.back() = N;
   const Tensor x2 = x.reshape({-1, K}).contiguous();
-  Tensor out = empty({x2.size(0), N}, x.dtype(), x.device());
-  const Tensor bias_c = bias ? bias->contiguous() : Tensor();
-  cpu::linear_q8(out, x2, w.values.contiguous(), w.scales.contiguous(), bias ? &bias_c : nullptr);
+  const int64_t M = x2.size(0);
+  Tensor out = empty({M, N}, x.dtype(), x.device());
+  if (M <= cpu::kQ8DotRows) {
+    const Tensor bias_c = bias ? bias->contiguous() : Tensor();
+    cpu::linear_q8(out, x2, w.values.contiguous(), w.scales.contiguous(), bias ? &bias_c : nullptr);
+    return out.view(out_shape);
+  }
+  // More rows: slices of the weight dequantised to x's dtype (8M elements at a time) through the dense product
+  // (oneDNN's bf16 matmul or sgemm), never the whole matrix at once.
+  const int64_t slice = std::clamp<int64_t>((int64_t{1} << 23) / std::max<int64_t>(K, 1), 1, std::max<int64_t>(N, 1));
+  for (int64_t n0 = 0; n0 < N; n0 += slice) {
+    const int64_t R = std::min(slice, N - n0);
+    const Tensor wr = dequantize_q8_0({w.values.narrow(0, n0, R), w.scales.narrow(0, n0, R)}, x.dtype());
+    const std::optional<Tensor> br = bias ? std::optional<Tensor>(bias->narrow(0, n0, R)) : std::nullopt;
+    out.narrow(1, n0, R).copy_(linear(x2, wr, br));
+  }
   return out.view(out_shape);
 }
 

@@ -91,6 +91,37 @@ TEST_P(Engine, MarksItsWeightsConstant) {
   expect_marked();
 }
 
+// --quant q8_0: every linear layer holds a Q8_0 weight (the tied lm_head too, the embedding stays), prefill and
+// decode still agree, and the logits stay close to the float model's.
+TEST_P(Engine, Q8WeightsStayCloseToTheFloatModel) {
+  const ModelConfig c = tiny_config(GetParam());
+  ModelOptions o;
+  o.max_context = 64;
+  o.dtype = DType::F32;
+  Model f(c, random_weights(c, kCPU, DType::F32, 7), o);
+  o.quant = "q8_0";
+  Model q(c, random_weights(c, kCPU, DType::F32, 7), o);
+  for (const LayerWeights& L : q.weights().layers) {
+    EXPECT_TRUE(L.attn.qkv.q8 && L.attn.o.q8 && !L.attn.qkv.weight.defined());
+    if (L.mlp) EXPECT_TRUE(L.mlp->gate_up.q8 && L.mlp->down.q8);
+  }
+  EXPECT_TRUE(q.weights().lm_head.q8.has_value());
+  EXPECT_TRUE(q.weights().embed.defined());
+  // One byte and 1/16 of a scale per f32 weight (the experts of MoE layers stay in their float dtype).
+  EXPECT_LT(q.bytes_per_token(), f.bytes_per_token() / (c.num_experts > 0 ? 1 : 3));
+  const Tensor lf = f.prefill(kPrompt, true), lq = q.prefill(kPrompt, true);
+  const float scale = amax(abs(lf)).item<float>(), err = amax(abs(sub(lq, lf))).item<float>();
+  EXPECT_LT(err, 0.05f * scale);
+  EXPECT_GT(err, 0.f);
+  q.reset();
+  Tensor last = q.prefill(std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + 5));
+  for (size_t t = 5; t < kPrompt.size(); ++t) last = q.step(kPrompt[t]);
+  // Decode quantises one row of activations per product as prefill's 12 rows are: the same numbers up to f32 order.
+  EXPECT_TRUE(test::all_close(last, lq.select(0, 11), test::Tolerance{1e-4, 1e-4}));
+  o.quant = "q4_z";
+  EXPECT_TRUE(test::throws_error([&] { Model bad(c, random_weights(c, kCPU, DType::F32, 7), o); }, {"q4_z", "q8_0"}));
+}
+
 TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {
   Model m = tiny_model(GetParam());
   GenerateOptions o;

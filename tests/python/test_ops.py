@@ -327,6 +327,27 @@ def test_indexing_ops(rng, device):
     assert acc.tolist() == [[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 1, 0]]
 
 
+def test_q8_0_weights(rng, device):
+    w = rng.standard_normal((48, 96)).astype(np.float32)
+    q = kiln.quantize_q8_0(kiln.tensor(w, device=device))
+    assert q.values.dtype == kiln.int8 and q.scales.dtype == kiln.float16 and q.scales.shape == (48, 3)
+    blocks = w.reshape(48, 3, 32)
+    d = np.abs(blocks).max(-1) / 127
+    ref_q = np.trunc(blocks / d[..., None] + np.copysign(0.5, blocks)).astype(np.int8).reshape(48, 96)
+    assert (to_numpy(q.values) == ref_q).all()
+    assert (to_numpy(q.scales) == d.astype(np.float16)).all()
+    deq = to_numpy(kiln.dequantize_q8_0(q))
+    np.testing.assert_array_equal(deq, (ref_q.reshape(48, 3, 32) * d.astype(np.float16)[..., None].astype(np.float32)).reshape(48, 96))
+    for rows in (1, 5, 40):  # int8 dot products up to 16 rows, dequantised slices above
+        x = rng.standard_normal((rows, 96)).astype(np.float32)
+        b = rng.standard_normal(48).astype(np.float32)
+        y = to_numpy(kiln.nn.functional.linear(kiln.tensor(x, device=device), q, kiln.tensor(b, device=device)))
+        ref = x.astype(np.float64) @ deq.T.astype(np.float64) + b
+        np.testing.assert_allclose(y, ref, rtol=0, atol=0.02 * np.abs(ref).max())
+    with pytest.raises(kiln.KilnError, match="multiple of the block size"):
+        kiln.quantize_q8_0(kiln.tensor(w[:, :40], device=device))
+
+
 def test_fp8_quantise_and_products(rng, device):
     x, nx = make(rng, (16, 256), kiln.float32, device, -2, 2)
     for recipe in ("tensorwise", "rowwise", "blockwise"):
