@@ -61,6 +61,24 @@ TEST(GgufModel, Q8FilesStayWithinTheirQuantisationError) {
   }
 }
 
+// A Q8_0 file loads with its linear layers in Q8_0, holding the file's own values (what ggml's blocks
+// dequantise to, exactly).
+TEST(GgufModel, Q8FilesKeepTheirLinearLayersInQ8) {
+  const std::string path = data("gguf/models/qwen3-tiny-q8_0.gguf");
+  ModelOptions o;
+  o.max_context = 16;
+  const Model m = load_model(path, o);
+  const GgufFile f = GgufFile::open(path);
+  const LayerWeights& L = m.weights().layers[0];
+  ASSERT_TRUE(L.attn.o.q8.has_value());
+  ASSERT_TRUE(L.mlp && L.mlp->down.q8.has_value());
+  EXPECT_TRUE(test::equal(dequantize_q8_0(*L.attn.o.q8), f.get("blk.0.attn_output.weight")));
+  EXPECT_TRUE(test::equal(dequantize_q8_0(*L.mlp->down.q8), f.get("blk.0.ffn_down.weight")));
+  // An f32 file stays in floats.
+  const Model g = load_model(data("gguf/models/qwen3-tiny-f32.gguf"), o);
+  EXPECT_FALSE(g.weights().layers[0].attn.o.q8.has_value());
+}
+
 TEST(GgufModel, ConfigComesFromTheMetadata) {
   for (const char* name : {"qwen3-tiny", "llama-tiny", "qwen3-moe-tiny"}) {
     SCOPED_TRACE(name);

@@ -86,6 +86,14 @@ TEST(Q8, QuantiseMatchesTheFormatAndDequantisesExactly) {
   }
 }
 
+// Dequantised Q8_0 quantises back to the same bytes (how a Q8_0 GGUF file's layers load as Q8_0).
+TEST(Q8, RequantisingTheDequantisedWeightIsLossless) {
+  const Q8Weight q = quantize_q8_0(from(random_values(16 * 256, 21, 0.1f), {16, 256}));
+  const Q8Weight r = quantize_q8_0(dequantize_q8_0(q));
+  EXPECT_TRUE(test::equal(r.values, q.values));
+  EXPECT_TRUE(test::equal(r.scales, q.scales));
+}
+
 // linear(x, Q8Weight) against double-precision references: up to 16 rows, x quantised per block as the format
 // defines, times the dequantised weight (only the f32 sums' order differs); more rows, x as it is. Every
 // instruction-set path this CPU has, odd block counts (the 512-bit kernel's tail), 1 to 40 rows, with and
