@@ -217,7 +217,8 @@ Tensor linear(const Tensor& x, const Fp8Weight& w, const std::optional<Tensor>& 
 
 // A linear layer's weight [N, K] in llama.cpp's Q8_0 format: blocks of 32 values along K, each block int8 values
 // with one f16 scale (value = scale x q; scale = max|w| / 127 over the block, q = round(w / scale)), kept as
-// two tensors: values int8 [N, K] and scales f16 [N, K / 32]. K must be a multiple of 32. docs/quantization.md.
+// two tensors: values int8 [N, K] in [-127, 127] (quantize_q8_0 never writes -128; the CPU's dot products assume
+// it) and scales f16 [N, K / 32]. K must be a multiple of 32. docs/quantization.md.
 struct Q8Weight {
   Tensor values;
   Tensor scales;
@@ -229,7 +230,7 @@ Tensor dequantize_q8_0(const Q8Weight& w, DType dtype = DType::F32);
 // y = x @ dequant(w)^T + bias, x [..., K] f32/f16/bf16, output in x's dtype. On the CPU up to 16 rows of x are
 // quantised to Q8_0 themselves (per block of 32) for int8 dot products, as llama.cpp's; more rows multiply the
 // weight dequantised to x's dtype, a slice at a time, with the dense product (bf16: oneDNN's matmul). On CUDA
-// the weight is dequantised to x's dtype for the product.
+// the weight is dequantised on the device to x's dtype for each product (correct, not fast: no Q8_0 kernel yet).
 Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& bias = std::nullopt);
 
 }  // namespace kiln

@@ -50,8 +50,12 @@ void bind_nn(nb::module_& m, nb::module_& F) {
   nb::class_<Q8Weight>(m, "Q8Weight",
                        "A linear layer's weight [N, K] in Q8_0 (llama.cpp's format): values int8 [N, K] and one f16 "
                        "scale per block of 32 along K, scales [N, K / 32]. Made by quantize_q8_0.")
-      .def("__init__", [](Q8Weight* w, const Tensor& values, const Tensor& scales) { new (w) Q8Weight{values, scales}; },
-           nb::arg("values"), nb::arg("scales"))
+      .def("__init__", [](Q8Weight* w, const Tensor& values, const Tensor& scales) {
+        // The dot products take |q| <= 127 (the format's range; -128 would not negate).
+        if (values.dtype() == DType::I8 && values.numel() > 0)
+          KILN_CHECK(amin(values).to(DType::I32).item<int32_t>() >= -127, "Q8Weight: values must lie in [-127, 127]");
+        new (w) Q8Weight{values, scales};
+      }, nb::arg("values"), nb::arg("scales"))
       .def_ro("values", &Q8Weight::values)
       .def_ro("scales", &Q8Weight::scales);
   m.def("quantize_q8_0", &quantize_q8_0, nb::arg("weight"), release_gil(),

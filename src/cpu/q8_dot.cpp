@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kiln/scalar_types.h"
 
@@ -34,7 +35,8 @@ float quantize_block(const float* x, int8_t* q) {
     std::fill(q, q + kQ8Block, int8_t{0});
     return std::nanf("");
   }
-  const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+  // A scale below the smallest normal float would overflow 1 / d: such a block reads as zeros.
+  const float d = amax / 127.f, id = d >= std::numeric_limits<float>::min() ? 1.f / d : 0.f;
   for (int i = 0; i < kQ8Block; ++i) q[i] = static_cast<int8_t>(std::lround(x[i] * id));
   return d;
 }

@@ -15,6 +15,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -143,6 +144,8 @@ struct DeviceState {
   std::mutex mu;  // one convolution at a time per device: the handle and the cache
   cudnnHandle_t handle = nullptr;
   std::map<std::string, std::shared_ptr<Plan>> plans;  // a null plan: no engine takes the case
+  // Plans built while a stream captured a graph (not the timed choice): kept, as the graph may refer to them.
+  std::vector<std::shared_ptr<Plan>> captured;
 };
 
 constexpr int kMaxDevices = 64;
@@ -338,7 +341,7 @@ std::shared_ptr<Plan> fastest(cudnnHandle_t handle, const std::vector<std::share
   check(cudaEventCreate(&start), "conv: cudaEventCreate");
   check(cudaEventCreate(&stop), "conv: cudaEventCreate");
   std::shared_ptr<Plan> best = cands[0];
-  float best_ms = 0;
+  float best_ms = std::numeric_limits<float>::infinity();
   for (const auto& c : timed) {
     bool ran = execute(handle, *c, ptrs, ws.data_ptr()) == CUDNN_STATUS_SUCCESS;
     check(cudaEventRecord(start, stream), "conv: cudaEventRecord");
@@ -347,7 +350,7 @@ std::shared_ptr<Plan> fastest(cudnnHandle_t handle, const std::vector<std::share
     check(cudaEventSynchronize(stop), "conv: cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "conv: cudaEventElapsedTime");
-    if (ran && (best_ms == 0 || ms < best_ms)) {
+    if (ran && ms < best_ms) {
       best = c;
       best_ms = ms;
     }
@@ -413,6 +416,7 @@ bool run(Kind kind, const Tensor& a, const Tensor& w, Tensor& c, const ConvGeome
     plan = cands.empty() ? nullptr : cands.size() == 1 ? cands[0] : fastest(st.handle, cands, ptrs, a.device(), stream);
     // Under capture the heuristics' first serves this call; the timed choice waits for an eager one.
     if (tuning_on() == tune || !plan) st.plans.emplace(key, plan);
+    else st.captured.push_back(plan);
   }
   if (!plan) return false;
   const Tensor ws = empty({std::max<int64_t>(plan->workspace, 1)}, DType::U8, a.device());

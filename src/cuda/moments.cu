@@ -155,7 +155,8 @@ __global__ void __launch_bounds__(kThreads) normalize_rows_kernel(const T* __res
 // group_norm / batch_norm, flat over the tensor: block b covers packs [b * kThreads * kPlaneIters, ...), pack q
 // holding elements [q V, q V + V) of plane q / plane_packs (planes are whole packs). Plane p = n * C + c:
 // channel c = p % C, statistics index c for batch_norm (per_channel), p / stat_div for group_norm. Small planes
-// (batch_norm's 56 x 56) leave no lanes idle; each pack's scale and shift come from cached per-channel values.
+// (batch_norm's 56 x 56) leave no lanes idle; each pack computes its scale and shift from the per-channel values
+// (a few loads that stay in L1).
 // The loads of all kPlaneIters packs are issued before the first store. I: 32-bit indices below 2^31 packs.
 constexpr int kPlaneIters = 4;
 template <class T, class A, int V, class I>

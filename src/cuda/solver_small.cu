@@ -125,7 +125,6 @@ __global__ void __launch_bounds__(G * R) lu_block_kernel(const T* in, T* out, in
                                                           int32_t* __restrict__ info, int n, bool row_major) {
   extern __shared__ unsigned char smem_raw[];
   __shared__ int zero_pivot;
-  __shared__ T inv_pivot;
   T* s = reinterpret_cast<T*>(smem_raw);
   const int ld = n | 1;
   const int64_t b = blockIdx.x;
@@ -154,6 +153,7 @@ __global__ void __launch_bounds__(G * R) lu_block_kernel(const T* in, T* out, in
             s[c * ld + k] = s[c * ld + p];
             s[c * ld + p] = t;
           }
+          __syncwarp();  // the swap of column k's rows k and p lands before the scaling reads them
         }
         // LAPACK's getf2 scales by the reciprocal unless the pivot is so small that the reciprocal overflows.
         using Real = decltype(pivot_abs(T()));

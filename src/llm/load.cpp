@@ -40,12 +40,13 @@ Model load_model(const std::string& dir, const ModelOptions& options,
       KILN_CHECK(need <= free_bytes, dir, ": the weights need ", need / (1 << 20), " MiB on ", options.device.str(),
                  " but only ", free_bytes / (1 << 20), " MiB are free");
     }
-    // A Q8_0 file's linear layers stay Q8_0 (ggml type 8): its blocks dequantise exactly, and a block whose
-    // largest |q| is 127 (every block of llama.cpp's and gguf-py's quantisers) quantises back to the same scale
-    // and values.
+    // On the CPU in f32, a Q8_0 file's linear layers stay Q8_0 (ggml type 8): its blocks dequantise exactly to
+    // f32, and a block whose largest |q| is 127 (every block of llama.cpp's and gguf-py's quantisers) quantises
+    // back to the same scale and values. (In bf16 or f16 the dequantised values are rounded first.)
     constexpr uint32_t kQ8_0 = 8;
     ModelOptions mo = options;
-    if (mo.quant.empty() && f.contains("blk.0.attn_q.weight") && f.info("blk.0.attn_q.weight").type == kQ8_0)
+    if (mo.quant.empty() && !options.device.is_cuda() && *lo.dtype == DType::F32 && f.contains("blk.0.attn_q.weight") &&
+        f.info("blk.0.attn_q.weight").type == kQ8_0)
       mo.quant = "q8_0";
     const std::unique_ptr<WeightSource> source = gguf_weight_source(std::move(f), config);
     ModelWeights w = load_weights(config, *source, lo);

@@ -102,6 +102,9 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
 
 void Model::quantize_linears(const std::string& format) {
   KILN_CHECK(format == "q8_0", "model: quantisation '", format, "' is not available (q8_0)");
+  // CUDA has no Q8_0 product of its own yet: linear would dequantise every weight on every call.
+  KILN_CHECK(!options_.device.is_cuda(), "model: --quant q8_0 runs on the CPU only; on ", options_.device.str(),
+             " load the weights in bf16 (docs/quantization.md)");
   auto q = [](Linear& l) {
     if (!l.weight.defined() || l.in_features() % 32 != 0) return;
     l.q8 = quantize_q8_0(l.weight);

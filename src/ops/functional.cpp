@@ -469,18 +469,18 @@ Tensor bincount(const Tensor& x, const std::optional<Tensor>& weights, int64_t m
                x.meta(), ")");
     w = weights->to(out).contiguous();
   }
-  // The output's length depends on the largest value, so the host reads it: int64 [2] holding -min(0, min x)
-  // and max(0, max x).
-  const auto length_from = [&](const Tensor& range) {
-    const Tensor r = range.cpu();
-    const auto neg = static_cast<uint64_t>(r.data<int64_t>()[0]);
-    const int64_t hi = r.data<int64_t>()[1];
-    KILN_CHECK(neg == 0, "bincount: the input holds a negative value (-", neg, "); only non-negative integers count");
-    KILN_CHECK(hi < INT64_MAX, "bincount: the input's largest value ", hi, " leaves no room for its bin");
-    return std::max(minlength, hi + 1);
-  };
 #if KILN_HAVE_CUDA
   if (x.is_cuda() && idx.numel()) {
+    // The output's length depends on the largest value, so the host reads it: int64 [2] holding -min(0, min x)
+    // and max(0, max x).
+    const auto length_from = [&](const Tensor& range) {
+      const Tensor r = range.cpu();
+      const auto neg = static_cast<uint64_t>(r.data<int64_t>()[0]);
+      const int64_t hi = r.data<int64_t>()[1];
+      KILN_CHECK(neg == 0, "bincount: the input holds a negative value (-", neg, "); only non-negative integers count");
+      KILN_CHECK(hi < INT64_MAX, "bincount: the input's largest value ", hi, " leaves no room for its bin");
+      return std::max(minlength, hi + 1);
+    };
     // One read counts the values below a few thousand and finds the range; a second pass only where larger
     // values (or minlength) need more bins than that.
     Tensor range = zeros({2}, DType::I64, x.device());
@@ -495,8 +495,10 @@ Tensor bincount(const Tensor& x, const std::optional<Tensor>& weights, int64_t m
 #endif
   int64_t len = minlength;
   if (idx.numel()) {
-    const Tensor lo = amin(idx).to(DType::I64), hi = amax(idx).to(DType::I64);
-    len = length_from(stack({neg(minimum(lo, zeros_like(lo))), maximum(hi, zeros_like(hi))}));
+    const int64_t lo = amin(idx).to(DType::I64).item<int64_t>(), hi = amax(idx).to(DType::I64).item<int64_t>();
+    KILN_CHECK(lo >= 0, "bincount: the input holds a negative value (", lo, "); only non-negative integers count");
+    KILN_CHECK(hi < INT64_MAX, "bincount: the input's largest value ", hi, " leaves no room for its bin");
+    len = std::max(minlength, hi + 1);
   }
   Tensor counts = zeros({len}, out, x.device());
   if (!idx.numel()) return counts;

@@ -1,6 +1,6 @@
 // Q8_0 weights (kiln/nn.h: Q8Weight): quantisation, dequantisation and linear. The CPU kernels are in
-// src/cpu/q8_dot.cpp and q8_linear.cpp; CUDA tensors are quantised and dequantised on the CPU's code through a
-// host copy (a load-time step) and multiplied as the dequantised weight.
+// src/cpu/q8_dot.cpp and q8_linear.cpp. CUDA tensors are quantised through a host copy (a load-time step) and
+// dequantised on the device (kiln's elementwise ops, no host round trip), then multiplied as the dense weight.
 #include <algorithm>
 #include <vector>
 
@@ -49,6 +49,13 @@ Q8Weight quantize_q8_0(const Tensor& w) {
 Tensor dequantize_q8_0(const Q8Weight& w, DType dtype) {
   check_weight(w, "dequantize_q8_0");
   KILN_CHECK(dset(dtype) & kWeightTypes, "dequantize_q8_0: dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
+  if (w.values.is_cuda()) {
+    // int8 x f16 is exact in f32; one rounding to dtype.
+    const int64_t N = w.values.size(0), K = w.values.size(1), nb = K / cpu::kQ8Block;
+    return mul(w.values.to(DType::F32).reshape({N, nb, cpu::kQ8Block}), w.scales.to(DType::F32).reshape({N, nb, 1}))
+        .reshape({N, K})
+        .to(dtype);
+  }
   const Tensor values = w.values.to(kCPU).contiguous(), scales = w.scales.to(kCPU).contiguous();
   Tensor out = empty(values.sizes(), DType::F32);
   cpu::dequantize_q8(out, values, scales);
