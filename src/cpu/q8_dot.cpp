@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kiln/scalar_types.h"
 
@@ -151,24 +152,23 @@ void q8_quantize_weight_row(const float* x, int64_t K, int8_t* q, uint16_t* d) {
 void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
                  const uint16_t* wd, int64_t nb, float* out) {
 #if KILN_Q8_X86
+  // The SIMD kernels are compiled for 1 to 4 rows.
+  const auto with_rows = [rows](auto kernel) {
+    switch (rows) {
+      case 1: kernel(std::integral_constant<int, 1>{}); return true;
+      case 2: kernel(std::integral_constant<int, 2>{}); return true;
+      case 3: kernel(std::integral_constant<int, 3>{}); return true;
+      case 4: kernel(std::integral_constant<int, 4>{}); return true;
+      default: return false;
+    }
+  };
   const Isa i = isa();
-  if (i == Isa::Vnni) {
-    switch (rows) {
-      case 1: return dot_rows_vnni<1>(xq, ldq, xd, ldd, w, wd, nb, out);
-      case 2: return dot_rows_vnni<2>(xq, ldq, xd, ldd, w, wd, nb, out);
-      case 3: return dot_rows_vnni<3>(xq, ldq, xd, ldd, w, wd, nb, out);
-      case 4: return dot_rows_vnni<4>(xq, ldq, xd, ldd, w, wd, nb, out);
-      default: break;
-    }
-  } else if (i == Isa::Avx2) {
-    switch (rows) {
-      case 1: return dot_rows_avx2<1>(xq, ldq, xd, ldd, w, wd, nb, out);
-      case 2: return dot_rows_avx2<2>(xq, ldq, xd, ldd, w, wd, nb, out);
-      case 3: return dot_rows_avx2<3>(xq, ldq, xd, ldd, w, wd, nb, out);
-      case 4: return dot_rows_avx2<4>(xq, ldq, xd, ldd, w, wd, nb, out);
-      default: break;
-    }
-  }
+  if (i == Isa::Vnni &&
+      with_rows([&](auto r) { dot_rows_vnni<decltype(r)::value>(xq, ldq, xd, ldd, w, wd, nb, out); }))
+    return;
+  if (i == Isa::Avx2 &&
+      with_rows([&](auto r) { dot_rows_avx2<decltype(r)::value>(xq, ldq, xd, ldd, w, wd, nb, out); }))
+    return;
 #endif
   dot_rows_scalar(xq, ldq, xd, ldd, rows, w, wd, nb, out);
 }

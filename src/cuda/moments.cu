@@ -120,16 +120,6 @@ __global__ void moments_finish(const A* __restrict__ part, int64_t sets, int spl
   var[set] = m.m2 / static_cast<A>(total);
 }
 
-// Writes (x - mean) * rstd * w + b for V elements. w and b: per element (wv, bv) or one value (ws, bs).
-template <class T, class A, int V>
-__device__ __forceinline__ void normalize_pack(const T* __restrict__ x, T* __restrict__ y, A scale, A shift) {
-  const Pack<T, V> in = *reinterpret_cast<const Pack<T, V>*>(x);
-  Pack<T, V> out;
-#pragma unroll
-  for (int k = 0; k < V; ++k) out.v[k] = static_cast<T>(static_cast<A>(in.v[k]) * scale + shift);
-  *reinterpret_cast<Pack<T, V>*>(y) = out;
-}
-
 // layer_norm: block b covers columns [tile * kThreads * V, ...) of row b / tiles; w and b per column (or null).
 template <class T, class A, int V>
 __global__ void __launch_bounds__(kThreads) normalize_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t d,

@@ -471,22 +471,18 @@ Tensor bincount(const Tensor& x, const std::optional<Tensor>& weights, int64_t m
   }
 #if KILN_HAVE_CUDA
   if (x.is_cuda() && idx.numel()) {
-    // The output's length depends on the largest value, so the host reads it: int64 [2] holding -min(0, min x)
-    // and max(0, max x).
-    const auto length_from = [&](const Tensor& range) {
-      const Tensor r = range.cpu();
-      const auto neg = static_cast<uint64_t>(r.data<int64_t>()[0]);
-      const int64_t hi = r.data<int64_t>()[1];
-      KILN_CHECK(neg == 0, "bincount: the input holds a negative value (-", neg, "); only non-negative integers count");
-      KILN_CHECK(hi < INT64_MAX, "bincount: the input's largest value ", hi, " leaves no room for its bin");
-      return std::max(minlength, hi + 1);
-    };
     // One read counts the values below a few thousand and finds the range; a second pass only where larger
-    // values (or minlength) need more bins than that.
+    // values (or minlength) need more bins than that. The output's length depends on the largest value, so the
+    // host reads range: -min(0, min x) and max(0, max x).
     Tensor range = zeros({2}, DType::I64, x.device());
     Tensor counts = zeros({cuda::bincount_one_pass_bins(out)}, out, x.device());
     cuda::bincount_one_pass(idx, w, range, counts);
-    const int64_t len = length_from(range);
+    const Tensor r = range.cpu();
+    const auto neg = static_cast<uint64_t>(r.data<int64_t>()[0]);
+    const int64_t hi = r.data<int64_t>()[1];
+    KILN_CHECK(neg == 0, "bincount: the input holds a negative value (-", neg, "); only non-negative integers count");
+    KILN_CHECK(hi < INT64_MAX, "bincount: the input's largest value ", hi, " leaves no room for its bin");
+    const int64_t len = std::max(minlength, hi + 1);
     if (len <= counts.numel()) return counts.narrow(0, 0, len);
     counts = zeros({len}, out, x.device());
     cuda::bincount(idx, w, counts);

@@ -143,32 +143,30 @@ Factored factor_lu(const Tensor& A, const char* op, bool square) {
 
 LUFactorEx lu_factor_ex(const Tensor& A, bool pivot, bool check_errors) {
   KILN_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not available (pivot=False); it is not stable");
+  const auto factor = [&]() -> LUFactorEx {
 #if KILN_HAVE_CUDA
-  // CUDA's block LU reads the row-major input and writes the row-major factor itself: one launch, no transposes.
-  if (A.is_cuda() && A.dim() >= 2 && A.size(-1) == A.size(-2) && A.size(-1) > cuda::kSmallN &&
-      cuda::lu_small_fits(A.dtype(), A.size(-1)) && A.numel() > 0) {
-    check_matrix(A, "linalg.lu_factor", true);
-    const Shape batch = batch_of(A);
-    const int64_t B = count(batch), n = A.size(-1);
-    const Tensor a = A.reshape({B, n, n}).contiguous();
-    Tensor lu = empty({B, n, n}, A.dtype(), A.device()), piv = empty({B, n}, DType::I32, A.device()),
-           info = empty({B}, DType::I32, A.device());
-    cuda::lu_block(a, lu, piv, info, true);
-    if (check_errors)
-      if (auto e = first_failure(info))
-        throw Error(str("linalg.lu_factor_ex: ", element(e->first, B > 1), "U[", e->second - 1, ", ", e->second - 1,
-                        "] is zero: the matrix is singular"));
-    return {lu.reshape(A.sizes()), piv.reshape(cat_shape(batch, {n})), info.reshape(batch)};
-  }
+    // CUDA's block LU reads the row-major input and writes the row-major factor itself: one launch, no transposes.
+    if (A.is_cuda() && A.dim() >= 2 && A.size(-1) == A.size(-2) && A.size(-1) > cuda::kSmallN &&
+        cuda::lu_small_fits(A.dtype(), A.size(-1)) && A.numel() > 0) {
+      check_matrix(A, "linalg.lu_factor", true);
+      const Shape batch = batch_of(A);
+      const int64_t B = count(batch), n = A.size(-1);
+      Tensor lu = empty({B, n, n}, A.dtype(), A.device()), piv = empty({B, n}, DType::I32, A.device()),
+             info = empty({B}, DType::I32, A.device());
+      cuda::lu_block(A.reshape({B, n, n}).contiguous(), lu, piv, info, true);
+      return {lu.reshape(A.sizes()), piv.reshape(cat_shape(batch, {n})), info.reshape(batch)};
+    }
 #endif
-  Factored f = factor_lu(A, "linalg.lu_factor", false);
-  if (check_errors) {
-    if (auto e = first_failure(f.info))
-      throw Error(str("linalg.lu_factor_ex: ", element(e->first, f.info.numel() > 1), "U[", e->second - 1, ", ",
+    Factored f = factor_lu(A, "linalg.lu_factor", false);
+    return {from_colmajor(f.buf, f.batch, f.dev), f.piv.reshape(cat_shape(f.batch, {f.piv.size(1)})).to(f.dev),
+            ex_info(f.info, f.batch, f.dev)};
+  };
+  LUFactorEx r = factor();
+  if (check_errors)
+    if (auto e = first_failure(r.info))
+      throw Error(str("linalg.lu_factor_ex: ", element(e->first, r.info.numel() > 1), "U[", e->second - 1, ", ",
                       e->second - 1, "] is zero: the matrix is singular"));
-  }
-  return {from_colmajor(f.buf, f.batch, f.dev), f.piv.reshape(cat_shape(f.batch, {f.piv.size(1)})).to(f.dev),
-          ex_info(f.info, f.batch, f.dev)};
+  return r;
 }
 
 LUFactor lu_factor(const Tensor& A, bool pivot) {
