@@ -99,6 +99,26 @@ Tensor decode_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
 void kv_cache_append_(Tensor& k_cache, Tensor& v_cache, const Tensor& k_new, const Tensor& v_new,
                       const Tensor& positions);
 
+// Paged KV caches (kiln serve): K and V pools of fixed-size blocks that many sequences share. k_pool
+// [NB, S, Hkv, D] and v_pool [NB, S, Hkv, Dv] (contiguous; S = the block size); position p of sequence b lives
+// in row p % S of block block_table[b, p / S], whose slot is block * S + p % S.
+
+// Writes k_new [T, Hkv, D] and v_new [T, Hkv, Dv] to the pools at slots (i32 [T] on the pools' device, read on
+// the device): row t to slot slots[t]. A slot outside [0, NB * S) is skipped and raises kiln::Error at the next
+// synchronisation (CUDA; the CPU throws before writing anything). New values are converted to the pools'
+// dtype.
+void paged_kv_append_(Tensor& k_pool, Tensor& v_pool, const Tensor& k_new, const Tensor& v_new, const Tensor& slots);
+
+// decode_attention over paged caches: q [B, Hq, Lq, D], block_table i32 [B, W], lengths i32 [B] with
+// lengths[b] <= W * S, both on q's device and read there (graph-capturable). Equal to decode_attention with
+// sequence b's cache made of the blocks block_table[b, 0..W) in order. Every entry of block_table must be a
+// block of the pools (0 for entries a sequence does not use); an entry outside [0, NB) raises kiln::Error at
+// once (CPU) or at the next synchronisation (CUDA). CUDA reads the blocks in place where the register decode
+// kernel applies (f16/bf16, D = Dv in {64, 128}, Hq / Hkv x Lq <= 8, S a power of two >= 16); any other case
+// gathers each sequence's blocks into a temporary cache first.
+Tensor paged_decode_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const Tensor& block_table,
+                              const Tensor& lengths, std::optional<double> scale = std::nullopt);
+
 // The attention prologue of one layer in one op (one launch on CUDA), equal to the composition
 //   qn = rms_norm(q, q_norm, eps); kn = rms_norm(k, k_norm, eps);     (skipped for an undefined norm: Llama)
 //   rope_(qn, kn, positions, inv_freq, attention_scaling);

@@ -152,6 +152,13 @@ void bind_nn(nb::module_& m, nb::module_& F) {
   m.def("kv_cache_append_", &kv_cache_append_, nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("k_new"),
         nb::arg("v_new"), nb::arg("positions"), release_gil(),
         "Writes k_new/v_new [B, Hkv, T, D] into the caches at positions[b] (int32, read on the device).");
+  m.def("paged_kv_append_", &paged_kv_append_, nb::arg("k_pool"), nb::arg("v_pool"), nb::arg("k_new"),
+        nb::arg("v_new"), nb::arg("slots"), release_gil(),
+        "Writes k_new/v_new [T, Hkv, D] into paged pools [NB, S, Hkv, D] at slots[t] = block * S + row (int32).");
+  m.def("paged_decode_attention", &paged_decode_attention, nb::arg("q"), nb::arg("k_pool"), nb::arg("v_pool"),
+        nb::arg("block_table"), nb::arg("lengths"), nb::arg("scale") = nb::none(), release_gil(),
+        "decode_attention over paged pools [NB, S, Hkv, D]: sequence b's cache is the blocks block_table[b] "
+        "(int32 [B, W]) in order, lengths[b] <= W * S positions of it valid.");
   m.def("qk_norm_rope_append_", [](Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> q_norm,
                                    std::optional<Tensor> k_norm, double eps, const Tensor& positions,
                                    const Tensor& inv_freq, double attention_scaling, Tensor& k_cache, Tensor& v_cache,

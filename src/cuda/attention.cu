@@ -182,8 +182,17 @@ void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const T
 }
 
 // False when the grid does not fit the decode kernel's (split, KV head x row tile, sequence) layout.
+// Paged caches: the block table (i32 [B, W], contiguous), the block size's log2 and the pools' block count.
+struct PagedArgs {
+  const int32_t* table;
+  int64_t width;
+  int block_shift;
+  int64_t num_blocks;
+};
+
 bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lengths,
-                   const am::Layout& L, double scale, cudaStream_t stream, DeviceErrorRecord* err) {
+                   const am::Layout& L, double scale, cudaStream_t stream, DeviceErrorRecord* err,
+                   const PagedArgs* paged = nullptr) {
   const Device dev = out.device();
   const int64_t b = L.outer, hq = L.heads, hkv = hq / L.gk, rows = L.gk * L.lq;
   const int64_t row_tiles = (rows + 15) / 16;
@@ -200,6 +209,10 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   p.lq = static_cast<int>(L.lq);
   p.row_tiles = static_cast<int>(row_tiles);
   p.err = err;
+  p.table = nullptr;
+  p.table_stride = 0;
+  p.block_shift = 0;
+  p.num_blocks = 0;
   // 16-byte q loads: contiguous channels, every row start a multiple of 8 elements, an aligned base.
   p.q_vec = L.q_col == 1 && aligned16(q.data_ptr()) && mult8(L.q_row) && (L.heads == 1 || mult8(L.hq)) &&
             (L.outer == 1 || mult8(L.bq[0]));
@@ -217,11 +230,21 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
   // Its persistent grid has `blocks` blocks, and its item index (< base x splits + blocks) stays in int.
   attn::dec90::Params tp{};
   int64_t blocks = tune.max_blocks > 0 ? std::min<int64_t>(tune.max_blocks, sms) : sms;
-  const bool tma = tune.kernel == DecodeKernel::Tma && p.q_vec && wgmma_available(dev.index) &&
+  const bool tma = !paged && tune.kernel == DecodeKernel::Tma && p.q_vec && wgmma_available(dev.index) &&
                    base * max_splits + blocks < (int64_t{1} << 31) &&
                    encode_decode_maps(&tp.tk, &tp.k_slot, &tp.tv, &tp.v_slot, k, v, L);
-  // The register kernel (the default): KV groups of at most 8 rows, q rows it can load whole.
-  const bool regs = !tma && tune.kernel == DecodeKernel::Regs && p.q_vec && rows <= attn::kRegsMaxRows;
+  // The register kernel (the default): KV groups of at most 8 rows, q rows it can load whole. Paged caches
+  // take it alone, with nothing read before the dependent-launch wait.
+  const bool regs = paged ? p.q_vec && rows <= attn::kRegsMaxRows
+                          : !tma && tune.kernel == DecodeKernel::Regs && p.q_vec && rows <= attn::kRegsMaxRows;
+  if (paged) {
+    if (!regs || paged->num_blocks >= (int64_t{1} << 31)) return false;
+    p.table = paged->table;
+    p.table_stride = paged->width;
+    p.block_shift = paged->block_shift;
+    p.num_blocks = static_cast<int>(paged->num_blocks);
+    p.early = 0;
+  }
   // The cp.async and register kernels' grid: (split, KV head x row tile, sequence).
   if (!tma && (hkv * row_tiles > 65535 || b > 65535)) return false;
   if (tma) {
@@ -380,6 +403,47 @@ void attention(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor
     if (launch_decode(out, q, k, v, lengths, L, scale, stream, err)) return;
   }
   launch_general(out, q, k, v, mask, lengths, L, scale, stream, err);
+}
+
+bool paged_decode_attention(const Tensor& out, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                            const Tensor& table, const Tensor& lengths, double scale) {
+  const int64_t b = q.size(0), hq = q.size(1), lq = q.size(2), d = q.size(3);
+  const int64_t nb = k_pool.size(0), s = k_pool.size(1), hkv = k_pool.size(2), dv = v_pool.size(3);
+  const int64_t w = table.size(1);
+  // S a power of two of at least 16 (a 16-key chunk lies in one block); positions within int.
+  if (s < 16 || (s & (s - 1)) != 0 || w * s >= (int64_t{1} << 30)) return false;
+  am::Layout L;
+  L.nbatch = b == 1 ? 0 : 1;
+  L.bsize[0] = b;
+  L.bq[0] = q.stride(0);
+  L.bk[0] = 0;  // every sequence addresses the whole pool through its row of the table
+  L.bv[0] = 0;
+  L.outer = b;
+  L.heads = hq;
+  L.hq = q.stride(1);
+  L.hk = d;
+  L.hv = dv;
+  L.gk = L.gv = hq / hkv;
+  L.lq = lq;
+  L.lkv = w * s;
+  L.d = d;
+  L.dv = dv;
+  L.q_row = q.stride(2);
+  L.q_col = q.stride(3);
+  L.k_row = hkv * d;
+  L.k_col = 1;
+  L.v_row = hkv * dv;
+  L.v_col = 1;
+  L.causal = true;
+  L.has_lengths = true;
+  if (!tiles_fit(q, k_pool, v_pool, L)) return false;
+  const Device dev = out.device();
+  DeviceGuard guard(dev);
+  int shift = 0;
+  while ((int64_t{1} << shift) < s) ++shift;
+  const PagedArgs paged{table.data<const int32_t>(), w, shift, nb};
+  return launch_decode(out, q, k_pool, v_pool, lengths, L, scale, stream_of(dev), device_error_record(dev.index),
+                       &paged);
 }
 
 void kv_cache_append(const Tensor& k_cache, const Tensor& k_src, const Tensor& v_cache, const Tensor& v_src,

@@ -83,6 +83,12 @@ void set_prefill_kernel(PrefillKernel k);
 int prefill_max_blocks();
 void set_prefill_max_blocks(int n);
 
+// paged_decode_attention's in-place path (the register decode kernel reading K and V through the block table):
+// false, with nothing launched, where it does not apply (the caller gathers the blocks instead). The op layer
+// has checked the arguments; table and lengths are contiguous.
+bool paged_decode_attention(const Tensor& out, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                            const Tensor& table, const Tensor& lengths, double scale);
+
 // k_cache [B, H, Lmax, D] and v_cache [B, H, Lmax, Dv] (any strides) <- k_src [B, H, T, D] / v_src (in
 // the caches' dtypes) at positions[b] (i32 [B], contiguous), in one launch: a sequence whose range leaves
 // [0, Lmax] is skipped and reported through the device error record.

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "kiln/error.h"
+#include "llm/kv_cache.h"
 
 namespace kiln::llm {
 
@@ -169,6 +170,45 @@ static AttendFn cache_attention(const ModelConfig& c, const Model::State& s, con
   return [&c, &s, &in, &kcs, &vcs](int64_t i, const LayerWeights& L, Tensor& q, const Tensor& k, const Tensor& v) {
     return attend(c, L, s, q, k, v, kcs[static_cast<size_t>(i)], vcs[static_cast<size_t>(i)], in);
   };
+}
+
+namespace {
+// The inputs of new tokens of sequences in a paged cache (device, i32): each token's position (RoPE) and
+// slot, each sequence's cache length after them and its row of the block table.
+struct PagedInputs {
+  Tensor positions, slots;  // [T]
+  Tensor lengths;           // [B]
+  Tensor table;             // [B, W]
+  int64_t b = 1;            // sequences; each has T / b new tokens
+  int64_t start = -1;       // prefill: the start position of the one sequence; else -1
+};
+}  // namespace
+
+// The attention of T new tokens of sequences in a paged cache, layer L: q/k norms and RoPE, the append at the
+// tokens' slots, then attention over each sequence's blocks (a prompt from position 0: causal attention over
+// its own keys); returns [T, q_size]. The same roundings as attend's one-op prologue (qk_norm_rope_append_ is
+// defined as this composition).
+static Tensor attend_paged(const ModelConfig& c, const LayerWeights& L, const Model::State& s, Tensor q, const Tensor& k,
+                           const Tensor& v, Tensor& kp, Tensor& vp, const PagedInputs& in) {
+  const int64_t T = q.size(0), Hq = c.num_heads, Hk = c.num_kv_heads, D = c.head_dim, lq = T / in.b;
+  Tensor kr = k;
+  if (c.qk_norm) {
+    q = rms_norm(q, L.attn.q_norm, c.rms_norm_eps);
+    kr = rms_norm(k, L.attn.k_norm, c.rms_norm_eps);
+  } else {
+    q = q.contiguous();  // rotated in place: not the qkv buffer the caller still reads v from
+    kr = k.contiguous();
+  }
+  rope_(q, kr, in.positions, s.inv_freq, s.attention_scaling);
+  paged_kv_append_(kp, vp, kr, v, in.slots);
+  Tensor attn;
+  if (in.start == 0 && T > 8) {
+    attn = scaled_dot_product_attention(q.view({1, T, Hq, D}).transpose(1, 2), kr.view({1, T, Hk, D}).transpose(1, 2),
+                                        v.view({1, T, Hk, D}).transpose(1, 2), std::nullopt, true, std::nullopt, true);
+  } else {
+    attn = paged_decode_attention(q.view({in.b, lq, Hq, D}).transpose(1, 2), kp, vp, in.table, in.lengths);
+  }
+  return attn.transpose(1, 2).reshape({T, c.q_size()});
 }
 
 // One pass over all layers for the new tokens `ids`; returns the hidden state after the final norm [T, H].
@@ -423,84 +463,123 @@ int64_t Model::decode_n(int64_t token, int64_t n, const SamplingParams& params, 
   return done;
 }
 
+KVCache Model::new_kv_cache(int64_t num_blocks, int64_t block_size) const {
+  KILN_CHECK(block_size >= 16 && block_size <= 1024 && (block_size & (block_size - 1)) == 0,
+             "new_kv_cache: block_size must be a power of two in [16, 1024], got ", block_size);
+  KILN_CHECK(num_blocks >= 1 && num_blocks <= (int64_t{1} << 24), "new_kv_cache: num_blocks must be in [1, 16777216], got ",
+             num_blocks);
+  const ModelConfig& c = config_;
+  auto p = std::make_shared<KVPool>();
+  p->owner = s_.get();
+  p->block_size = block_size;
+  p->num_blocks = num_blocks;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    p->k.push_back(empty({num_blocks, block_size, c.num_kv_heads, c.head_dim}, dtype_, options_.device));
+    p->v.push_back(empty({num_blocks, block_size, c.num_kv_heads, c.head_dim}, dtype_, options_.device));
+  }
+  p->blocks.resize(static_cast<size_t>(num_blocks));
+  p->contents.resize(static_cast<size_t>(num_blocks * block_size));
+  for (int64_t b = num_blocks - 1; b >= 0; --b) p->free.push_back(static_cast<int32_t>(b));  // block 0 first
+  KVCache cache;
+  cache.pool = std::move(p);
+  return cache;
+}
+
 Sequence Model::new_sequence(int64_t max_context) const {
   KILN_CHECK(max_context >= 1 && max_context <= (int64_t{1} << 22), "new_sequence: max_context must be in [1, 4194304], "
              "got ", max_context);
-  const ModelConfig& c = config_;
-  Sequence seq;
-  seq.max_context = max_context;
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    seq.k.push_back(empty({1, c.num_kv_heads, max_context, c.head_dim}, dtype_, options_.device));
-    seq.v.push_back(empty({1, c.num_kv_heads, max_context, c.head_dim}, dtype_, options_.device));
+  return new_kv_cache((max_context + 15) / 16).new_sequence(max_context);
+}
+
+namespace {
+// The paged inputs in one host-to-device copy: positions and slots of the new tokens, the sequences' lengths
+// after them, and their block-table rows (padded with block 0 to the longest).
+PagedInputs paged_inputs(const KVPool& pool, const std::vector<Sequence*>& seqs, int64_t per_seq, Device dev) {
+  const int64_t B = static_cast<int64_t>(seqs.size()), T = B * per_seq;
+  int64_t W = 1;
+  for (const Sequence* q : seqs) W = std::max<int64_t>(W, static_cast<int64_t>(q->blocks.size()));
+  std::vector<int32_t> host(static_cast<size_t>(2 * T + B + B * W), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const Sequence& q = *seqs[static_cast<size_t>(b)];
+    for (int64_t t = 0; t < per_seq; ++t) {
+      host[static_cast<size_t>(b * per_seq + t)] = static_cast<int32_t>(q.position + t);
+      host[static_cast<size_t>(T + b * per_seq + t)] = pool.slot(q, q.position + t);
+    }
+    host[static_cast<size_t>(2 * T + b)] = static_cast<int32_t>(q.position + per_seq);
+    std::copy(q.blocks.begin(), q.blocks.end(), host.begin() + 2 * T + B + b * W);
   }
-  return seq;
+  const Tensor all = from_vector<int32_t>(host).to(dev);
+  PagedInputs in;
+  in.positions = all.narrow(0, 0, T);
+  in.slots = all.narrow(0, T, T);
+  in.lengths = all.narrow(0, 2 * T, B);
+  in.table = all.narrow(0, 2 * T + B, B * W).view({B, W});
+  in.b = B;
+  return in;
+}
+}  // namespace
+
+void Model::check_sequence(const Sequence& seq, const char* op, int64_t i, int64_t n) const {
+  KILN_CHECK(seq.pool != nullptr && seq.pool->owner == s_.get(), op, ": sequence ", i,
+             " was not made by this model's cache");
+  KILN_CHECK(seq.position + n <= seq.max_context, op, ": ", n, " tokens after ", seq.position, " in sequence ", i,
+             " exceed its context of ", seq.max_context, seq.position == seq.max_context ? " (it is full)" : "");
 }
 
 Tensor Model::prefill(Sequence& seq, const std::vector<int64_t>& ids) {
   OnModelStream on(options_.device, s_->stream);
   KILN_CHECK(!ids.empty(), "prefill: the prompt is empty");
-  KILN_CHECK(static_cast<int64_t>(seq.k.size()) == config_.num_layers, "prefill: the sequence was not made by this model");
-  KILN_CHECK(seq.position + static_cast<int64_t>(ids.size()) <= seq.max_context, "prefill: ", ids.size(), " tokens after ",
-             seq.position, " in the sequence exceed its context of ", seq.max_context);
+  check_sequence(seq, "prefill", 0, static_cast<int64_t>(ids.size()));
   for (int64_t id : ids)
     KILN_CHECK(id >= 0 && id < config_.vocab_size, "prefill: token id ", id, " is outside the vocabulary [0, ",
                config_.vocab_size, ")");
-  const Device dev = options_.device;
+  KVPool& pool = *seq.pool;
   const int64_t T = static_cast<int64_t>(ids.size()), start = seq.position;
-  StepInputs in;
-  in.ids = from_vector<int64_t>(ids).to(dev);
+  pool.ensure(seq, start + T);
+  PagedInputs in = paged_inputs(pool, {&seq}, T, options_.device);
   in.start = start;
-  in.positions = arange(start, start + T, 1, DType::I32, dev);
-  in.at = i32_scalar_buffer(start, dev);
-  in.lengths = i32_scalar_buffer(start + T, dev);
-  const Tensor h = run_layers(config_, weights_, in.ids, dtype_, nullptr, cache_attention(config_, *s_, in, seq.k, seq.v));
+  const Tensor id_t = from_vector<int64_t>(ids).to(options_.device);
+  const AttendFn paged = [&](int64_t i, const LayerWeights& L, Tensor& q, const Tensor& k, const Tensor& v) {
+    return attend_paged(config_, L, *s_, q, k, v, pool.k[static_cast<size_t>(i)], pool.v[static_cast<size_t>(i)], in);
+  };
+  const Tensor h = run_layers(config_, weights_, id_t, dtype_, nullptr, paged);
+  Tensor logits = weights_.lm_head(h.narrow(0, T - 1, 1)).to(DType::F32).view({config_.vocab_size});
+  seq.tokens.insert(seq.tokens.end(), ids.begin(), ids.end());
   seq.position += T;
-  return weights_.lm_head(h.narrow(0, T - 1, 1)).to(DType::F32).view({config_.vocab_size});
+  pool.register_full(seq, start);
+  return logits;
 }
 
 Tensor Model::step(const std::vector<Sequence*>& seqs, const std::vector<int64_t>& tokens) {
   OnModelStream on(options_.device, s_->stream);
   const int64_t B = static_cast<int64_t>(seqs.size());
   KILN_CHECK(B >= 1 && tokens.size() == seqs.size(), "step: one token per sequence, got ", tokens.size(), " for ", B);
-  const Device dev = options_.device;
-  std::vector<StepInputs> in(static_cast<size_t>(B));
-  // Every sequence's position and cache length after the step, in one host-to-device copy: [2, B].
-  std::vector<int32_t> pos_len(static_cast<size_t>(2 * B));
   for (int64_t b = 0; b < B; ++b) {
-    Sequence& seq = *seqs[static_cast<size_t>(b)];
-    KILN_CHECK(static_cast<int64_t>(seq.k.size()) == config_.num_layers, "step: sequence ", b,
-               " was not made by this model");
-    KILN_CHECK(seq.position + 1 <= seq.max_context, "step: sequence ", b, " is full (", seq.max_context, " tokens)");
+    const Sequence& seq = *seqs[static_cast<size_t>(b)];
+    check_sequence(seq, "step", b, 1);
+    KILN_CHECK(seq.pool == seqs[0]->pool, "step: sequence ", b, " is in another cache than sequence 0");
     for (int64_t c = 0; c < b; ++c)
       KILN_CHECK(seqs[static_cast<size_t>(c)] != &seq, "step: sequence ", b, " is also sequence ", c);
     const int64_t t = tokens[static_cast<size_t>(b)];
     KILN_CHECK(t >= 0 && t < config_.vocab_size, "step: token id ", t, " is outside the vocabulary");
-    pos_len[static_cast<size_t>(b)] = static_cast<int32_t>(seq.position);
-    pos_len[static_cast<size_t>(B + b)] = static_cast<int32_t>(seq.position + 1);
   }
-  const Tensor pl = from_vector<int32_t>(pos_len).to(dev);
-  for (int64_t b = 0; b < B; ++b) {
-    StepInputs& x = in[static_cast<size_t>(b)];
-    x.start = -1;
-    x.positions = pl.narrow(0, b, 1);
-    x.at = x.positions;
-    x.lengths = pl.narrow(0, B + b, 1);
-  }
-  const Tensor ids = from_vector<int64_t>(tokens).to(dev);
-  // Row b of the products is sequence b's token; attention goes sequence by sequence.
-  const AttendFn by_sequence = [&](int64_t i, const LayerWeights& L, Tensor& q, const Tensor& k, const Tensor& v) {
-    std::vector<Tensor> rows;
-    for (int64_t b = 0; b < B; ++b) {
-      Sequence& seq = *seqs[static_cast<size_t>(b)];
-      Tensor qb = q.narrow(0, b, 1);
-      rows.push_back(attend(config_, L, *s_, qb, k.narrow(0, b, 1), v.narrow(0, b, 1), seq.k[static_cast<size_t>(i)],
-                            seq.v[static_cast<size_t>(i)], in[static_cast<size_t>(b)]));
-    }
-    return B == 1 ? rows[0] : cat(rows, 0);
+  KVPool& pool = *seqs[0]->pool;
+  for (Sequence* seq : seqs) pool.ensure(*seq, seq->position + 1);
+  const PagedInputs in = paged_inputs(pool, seqs, 1, options_.device);
+  const Tensor ids = from_vector<int64_t>(tokens).to(options_.device);
+  // Row b of the products is sequence b's token; one attention launch per layer reads every sequence's blocks.
+  const AttendFn paged = [&](int64_t i, const LayerWeights& L, Tensor& q, const Tensor& k, const Tensor& v) {
+    return attend_paged(config_, L, *s_, q, k, v, pool.k[static_cast<size_t>(i)], pool.v[static_cast<size_t>(i)], in);
   };
-  const Tensor h = run_layers(config_, weights_, ids, dtype_, nullptr, by_sequence);
-  for (Sequence* seq : seqs) ++seq->position;
-  return weights_.lm_head(h).to(DType::F32);
+  const Tensor h = run_layers(config_, weights_, ids, dtype_, nullptr, paged);
+  Tensor logits = weights_.lm_head(h).to(DType::F32);
+  for (int64_t b = 0; b < B; ++b) {
+    Sequence& seq = *seqs[static_cast<size_t>(b)];
+    seq.tokens.push_back(tokens[static_cast<size_t>(b)]);
+    ++seq.position;
+    pool.register_full(seq, seq.position - 1);
+  }
+  return logits;
 }
 
 int64_t Model::bytes_per_token() const {

@@ -309,3 +309,107 @@ void kv_cache_append_(Tensor& k_cache, Tensor& v_cache, const Tensor& k_new, con
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+namespace {
+
+// The pools' shapes: k_pool [NB, S, Hkv, D], v_pool [NB, S, Hkv, Dv], contiguous, on one device.
+void check_pools(const char* op, const Tensor& k_pool, const Tensor& v_pool) {
+  KILN_CHECK(k_pool.defined() && v_pool.defined(), op, ": the pools must be defined tensors");
+  KILN_CHECK(k_pool.dim() == 4 && v_pool.dim() == 4 && k_pool.size(0) == v_pool.size(0) &&
+                 k_pool.size(1) == v_pool.size(1) && k_pool.size(2) == v_pool.size(2),
+             op, ": the pools must be k_pool [NB, S, Hkv, D] and v_pool [NB, S, Hkv, Dv], got ", k_pool.meta(), " and ",
+             v_pool.meta());
+  KILN_CHECK(k_pool.is_contiguous() && v_pool.is_contiguous(), op, ": the pools must be contiguous, got ",
+             k_pool.meta(), " and ", v_pool.meta());
+  KILN_CHECK(k_pool.device() == v_pool.device(), op, ": the pools must be on one device, got ", k_pool.meta(),
+             " and ", v_pool.meta());
+  KILN_CHECK(k_pool.data_ptr() != v_pool.data_ptr() || k_pool.numel() == 0, op,
+             ": k_pool and v_pool must not be the same memory");
+}
+
+// A pool [NB, S, H, D] as the cache of `b` sequences that all see every slot: [b, H, NB * S, D] with stride 0
+// over the sequences (a view; row p of the cache is slot p).
+Tensor slots_view(const Tensor& pool, int64_t b) {
+  const int64_t nb = pool.size(0), s = pool.size(1), h = pool.size(2), d = pool.size(3);
+  return pool.as_strided({b, h, nb * s, d}, {0, d, h * d, 1});
+}
+
+}  // namespace
+
+void paged_kv_append_(Tensor& k_pool, Tensor& v_pool, const Tensor& k_new, const Tensor& v_new, const Tensor& slots) {
+  const char* op = "paged_kv_append_";
+  check_pools(op, k_pool, v_pool);
+  KILN_CHECK(k_new.defined() && v_new.defined() && slots.defined(), op, ": every argument must be a defined tensor");
+  const int64_t t = k_new.dim() == 3 ? k_new.size(0) : -1;
+  KILN_CHECK(k_new.dim() == 3 && v_new.dim() == 3 && v_new.size(0) == t && k_new.size(1) == k_pool.size(2) &&
+                 v_new.size(1) == v_pool.size(2) && k_new.size(2) == k_pool.size(3) && v_new.size(2) == v_pool.size(3),
+             op, ": the new entries must be k_new [T, Hkv, D] and v_new [T, Hkv, Dv] for pools ", k_pool.meta(), " and ",
+             v_pool.meta(), ", got ", k_new.meta(), " and ", v_new.meta());
+  KILN_CHECK(slots.dtype() == DType::I32 && slots.dim() == 1 && slots.size(0) == t, op, ": slots must be i32 [", t,
+             "] (one per new row), got ", slots.meta());
+  KILN_CHECK(slots.device() == k_pool.device(), op, ": slots must be on the pools' device, got ", slots.meta(),
+             " for pools on ", k_pool.device());
+  if (slots.is_cpu()) {
+    const Tensor sc = slots.contiguous();
+    const int32_t* sp = sc.data<const int32_t>();
+    const int64_t n = k_pool.size(0) * k_pool.size(1);
+    for (int64_t i = 0; i < t; ++i)
+      KILN_CHECK(sp[i] >= 0 && sp[i] < n, op, ": slots[", i, "] = ", sp[i], " is outside the pools' ", n,
+                 " slots (NB x S = ", k_pool.size(0), " x ", k_pool.size(1), ")");
+  }
+  // Row t is sequence t of kv_cache_append_ over caches that see every slot, with one new entry each.
+  Tensor kc = slots_view(k_pool, t), vc = slots_view(v_pool, t);
+  kv_cache_append_(kc, vc, k_new.unsqueeze(2), v_new.unsqueeze(2), slots);
+}
+
+Tensor paged_decode_attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const Tensor& block_table,
+                              const Tensor& lengths, std::optional<double> scale) {
+  const char* op = "paged_decode_attention";
+  check_pools(op, k_pool, v_pool);
+  KILN_CHECK(q.defined() && block_table.defined() && lengths.defined(), op,
+             ": every argument must be a defined tensor");
+  KILN_CHECK(q.dim() == 4, op, ": q must be [B, Hq, Lq, D], got ", q.meta());
+  const int64_t b = q.size(0), nb = k_pool.size(0), s = k_pool.size(1), hkv = k_pool.size(2);
+  KILN_CHECK(block_table.dtype() == DType::I32 && block_table.dim() == 2 && block_table.size(0) == b, op,
+             ": block_table must be i32 [", b, ", W] (a row per sequence), got ", block_table.meta());
+  KILN_CHECK(block_table.device() == q.device() && k_pool.device() == q.device(), op,
+             ": every argument must be on one device, got q ", q.meta(), ", k_pool ", k_pool.meta(), ", block_table ",
+             block_table.meta());
+  KILN_CHECK(s >= 1, op, ": the block size must be at least 1, got pools ", k_pool.meta());
+  const int64_t w = block_table.size(1);
+  const Tensor table = block_table.contiguous();
+  if (table.is_cpu()) {
+    const int32_t* tp = table.data<const int32_t>();
+    for (int64_t i = 0; i < table.numel(); ++i)
+      KILN_CHECK(tp[i] >= 0 && tp[i] < nb, op, ": block_table[", i / std::max<int64_t>(w, 1), ", ",
+                 i % std::max<int64_t>(w, 1), "] = ", tp[i], " is not a block of the pools (0 <= block < ", nb, ")");
+  }
+  KILN_CHECK(q.size(3) == k_pool.size(3) && hkv > 0 && q.size(1) % hkv == 0, op, ": q ", q.meta(),
+             " does not match the pools ", k_pool.meta(), " (want [B, Hq, Lq, D] with Hq a multiple of Hkv = ", hkv, ")");
+  KILN_CHECK(q.dtype() == k_pool.dtype() && q.dtype() == v_pool.dtype() && is_float_dtype(q.dtype()), op,
+             ": q and the pools must have one floating dtype, got q ", q.meta(), ", k_pool ", k_pool.meta(),
+             ", v_pool ", v_pool.meta());
+  KILN_CHECK(lengths.dtype() == DType::I32 && lengths.dim() == 1 && lengths.size(0) == b &&
+                 lengths.device() == q.device(),
+             op, ": lengths must be i32 [", b, "] on q's device, got ", lengths.meta());
+#if KILN_HAVE_CUDA
+  if (q.is_cuda()) {
+    Tensor out = empty({b, q.size(1), q.size(2), v_pool.size(3)}, q.dtype(), q.device());
+    if (out.numel() == 0) return out;
+    if (cuda::paged_decode_attention(out, q, k_pool, v_pool, table, lengths.contiguous(),
+                                     default_scale(q.size(3), scale)))
+      return out;
+  }
+#endif
+  // Each sequence's blocks gathered into a cache of W * S positions: [B, Hkv, W * S, D].
+  auto gather = [&](const Tensor& pool) {
+    return index_select(pool, 0, table.reshape({b * w}))
+        .view({b, w * s, hkv, pool.size(3)})
+        .transpose(1, 2);
+  };
+  return decode_attention(q, gather(k_pool), gather(v_pool), lengths, scale);
+}
+
+}  // namespace kiln

@@ -1,7 +1,7 @@
 // CUDA attention against the CPU reference (itself tested against a double-precision transcription of
 // PyTorch's math path in tests/ops/attention_test.cpp): the flash prefill tiles (D 64/128, f16/bf16), the
 // general kernel (f32, odd head dims, masks, unaligned rows), the split-KV decode kernel and its combine,
-// the KV-cache append, device-side errors, and graph capture while the device lengths grow.
+// the KV-cache append, the paged-cache ops, device-side errors, and graph capture while the device lengths grow.
 //
 // Tolerances: the tensor-core paths round P (the softmax weights) to 16 bits before P @ V, as every flash
 // kernel does, so each output carries about one 16-bit rounding per term on top of the output rounding:
@@ -532,6 +532,77 @@ TEST(CudaDecodeAttention, GraphReplayFollowsGrowingDeviceLengths) {
       len[0] += 300;  // jumps too: the graph reads whatever the device holds
     }
   }
+}
+
+
+// ---- paged caches ----
+
+// The register kernel reading K and V through the block table (f16/bf16, D = Dv in {64, 128}, KV groups of at
+// most 8 rows, S a power of two >= 16) and the gathered path (everything else) against the CPU's paged op
+// (tests/ops/attention_test.cpp holds it to a double-precision reference): tables with blocks out of order,
+// shared and repeated, lengths from 0 to W * S.
+TEST(CudaPagedAttention, MatchesCpuInPlaceAndGathered) {
+  KILN_REQUIRE_CUDA();
+  struct Case {
+    DType dt;
+    int64_t s, hq, hkv, d, lq;
+    bool in_place;
+  };
+  const Case cases[] = {{DType::BF16, 16, 32, 8, 128, 1, true}, {DType::F16, 32, 8, 1, 64, 1, true},
+                        {DType::BF16, 16, 16, 4, 128, 2, true}, {DType::BF16, 64, 16, 2, 64, 1, true},
+                        {DType::BF16, 24, 8, 2, 128, 1, false}, {DType::F32, 16, 8, 2, 64, 1, false},
+                        {DType::BF16, 16, 16, 2, 128, 3, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(str(dtype_name(c.dt), " S ", c.s, " Hq ", c.hq, " Hkv ", c.hkv, " D ", c.d, " Lq ", c.lq));
+    const int64_t nb = 48, w = 40, b = 5;
+    const Tensor kp = random_tensor({nb, c.s, c.hkv, c.d}, c.dt), vp = random_tensor({nb, c.s, c.hkv, c.d}, c.dt);
+    const Tensor table = randint(0, nb, {b, w}, DType::I64).to(DType::I32);
+    const std::vector<int32_t> lens = {0, 1, static_cast<int32_t>(c.s * 7 + 3), static_cast<int32_t>(w * c.s),
+                                       static_cast<int32_t>(w * c.s - 17)};
+    const Tensor q = random_tensor({b, c.lq, c.hq, c.d}, c.dt).transpose(1, 2);
+    const Tensor lens_t = from_vector<int32_t>(lens);
+    const Tensor cpu = paged_decode_attention(q, kp, vp, table, lens_t);
+    const int64_t before = cuda::decode_regs_launches();
+    poison_next(cpu.sizes(), c.dt);
+    const Tensor got =
+        paged_decode_attention(q.to(kGpu), kp.to(kGpu), vp.to(kGpu), table.to(kGpu), lens_t.to(kGpu)).cpu();
+    EXPECT_EQ(cuda::decode_regs_launches() > before, c.in_place);
+    EXPECT_TRUE(all_close(got, cpu, tol(c.dt)));
+  }
+}
+
+TEST(CudaPagedAttention, AppendMatchesCpuAndBadEntriesRaiseAtTheNextSync) {
+  KILN_REQUIRE_CUDA();
+  const int64_t nb = 6, s = 16;
+  Tensor kp = random_tensor({nb, s, 2, 128}, DType::BF16), vp = random_tensor({nb, s, 2, 128}, DType::BF16);
+  Tensor kg = kp.to(kGpu), vg = vp.to(kGpu);
+  const Tensor kn = random_tensor({3, 2, 128}, DType::F32), vn = random_tensor({3, 2, 128}, DType::F32);
+  const Tensor slots = from_vector<int32_t>({95, 0, 33});
+  paged_kv_append_(kp, vp, kn, vn, slots);
+  paged_kv_append_(kg, vg, kn.to(kGpu), vn.to(kGpu), slots.to(kGpu));
+  EXPECT_TRUE(test::equal(kg.cpu(), kp));
+  EXPECT_TRUE(test::equal(vg.cpu(), vp));
+  // A slot past the pools: that row is skipped, the others written.
+  const Tensor k0 = kg.cpu();
+  EXPECT_TRUE(test::throws_error([&] {
+    paged_kv_append_(kg, vg, kn.to(kGpu), vn.to(kGpu), from_vector<int32_t>({96, 1, 2}).to(kGpu));
+    (void)kg.cpu();
+  }, {"kv_cache_append_", "96"}));
+  EXPECT_TRUE(test::equal(kg.cpu().view({nb * s, 2, 128}).narrow(0, 1, 2), kn.narrow(0, 1, 2).to(DType::BF16)));
+  EXPECT_TRUE(test::equal(kg.cpu().view({nb * s, 2, 128}).narrow(0, 3, nb * s - 3), k0.view({nb * s, 2, 128}).narrow(0, 3, nb * s - 3)));
+  // A table entry outside the pools, in place (the register kernel) and gathered (f32).
+  const Tensor q = random_tensor({2, 8, 1, 128}, DType::BF16, -2, 2, kGpu);
+  const Tensor bad = from_vector<int32_t>({0, 1, 2, 9}, Shape{2, 2}).to(kGpu);
+  const Tensor lens = from_vector<int32_t>({5, 20}).to(kGpu);
+  EXPECT_TRUE(test::throws_error([&] { (void)paged_decode_attention(q, kg, vg, bad, lens).cpu(); }, {"decode_attention", "9"}));
+  EXPECT_TRUE(test::throws_error(
+      [&] { (void)paged_decode_attention(q.to(DType::F32), kg.to(DType::F32), vg.to(DType::F32), bad, lens).cpu(); },
+      {"index_select", "9"}));
+  // A length past W * S.
+  EXPECT_TRUE(test::throws_error(
+      [&] { (void)paged_decode_attention(q, kg, vg, from_vector<int32_t>({0, 1, 2, 3}, Shape{2, 2}).to(kGpu),
+                                         from_vector<int32_t>({5, 33}).to(kGpu)).cpu(); },
+      {"decode_attention", "33"}));
 }
 
 }  // namespace

@@ -152,9 +152,11 @@ TEST_P(Batched, SequencesDecodedTogetherEqualTheirSoloRuns) {
       g.seed = 100 + i;
       solo.push_back(generate(m, prompts[i], g));
     }
-    // Sequence i joins after i steps of the others and leaves after n tokens.
+    // Sequence i joins after i steps of the others and leaves after n tokens; all four share one paged cache
+    // of blocks of 16 positions (their positions cross a block boundary).
+    const KVCache cache = m.new_kv_cache(8);
     std::vector<Sequence> seqs;
-    for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(m.new_sequence(64));
+    for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(cache.new_sequence(64));
     std::vector<Generator> gens;
     for (size_t i = 0; i < prompts.size(); ++i) gens.emplace_back(100 + i);
     std::vector<std::vector<int64_t>> got(prompts.size());
@@ -189,7 +191,97 @@ TEST_P(Batched, SequencesDecodedTogetherEqualTheirSoloRuns) {
   Sequence other = m.new_sequence(8);
   EXPECT_TRUE(test::throws_error([&] { m.step({&other}, {V}); }, {"outside the vocabulary"}));
   EXPECT_TRUE(test::throws_error([&] { m.step({&other, &other}, {1, 2}); }, {"is also sequence 0"}));
+  EXPECT_TRUE(test::throws_error([&] { m.step({&small, &other}, {1, 2}); }, {"is full"}));
+  Sequence third = m.new_sequence(8);
+  m.prefill(third, {1});
+  EXPECT_TRUE(test::throws_error([&] { m.step({&other, &third}, {1, 2}); }, {"another cache"}));
 }
+
+// The prefix cache: a prompt that begins with the blocks an earlier sequence filled takes them instead of
+// running them, and decodes exactly as a solo run of the whole prompt; blocks go back when sequences end, and
+// a full cache refuses a new block with a clear error, losing nothing.
+class PagedCache : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(PagedCache, ReusedPrefixBlocksDecodeAsTheWholePrompt) {
+  const auto& [name, cuda] = GetParam();
+  if (cuda) KILN_REQUIRE_CUDA();
+  ModelOptions o;
+  o.max_context = 128;
+  o.device = cuda ? cuda_device() : kCPU;
+  o.dtype = DType::F32;
+  Model m = load_model(dir_of(name), o);
+  const int64_t V = m.config().vocab_size;
+  std::vector<int64_t> system;
+  for (int64_t i = 0; i < 40; ++i) system.push_back((7 * i + 3) % V);
+  const int64_t n = 8;
+  const SamplingParams greedy{0.0, 0, 1.0, 0.0};
+  GenerateOptions g;
+  g.max_new_tokens = n;
+  g.sampling = greedy;
+  const KVCache cache = m.new_kv_cache(12);
+  EXPECT_EQ(cache.block_size(), 16);
+  EXPECT_EQ(cache.free_blocks(), 12);
+  // Greedy decoding of `prompt` in a sequence of the cache, after taking what the cache holds of it.
+  auto run = [&](const std::vector<int64_t>& prompt, int64_t* reused) {
+    Sequence seq = cache.new_sequence(128);
+    *reused = cache.reuse_prefix(seq, prompt);
+    const std::vector<int64_t> rest(prompt.begin() + *reused, prompt.end());
+    std::vector<int64_t> out{m.sample_first(m.prefill(seq, rest), greedy, nullptr)};
+    while (static_cast<int64_t>(out.size()) < n) {
+      Sequence* one = &seq;
+      out.push_back(sample(m.step({one}, {out.back()}).select(0, 0), greedy, nullptr).item<int64_t>());
+    }
+    return out;
+  };
+  int64_t reused = -1;
+  EXPECT_EQ(run(system, &reused), generate(m, system, g));
+  EXPECT_EQ(reused, 0);
+  // Its 40 prompt and 7 decoded tokens filled two blocks, which stay cached after the sequence ends.
+  EXPECT_EQ(cache.free_blocks(), 12);
+  EXPECT_EQ(cache.cached_blocks(), 2);
+  for (const std::vector<int64_t>& tail : {std::vector<int64_t>{5, 6, 7}, std::vector<int64_t>{9}}) {
+    std::vector<int64_t> prompt = system;
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    EXPECT_EQ(run(prompt, &reused), generate(m, prompt, g));
+    EXPECT_EQ(reused, 32);
+  }
+  // A prompt that differs inside the first block reuses nothing; one that is exactly two blocks long leaves
+  // its last token to run.
+  std::vector<int64_t> other = system;
+  other[3] = (other[3] + 1) % V;
+  EXPECT_EQ(run(other, &reused), generate(m, other, g));
+  EXPECT_EQ(reused, 0);
+  const std::vector<int64_t> two(system.begin(), system.begin() + 32);
+  EXPECT_EQ(run(two, &reused), generate(m, two, g));
+  EXPECT_EQ(reused, 16);
+  // Sequences hold blocks until they end; a full cache refuses the next block and the sequence is unchanged.
+  {
+    std::vector<Sequence> held;
+    for (int i = 0; i < 11; ++i) {
+      held.push_back(cache.new_sequence(128));
+      m.prefill(held.back(), {1 + i});
+    }
+    EXPECT_EQ(cache.free_blocks(), 1);
+    Sequence last = cache.new_sequence(128);
+    std::vector<int64_t> long_prompt(17, 2);
+    EXPECT_TRUE(test::throws_error([&] { m.prefill(last, long_prompt); }, {"all 12 blocks", "held by sequences"}));
+    EXPECT_EQ(last.position, 0);
+  }
+  EXPECT_EQ(cache.free_blocks(), 12);
+  // After the evictions the full cache made, the first blocks were handed out again: nothing stale is reused.
+  EXPECT_EQ(run(system, &reused), generate(m, system, g));
+  cache.clear_prefixes();
+  EXPECT_EQ(cache.cached_blocks(), 0);
+  EXPECT_TRUE(test::throws_error([&] { m.new_kv_cache(4, 24); }, {"power of two"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PagedCache,
+                         ::testing::Combine(::testing::Values("qwen3-tiny", "llama-tiny"), ::testing::Bool()),
+                         [](const auto& info) {
+                           std::string s = std::get<0>(info.param) + (std::get<1>(info.param) ? "_cuda" : "_cpu");
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Models, Batched,
                          ::testing::Combine(::testing::Values("qwen3-tiny", "qwen3-moe-tiny", "llama-tiny"),

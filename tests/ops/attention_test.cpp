@@ -1,5 +1,5 @@
-// scaled_dot_product_attention, decode_attention and kv_cache_append_ on the CPU against a direct
-// double-precision transcription of PyTorch's math path, written here with its own broadcasting code.
+// scaled_dot_product_attention, decode_attention, kv_cache_append_ and the paged-cache ops on the CPU against
+// a direct double-precision transcription of PyTorch's math path, written here with its own broadcasting code.
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -447,6 +447,83 @@ TEST(DecodeAttention, ErrorsNameTheProblem) {
                            {"shapes do not match"}));
   EXPECT_TRUE(throws_error([&] { kv_cache_append_(kc, vc, kn, vn, from_vector<int32_t>({0, 0}).to(DType::I64)); },
                            {"i32"}));
+}
+
+
+// ---- paged caches ----
+
+// Sequence b's cache [B, Hkv, W * S, D] made of the blocks its row of the table names, in order.
+Tensor cache_of_blocks(const Tensor& pool, const std::vector<std::vector<int32_t>>& table) {
+  std::vector<Tensor> seqs;
+  for (const std::vector<int32_t>& row : table) {
+    std::vector<Tensor> blocks;
+    for (int32_t blk : row) blocks.push_back(pool.select(0, blk));
+    seqs.push_back(cat(blocks, 0).transpose(0, 1));
+  }
+  return stack(seqs, 0);
+}
+
+Tensor table_tensor(const std::vector<std::vector<int32_t>>& table) {
+  std::vector<int32_t> flat;
+  for (const auto& row : table) flat.insert(flat.end(), row.begin(), row.end());
+  return from_vector<int32_t>(flat, Shape{static_cast<int64_t>(table.size()), static_cast<int64_t>(table[0].size())});
+}
+
+TEST(PagedAttention, MatchesTheReferenceOverEachSequencesBlocks) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    for (int64_t lq : {1, 3}) {
+      SCOPED_TRACE(str(dtype_name(dt), " Lq ", lq));
+      const int64_t nb = 9, s = 16, hkv = 2, hq = 6, d = 32, dv = 16;
+      const Tensor kp = random_tensor({nb, s, hkv, d}, dt), vp = random_tensor({nb, s, hkv, dv}, dt);
+      // Blocks out of order, one shared by two sequences, unused entries 0.
+      const std::vector<std::vector<int32_t>> table = {{4, 0, 0}, {7, 2, 5}, {3, 2, 8}};
+      const std::vector<int32_t> lens = {5, 48, 17};
+      const Tensor q = random_tensor({3, lq, hq, d}, dt).transpose(1, 2);
+      const Tensor out = paged_decode_attention(q, kp, vp, table_tensor(table), from_vector<int32_t>(lens));
+      EXPECT_TRUE(all_close(out, decode_reference(q, cache_of_blocks(kp, table), cache_of_blocks(vp, table), lens)));
+    }
+  }
+}
+
+TEST(PagedAttention, AppendWritesEachRowToItsSlot) {
+  const int64_t nb = 5, s = 16, hkv = 3, d = 8, dv = 4;
+  Tensor kp = random_tensor({nb, s, hkv, d}, DType::F32), vp = random_tensor({nb, s, hkv, dv}, DType::BF16);
+  const Tensor k0 = kp.clone(), v0 = vp.clone();
+  const Tensor kn = random_tensor({4, hkv, d}, DType::F32), vn = random_tensor({4, hkv, dv}, DType::F32);
+  const std::vector<int32_t> slots = {17, 0, 79, 40};
+  paged_kv_append_(kp, vp, kn, vn, from_vector<int32_t>(slots));
+  Tensor ke = k0.clone(), ve = v0.clone();
+  for (int64_t t = 0; t < 4; ++t) {
+    const int64_t blk = slots[t] / s, row = slots[t] % s;
+    ke.select(0, blk).select(0, row).copy_(kn.select(0, t));
+    ve.select(0, blk).select(0, row).copy_(vn.select(0, t));  // converted to the pool's bf16
+  }
+  EXPECT_TRUE(test::equal(kp, ke));
+  EXPECT_TRUE(test::equal(vp, ve));
+}
+
+TEST(PagedAttention, ErrorsNameTheProblemAndWriteNothing) {
+  Tensor kp = random_tensor({4, 16, 2, 8}, DType::F32), vp = random_tensor({4, 16, 2, 8}, DType::F32);
+  const Tensor k0 = kp.clone();
+  const Tensor kn = random_tensor({2, 2, 8}, DType::F32), vn = random_tensor({2, 2, 8}, DType::F32);
+  EXPECT_TRUE(throws_error([&] { paged_kv_append_(kp, vp, kn, vn, from_vector<int32_t>({3, 64})); },
+                           {"paged_kv_append_", "slots[1] = 64", "64 slots"}));
+  EXPECT_TRUE(throws_error([&] { paged_kv_append_(kp, vp, kn, vn, from_vector<int32_t>({-1, 0})); }, {"slots[0] = -1"}));
+  EXPECT_TRUE(test::equal(kp, k0));
+  EXPECT_TRUE(throws_error([&] { paged_kv_append_(kp, vp, kn, vn, from_vector<int32_t>({1})); }, {"i32 [2]"}));
+  EXPECT_TRUE(throws_error([&] { paged_kv_append_(kp, vp, kn.narrow(2, 0, 4), vn, from_vector<int32_t>({0, 1})); },
+                           {"k_new [T, Hkv, D]"}));
+  Tensor strided = random_tensor({4, 16, 2, 16}, DType::F32).narrow(3, 0, 8);
+  EXPECT_TRUE(throws_error([&] { paged_kv_append_(strided, vp, kn, vn, from_vector<int32_t>({0, 1})); }, {"contiguous"}));
+  const Tensor q = random_tensor({2, 4, 1, 8}, DType::F32);
+  const Tensor lens = from_vector<int32_t>({3, 20});
+  EXPECT_TRUE(throws_error([&] { paged_decode_attention(q, kp, vp, table_tensor({{0, 1}, {2, 4}}), lens); },
+                           {"block_table[1, 1] = 4", "0 <= block < 4"}));
+  EXPECT_TRUE(throws_error([&] { paged_decode_attention(q, kp, vp, table_tensor({{0, 1}, {2, 3}}), from_vector<int32_t>({3, 33})); },
+                           {"lengths[1] = 33"}));
+  EXPECT_TRUE(throws_error([&] { paged_decode_attention(q, kp, vp, table_tensor({{0, 1}}), lens); }, {"i32 [2, W]"}));
+  EXPECT_TRUE(throws_error([&] { paged_decode_attention(q.narrow(1, 0, 3), kp, vp, table_tensor({{0, 1}, {2, 3}}), lens); },
+                           {"multiple"}));
 }
 
 }  // namespace

@@ -305,6 +305,36 @@ def test_scaled_dot_product_attention(rng, device):
         kiln.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.1, enable_gqa=True)
 
 
+def test_paged_kv_cache_ops(rng, device):
+    # Pools of 6 blocks of 16 positions; two sequences whose caches are blocks (4, 1, 0) and (2, 5, 0).
+    nb, S, hkv, hq, d = 6, 16, 2, 4, 64
+    kp, nkp = make(rng, (nb, S, hkv, d), kiln.float32, device, -1, 1)
+    vp, nvp = make(rng, (nb, S, hkv, d), kiln.float32, device, -1, 1)
+    kn, nkn = make(rng, (2, hkv, d), kiln.float32, device, -1, 1)
+    vn, nvn = make(rng, (2, hkv, d), kiln.float32, device, -1, 1)
+    table = [[4, 1, 0], [2, 5, 0]]
+    lengths = [20, 33]
+    slots = [table[b][(n - 1) // S] * S + (n - 1) % S for b, n in enumerate(lengths)]  # each one's newest position
+    kiln.paged_kv_append_(kp, vp, kn, vn, kiln.tensor(np.array(slots, np.int32), device=device))
+    for b, slot in enumerate(slots):
+        nkp[slot // S, slot % S], nvp[slot // S, slot % S] = nkn[b], nvn[b]
+    assert_close(to_numpy(kp), nkp, kiln.float32, rtol=0, atol=0)
+    q, nq = make(rng, (2, hq, 1, d), kiln.float32, device, -1, 1)
+    out = kiln.paged_decode_attention(q, kp, vp, kiln.tensor(np.array(table, np.int32), device=device),
+                                      kiln.tensor(np.array(lengths, np.int32), device=device))
+    for b, n in enumerate(lengths):
+        k = np.concatenate([nkp[i] for i in table[b]])[:n]  # [n, Hkv, D]
+        v = np.concatenate([nvp[i] for i in table[b]])[:n]
+        for h in range(hq):
+            s_ = k[:, h // (hq // hkv)] @ nq[b, h, 0] / math.sqrt(d)
+            p = np.exp(s_ - s_.max())
+            assert_close(to_numpy(out)[b, h, 0], (p / p.sum()) @ v[:, h // (hq // hkv)], kiln.float32,
+                         rtol=1e-4, atol=1e-5)
+    with pytest.raises(kiln.KilnError, match="block_table|index_select"):  # CUDA: at the next sync
+        kiln.paged_decode_attention(q, kp, vp, kiln.tensor(np.array([[0], [6]], np.int32), device=device),
+                                    kiln.tensor(np.array([1, 1], np.int32), device=device)).cpu()
+
+
 def test_indexing_ops(rng, device):
     t, a = make(rng, (4, 5), kiln.float32, device)
     idx = kiln.tensor([3, 0, 3], device=device)

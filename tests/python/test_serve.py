@@ -384,3 +384,27 @@ def test_soak_of_mixed_requests_leaks_no_memory(model):
         assert s.request("GET", "/health") == (200, '{"status":"ok"}')
     finally:
         assert s.stop() == 0
+
+
+def test_a_small_paged_cache_queues_requests_and_serves_them_all(model):
+    # 128 positions: 8 blocks of 16. Each request may fill 3 (prompt + 40 tokens), so at most two run at once
+    # and the others wait for blocks; each still equals its solo result. A request that could need more than the
+    # whole cache (the context is clamped to it) is a 400.
+    s = Server(model, "--kv-tokens", "128", "--max-batch", "4", ctx=256)
+    try:
+        prompts = [f"Paged request {i} says" for i in range(8)]
+        body = lambda p: {"prompt": p, "max_tokens": 40, "temperature": 0, "ignore_eos": True}
+        solo = [s.post("/v1/completions", body(p))[1]["choices"][0]["text"] for p in prompts]
+        with ThreadPoolExecutor(8) as ex:
+            together = list(ex.map(lambda p: s.post("/v1/completions", body(p))[1], prompts))
+        assert [r["choices"][0]["text"] for r in together] == solo
+        metrics = s.request("GET", "/metrics")[1]
+        value = lambda name: int(float(re.search(rf"^{name} (\S+)", metrics, re.M).group(1)))
+        assert value("kiln_kv_cache_blocks") == 8
+        assert value("kiln_kv_cache_blocks_free") == 8, "a finished request kept its blocks"
+        assert value("kiln_batch_running_max") == 2
+        status, r = s.post("/v1/completions", {"prompt": "Hello", "max_tokens": 200})
+        assert status == 400, r
+        assert s.request("GET", "/health")[0] == 200
+    finally:
+        assert s.stop() == 0

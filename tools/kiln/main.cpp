@@ -83,8 +83,11 @@ int main(int argc, char** argv) {
   serve->add_option("--ctx", serve_opts.ctx, "Context (KV cache) of a request, prompt and output")
       ->capture_default_str()->check(CLI::Range(int64_t{2}, int64_t{1} << 22));
   serve->add_option("--api-key", serve_opts.api_key, "Require 'Authorization: Bearer KEY' (use it when not on loopback)");
-  serve->add_option("--max-batch", serve_opts.max_batch, "Requests decoded together (each holds a KV cache of --ctx tokens)")
+  serve->add_option("--max-batch", serve_opts.max_batch, "Requests decoded together")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  serve->add_option("--kv-tokens", serve_opts.kv_tokens,
+                    "Positions of the paged KV cache all requests share (default: --max-batch x --ctx)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 28));
   serve->add_option("--prefill-chunk", serve_opts.prefill_chunk, "Prompt tokens run between two decode steps of the batch")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
   serve->add_option("--max-queue", serve_opts.max_queue, "Requests that may wait; more get 429")

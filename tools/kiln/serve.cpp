@@ -3,8 +3,9 @@
 //
 // Requests are validated on the HTTP threads (a 400 naming the field, 401, 413, 429) and queued; one engine
 // thread owns the model and decodes up to --max-batch of them together (continuous batching: a request joins
-// the batch when a slot is free and leaves at the token that ends it), handing each token's text to the
-// request's stream. A client that disconnects cancels its request at the next token. SIGTERM and SIGINT stop accepting, let
+// the batch when there is room and leaves at the token that ends it; the sequences' KV caches are blocks of one
+// paged cache, and prompt blocks stay cached for later requests that begin alike), handing each token's text
+// to the request's stream. A client that disconnects cancels its request at the next token. SIGTERM and SIGINT stop accepting, let
 // the running and queued requests finish, and exit 0.
 #include "serve.h"
 
@@ -80,17 +81,15 @@ struct Metrics {
   std::atomic<double> prefill_seconds{0}, decode_seconds{0};
 };
 
-// The model, its tokenizer, the queue and the running batch; one engine thread (continuous batching: requests
-// join the batch when a slot is free and leave it at the token that ends them).
+// The model, its tokenizer, its paged KV cache, the queue and the running batch; one engine thread (continuous
+// batching: requests join the batch when there is room and leave it at the token that ends them).
 class Engine {
  public:
   Engine(llm::Model model, std::optional<Tokenizer> tok, std::optional<ChatTemplate> chat, const ServeOptions& o)
       : model_(std::move(model)), tok_(std::move(tok)), chat_(std::move(chat)), o_(o) {
-    for (int64_t i = 0; i < o.max_batch; ++i) {
-      slots_.push_back(model_.new_sequence(model_.max_context()));
-      history_.emplace_back();
-      free_.push_back(static_cast<size_t>(i));
-    }
+    const int64_t tokens = o.kv_tokens > 0 ? o.kv_tokens : o.max_batch * o.ctx;
+    cache_ = model_.new_kv_cache((tokens + kBlock - 1) / kBlock, kBlock);
+    kv_blocks_ = kv_free_ = cache_.num_blocks();
     thread_ = std::thread([this] { run(); });
   }
 
@@ -113,6 +112,11 @@ class Engine {
     return queue_.size();
   }
   int64_t running() const { return running_.load(); }
+  struct CacheUse {
+    int64_t blocks, free, cached;
+  };
+  CacheUse cache_use() const { return {kv_blocks_, kv_free_.load(), kv_cached_.load()}; }
+  int64_t cache_bytes() const { return cache_.bytes(); }
   int64_t running_peak() const { return running_peak_.load(); }
 
   // Queues a job; a full queue is a 429.
@@ -128,11 +132,15 @@ class Engine {
   }
 
  private:
-  // A job in the batch: its slot (KV cache), its generator (the seed's stream, as generate() draws it), the
-  // tokens so far and how much of their text the stream has been given.
+  static constexpr int64_t kBlock = 16;  // positions per block of the paged KV cache
+
+  // A job in the batch: its sequence (blocks of the paged KV cache) and the blocks set aside for it, its
+  // generator (the seed's stream, as generate() draws it), the tokens so far and how much of their text the
+  // stream has been given.
   struct Active {
     std::shared_ptr<Job> job;
-    size_t slot = 0;
+    llm::Sequence seq;
+    int64_t reserved = 0;
     Generator gen;
     std::vector<int32_t> ids;
     std::string text;
@@ -143,7 +151,7 @@ class Engine {
     size_t prefix = 0, read = 0;
     bool cut = false;  // the text ended at a stop string
     std::string reason = "length";
-    size_t prefilled = 0;  // prompt tokens in the slot's cache (reused or run)
+    size_t prefilled = 0;  // prompt tokens in the sequence's cache (reused or run)
     std::optional<TokenLogprob> logprob;  // the next accepted token's, when the job asks for them
   };
 
@@ -163,7 +171,7 @@ class Engine {
     a.logprob = std::move(e);
   }
 
-  // Each pass: new jobs take free slots; one prompt chunk runs (so a long prompt does not stall the batch
+  // Each pass: queued jobs join while there is room; one prompt chunk runs (so a long prompt does not stall the batch
   // for its whole length); then one decode step of the batch.
   void run() {
     std::vector<Active> batch;
@@ -173,15 +181,22 @@ class Engine {
         std::unique_lock<std::mutex> lock(mu_);
         if (batch.empty() && prefilling.empty()) cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         if (batch.empty() && prefilling.empty() && queue_.empty()) return;  // stopping, everything queued has run
-        while (!free_.empty() && !queue_.empty()) {
+        // A job joins when the batch has room and the cache can hold all of it (prompt and max_tokens): the
+        // blocks it may need are set aside, so a running sequence never finds the cache full.
+        while (!queue_.empty() && static_cast<int64_t>(batch.size() + prefilling.size()) < o_.max_batch) {
+          const std::shared_ptr<Job>& job = queue_.front();
+          const int64_t need = blocks_for(*job);  // at most the whole cache: --ctx <= --kv-tokens (run_serve)
+          if (reserved_ + need > cache_.num_blocks()) break;
           Active a;
-          a.job = queue_.front();
+          a.job = job;
           queue_.pop_front();
-          a.gen = Generator(a.job->options.seed);
-          a.slot = take_slot(a.job->prompt);
+          a.reserved = need;
+          reserved_ += need;
           prefilling.push_back(std::move(a));
         }
       }
+      for (Active& a : prefilling)
+        if (!a.seq.pool) start(a);
       if (!prefilling.empty()) {
         Active& a = prefilling.front();
         const int state = prefill_chunk(a);
@@ -192,39 +207,33 @@ class Engine {
       }
       running_ = static_cast<int64_t>(batch.size());
       running_peak_ = std::max(running_peak_.load(), running_.load());
-      if (batch.empty()) continue;
-      step(batch);
-      running_ = static_cast<int64_t>(batch.size());
+      if (!batch.empty()) {
+        step(batch);
+        running_ = static_cast<int64_t>(batch.size());
+      }
+      kv_free_ = cache_.free_blocks();
+      kv_cached_ = cache_.cached_blocks();
     }
   }
 
-  // The free slot whose cache holds the longest prefix of `prompt` (the tokens of the request it served last);
-  // that prefix is not run again. Called with mu_ held.
-  size_t take_slot(const std::vector<int64_t>& prompt) {
-    size_t best = free_.size() - 1, best_len = 0;
-    for (size_t i = 0; i < free_.size(); ++i) {
-      const std::vector<int64_t>& h = history_[free_[i]];
-      size_t n = 0;
-      while (n < h.size() && n < prompt.size() && h[n] == prompt[n]) ++n;
-      if (n > best_len) {
-        best = i;
-        best_len = n;
-      }
-    }
-    const size_t slot = free_[best];
-    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
-    // At least the last prompt token runs: its logits give the first new token.
-    const size_t reuse = std::min(best_len, prompt.size() - 1);
-    history_[slot].resize(reuse);
-    slots_[slot].position = static_cast<int64_t>(reuse);
-    metrics_.prefix_reused_tokens += static_cast<int64_t>(reuse);
-    return slot;
+  // Blocks of the cache a job may fill: its prompt and max_tokens, within the context.
+  int64_t blocks_for(const Job& job) const {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(job.prompt.size()) + job.options.max_new_tokens, o_.ctx);
+    return (n + kBlock - 1) / kBlock;
+  }
+
+  // A joining job's sequence and generator; the longest cached prefix of its prompt is not run again.
+  void start(Active& a) {
+    a.gen = Generator(a.job->options.seed);
+    a.seq = cache_.new_sequence(o_.ctx);
+    const int64_t reuse = cache_.reuse_prefix(a.seq, a.job->prompt);
+    metrics_.prefix_reused_tokens += reuse;
   }
 
   // Runs the next chunk of a's prompt; when the prompt is done, samples the first token. 0: more to run;
   // 1: in the batch from now; -1: the job ended.
   int prefill_chunk(Active& a) {
-    llm::Sequence& seq = slots_[a.slot];
+    llm::Sequence& seq = a.seq;
     const std::vector<int64_t>& prompt = a.job->prompt;
     if (a.prefilled == 0) a.prefilled = static_cast<size_t>(seq.position);
     if (a.job->cancelled.load()) {
@@ -238,7 +247,6 @@ class Engine {
     const auto t0 = std::chrono::steady_clock::now();
     try {
       const Tensor logits = model_.prefill(seq, chunk);
-      history_[a.slot].insert(history_[a.slot].end(), chunk.begin(), chunk.end());
       a.prefilled += n;
       metrics_.prompt_tokens += static_cast<int64_t>(n);
       if (a.prefilled < prompt.size()) {
@@ -263,9 +271,8 @@ class Engine {
     std::vector<llm::Sequence*> seqs;
     std::vector<int64_t> tokens;
     for (Active& a : batch) {
-      seqs.push_back(&slots_[a.slot]);
+      seqs.push_back(&a.seq);
       tokens.push_back(a.ids.back());
-      history_[a.slot].push_back(a.ids.back());  // the token this step puts in the slot's cache
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<char> more(batch.size(), 0);
@@ -283,8 +290,7 @@ class Engine {
       error = e.what();  // every sequence of the step ends with it
     }
     add(metrics_.decode_seconds, seconds_since(t0));
-    if (!error.empty())
-      for (const Active& a : batch) history_[a.slot].clear();  // the caches' contents are not known: reuse none
+    if (!error.empty()) cache_.clear_prefixes();  // the blocks' contents are not known: reuse none
     std::vector<Active> kept;
     for (size_t r = 0; r < batch.size(); ++r) {
       if (error.empty() && more[r]) kept.push_back(std::move(batch[r]));
@@ -358,7 +364,7 @@ class Engine {
     a.read = a.ids.size();
   }
 
-  // The job is over: the rest of its text, its finish reason, and its slot back.
+  // The job is over: the rest of its text, its finish reason, and its blocks back.
   void end(Active& a, const std::string& error) {
     Job& job = *a.job;
     if (!a.cut) detokenize(a, true);
@@ -373,8 +379,9 @@ class Engine {
       job.done = true;
     }
     job.cv.notify_all();
-    std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(a.slot);
+    a.seq = llm::Sequence();  // its blocks back to the cache (full ones stay cached for later prompts)
+    reserved_ -= a.reserved;
+    a.reserved = 0;
   }
 
   static double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -387,9 +394,10 @@ class Engine {
   std::optional<ChatTemplate> chat_;
   ServeOptions o_;
   Metrics metrics_;
-  std::vector<llm::Sequence> slots_;
-  std::vector<std::vector<int64_t>> history_;  // the tokens in each slot's cache
-  std::vector<size_t> free_;
+  llm::KVCache cache_;
+  int64_t reserved_ = 0;  // blocks set aside for the jobs in the batch (engine thread)
+  int64_t kv_blocks_ = 0;
+  std::atomic<int64_t> kv_free_{0}, kv_cached_{0};  // the cache's use after the engine's last pass
   std::atomic<int64_t> running_{0}, running_peak_{0};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -572,7 +580,13 @@ extern "C" void on_stop_signal(int sig) {
 
 }  // namespace
 
-int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
+int run_serve(const ServeOptions& options, const LlmOptions& model_options) {
+  ServeOptions o = options;
+  if (o.kv_tokens > 0 && o.kv_tokens < o.ctx) {  // a request can use at most the whole cache
+    std::cerr << "kiln serve: --ctx " << o.ctx << " is more than --kv-tokens " << o.kv_tokens << ": using --ctx "
+              << o.kv_tokens << "\n";
+    o.ctx = o.kv_tokens;
+  }
   // Before any thread starts, so that every thread inherits the mask.
   const sigset_t signals = stop_signals();
   sem_init(&stop_semaphore, 0, 0);
@@ -690,12 +704,16 @@ int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
     metric("kiln_request_errors_total", "counter", "Requests answered with an error", double(m.errors.load()));
     metric("kiln_requests_cancelled_total", "counter", "Requests whose client went away", double(m.cancelled.load()));
     metric("kiln_prompt_tokens_total", "counter", "Prompt tokens run through the model", double(m.prompt_tokens.load()));
-    metric("kiln_prefix_reused_tokens_total", "counter", "Prompt tokens found in a slot's cache and not run again",
+    metric("kiln_prefix_reused_tokens_total", "counter", "Prompt tokens found in the prefix cache and not run again",
            double(m.prefix_reused_tokens.load()));
     metric("kiln_generation_tokens_total", "counter", "Tokens generated", double(m.generated_tokens.load()));
     metric("kiln_queue_length", "gauge", "Requests waiting for the engine", double(engine.queued()));
     metric("kiln_batch_running", "gauge", "Sequences in the running batch", double(engine.running()));
     metric("kiln_batch_running_max", "gauge", "The most sequences decoded together so far", double(engine.running_peak()));
+    const Engine::CacheUse kv = engine.cache_use();
+    metric("kiln_kv_cache_blocks", "gauge", "Blocks of the paged KV cache (16 positions each)", double(kv.blocks));
+    metric("kiln_kv_cache_blocks_free", "gauge", "Blocks no sequence holds (cached prefixes included)", double(kv.free));
+    metric("kiln_kv_cache_blocks_cached", "gauge", "Blocks no sequence holds that keep a cached prefix", double(kv.cached));
     const double pf = m.prefill_seconds.load(), dc = m.decode_seconds.load();
     metric("kiln_prefill_seconds_total", "counter", "Time spent in prefill", pf);
     metric("kiln_decode_seconds_total", "counter", "Time spent decoding", dc);
@@ -727,8 +745,10 @@ int run_serve(const ServeOptions& o, const LlmOptions& model_options) {
     if (listening) std::cerr << "kiln serve: " << (stop_signal == SIGINT ? "SIGINT" : "SIGTERM") << "\n";
     svr.stop();
   });
+  const Engine::CacheUse kv = engine.cache_use();
   std::cerr << "kiln serve: " << model_id << " on " << dev.str() << ", context " << engine.model().max_context()
-            << " tokens; listening on http://" << o.host << ":" << port << (o.api_key.empty() ? "" : " (API key required)")
+            << " tokens, KV cache " << kv.blocks << " blocks of 16 tokens (" << engine.cache_bytes() / (1 << 20)
+            << " MiB); listening on http://" << o.host << ":" << port << (o.api_key.empty() ? "" : " (API key required)")
             << "\n"
             << std::flush;
   svr.listen_after_bind();

@@ -40,14 +40,56 @@ struct Trace {
   Tensor logits;
 };
 
-// A sequence with a KV cache of its own, for decoding several sequences together (kiln serve): prefill(seq,
-// ids) appends a prompt to it, step(seqs, tokens) runs one token of each of several sequences through the model
-// at once (the matrix products read every weight once for all of them; attention runs per sequence). Eager on
-// every device (no CUDA graph). A sequence belongs to the model that made it.
+struct KVPool;  // a paged cache's pools and block allocator (src/llm/kv_cache.h)
+
+// A sequence decoded together with others (kiln serve): its positions live in blocks of a paged KV cache
+// (KVCache), taken as it grows and given back when it is destroyed. prefill(seq, ids) appends a prompt to it;
+// step(seqs, tokens) runs one token of each of several sequences through the model at once (the matrix products
+// read every weight once for all of them; one attention launch per layer reads every sequence's blocks through
+// a block table). Eager on every device (no CUDA graph). Move-only; it belongs to the model whose cache made it.
 struct Sequence {
-  std::vector<Tensor> k, v;  // per layer [1, Hkv, max_context, D]
-  int64_t position = 0;      // tokens in its cache
-  int64_t max_context = 0;
+  int64_t position = 0;     // tokens in its cache
+  int64_t max_context = 0;  // the most it may hold
+
+  Sequence();
+  ~Sequence();
+  Sequence(Sequence&&) noexcept;
+  Sequence& operator=(Sequence&&) noexcept;
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+
+  // Internals (src/llm/kv_cache.cpp): the pool, the blocks held in position order, the tokens in the cache.
+  std::shared_ptr<KVPool> pool;
+  std::vector<int32_t> blocks;
+  std::vector<int64_t> tokens;
+};
+
+// A paged KV cache shared by sequences: per layer, K and V pools of num_blocks() blocks of block_size()
+// positions ([NB, S, Hkv, D]: kiln::paged_kv_append_ and paged_decode_attention read and write them). A block
+// that a sequence has filled stays, once no sequence holds it, in a prefix cache: a new sequence whose prompt
+// begins with the same tokens takes those blocks (reuse_prefix) instead of running their tokens again. Blocks
+// are exact matches (the same tokens after the same earlier blocks), never approximate. A block no sequence
+// holds is handed out again when needed, cached ones after free ones, least recently released first. A handle:
+// copies share one cache. Not thread-safe (one engine thread drives it).
+class KVCache {
+ public:
+  KVCache() = default;
+  int64_t block_size() const;
+  int64_t num_blocks() const;
+  int64_t free_blocks() const;    // not held by any sequence (cached prefix blocks included)
+  int64_t cached_blocks() const;  // held by no sequence, and holding a cached prefix
+  int64_t bytes() const;          // of the pools, all layers
+
+  // A new, empty sequence that may hold up to max_context tokens (blocks are taken as it grows).
+  Sequence new_sequence(int64_t max_context) const;
+  // For an empty sequence of this cache: takes the cached blocks that hold the longest whole-block prefix of
+  // `prompt`, leaving at least its last token to run (its logits give the first new token). Returns the tokens
+  // reused (seq.position after it).
+  int64_t reuse_prefix(Sequence& seq, const std::vector<int64_t>& prompt) const;
+  // Forgets every cached prefix (after a failed step, say, when the contents of blocks are in doubt).
+  void clear_prefixes() const;
+
+  std::shared_ptr<KVPool> pool;  // internals
 };
 
 class Model {
@@ -88,12 +130,16 @@ class Model {
   int64_t decode_n(int64_t token, int64_t n, const SamplingParams& params, Generator* gen,
                    const std::function<bool(int64_t)>& on_token);
 
-  // A new, empty sequence (its cache allocated on the model's device).
+  // A paged KV cache of num_blocks blocks of block_size positions (a power of two >= 16) for sequences of this
+  // model, allocated on its device.
+  KVCache new_kv_cache(int64_t num_blocks, int64_t block_size = 16) const;
+  // A new, empty sequence with a paged cache of its own, large enough for max_context tokens.
   Sequence new_sequence(int64_t max_context) const;
   // Appends `ids` to the sequence's cache; returns the f32 logits [V] of the last new position.
   Tensor prefill(Sequence& seq, const std::vector<int64_t>& ids);
   // One token of each sequence (tokens[i] at seqs[i]->position); returns the f32 logits [B, V] of the next
-  // positions. The sequences must be distinct.
+  // positions. The sequences must be distinct and share one cache. A cache with too few blocks left throws
+  // before anything runs (a sequence may keep a block it took).
   Tensor step(const std::vector<Sequence*>& seqs, const std::vector<int64_t>& tokens);
 
   // Bytes of weights read per decoded token (the dense weights, plus top_k of E experts for MoE layers).
@@ -110,6 +156,7 @@ class Model {
   bool ensure_graph(const SamplingParams& params, uint64_t seed);
   void check_decode(int64_t token, int64_t n) const;
   void quantize_linears(const std::string& format);
+  void check_sequence(const Sequence& seq, const char* op, int64_t i, int64_t n) const;
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -34,6 +34,12 @@ struct DecodeParams {
   int early;     // register kernel, before its pdl_wait: 0 nothing, 1 L2 prefetch, 2 also speculative loads (DecodeTuning)
   int early_chunks;  // chunks of each warp prefetched into L2 before the wait (DecodeTuning::early_chunks)
   int guess_skew;  // tests: keys added to the length read before the wait (DecodeTuning::early_guess_skew)
+  // Paged caches (register kernel only): key p of sequence b is row (table[b * table_stride + p / S] * S + p % S)
+  // of k and v, S = 1 << block_shift; nullptr: row p (then the sequence's base is b * L.bk[0]).
+  const int32_t* table;
+  int64_t table_stride;
+  int block_shift;
+  int num_blocks;
   DeviceErrorRecord* err;
 };
 

@@ -109,13 +109,25 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
   // The speculative chunk's addresses come from the guess made before the wait, so its loads are coherent and
   // volatile (kernels/pdl.cuh: an ld.global.nc could be moved above the wait, and the kernel before this one
   // may be appending to the caches); every other chunk's come from the length read after the wait.
+  // The cache row of key k0 (paged caches: through the block table; a block outside the pools is reported and
+  // read as block 0). A chunk's 16 keys lie in one block (chunks start at multiples of 16, S >= 16).
+  auto row_of = [&](int k0) -> int64_t {
+    if (p.table == nullptr) return k0;
+    int blk = p.table[b * p.table_stride + (k0 >> p.block_shift)];
+    if (static_cast<unsigned>(blk) >= static_cast<unsigned>(p.num_blocks)) {
+      report_device_error(p.err, DeviceErrorCode::IndexOutOfRange, OpId::DecodeAttention, blk, p.num_blocks);
+      blk = 0;
+    }
+    return (static_cast<int64_t>(blk) << p.block_shift) + (k0 & ((1 << p.block_shift) - 1));
+  };
   auto load = [&](int c, uint4 (&kr)[2][KL], uint4 (&vr)[4][VL], bool coherent) {
     const int k0 = kb + 16 * c;
+    const int64_t r0 = row_of(k0) - k0;  // key k of the chunk is row r0 + k
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int key = k0 + g + 8 * i;
       const bool ok = key < ke;
-      const uint4* kp = reinterpret_cast<const uint4*>(kbase + (ok ? static_cast<int64_t>(key) * L.k_row : 0) + 8 * t);
+      const uint4* kp = reinterpret_cast<const uint4*>(kbase + (ok ? (r0 + key) * L.k_row : 0) + 8 * t);
 #pragma unroll
       for (int j = 0; j < KL; ++j) {
         const uint4 v = coherent ? regs_kv_load<true>(kp + 4 * j) : regs_kv_load<false>(kp + 4 * j);
@@ -126,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_attention_regs_kernel(Deco
     for (int i = 0; i < 4; ++i) {
       const int key = k0 + 2 * t + (i & 1) + 8 * (i >> 1);
       const bool ok = key < ke;
-      const uint4* vp = reinterpret_cast<const uint4*>(vbase + (ok ? static_cast<int64_t>(key) * L.v_row : 0) + 8 * g);
+      const uint4* vp = reinterpret_cast<const uint4*>(vbase + (ok ? (r0 + key) * L.v_row : 0) + 8 * g);
 #pragma unroll
       for (int j = 0; j < VL; ++j) {  // channels 64 j + 8 g .. + 7: the 8 lanes of a key read 128 whole bytes
         const uint4 v = coherent ? regs_kv_load<true>(vp + 8 * j) : regs_kv_load<false>(vp + 8 * j);
