@@ -13,9 +13,11 @@
 namespace kiln::llm {
 
 struct KVPool {
+  uint64_t id = 0;               // unique in the process (captured steps name the cache they address)
   const void* owner = nullptr;  // the state of the model that made it
   int64_t block_size = 0, num_blocks = 0;
-  std::vector<Tensor> k, v;  // per layer [NB, S, Hkv, D]
+  int64_t scratch = 0;       // the block past the num_blocks handed out, for padding rows (= num_blocks)
+  std::vector<Tensor> k, v;  // per layer [NB + 1, S, Hkv, D]
 
   struct Block {
     int32_t refs = 0;     // sequences holding it

@@ -3,7 +3,9 @@
 #include "kiln/llm/model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
+#include <map>
 #include <optional>
 #include <tuple>
 
@@ -27,6 +29,15 @@ struct Model::State {
   uint64_t graph_seed = 0;
   std::vector<AsyncReadback> readback;  // two pinned slots for the sampled ids of consecutive steps
   Stream stream;
+  // The batched decode step (step(seqs, tokens)) captured per padded batch size, against one paged cache.
+  struct BatchGraph {
+    Graph graph;
+    Tensor ids, io;  // inputs: i64 [rows]; i32 positions, slots, lengths [rows] and the block table [rows, W]
+    Tensor logits;   // f32 [rows, V]
+    bool failed = false;  // the capture failed: this size runs eagerly
+  };
+  std::map<int64_t, BatchGraph> batch_graphs;
+  uint64_t graph_pool = 0;  // the id of the cache they were captured against
 };
 
 namespace {
@@ -209,6 +220,13 @@ static Tensor attend_paged(const ModelConfig& c, const LayerWeights& L, const Mo
     attn = paged_decode_attention(q.view({in.b, lq, Hq, D}).transpose(1, 2), kp, vp, in.table, in.lengths);
   }
   return attn.transpose(1, 2).reshape({T, c.q_size()});
+}
+
+// Attention against a paged cache's pools (per layer), with the inputs `in`.
+static AttendFn paged_attention(const ModelConfig& c, const Model::State& s, KVPool& pool, const PagedInputs& in) {
+  return [&c, &s, &pool, &in](int64_t i, const LayerWeights& L, Tensor& q, const Tensor& k, const Tensor& v) {
+    return attend_paged(c, L, s, q, k, v, pool.k[static_cast<size_t>(i)], pool.v[static_cast<size_t>(i)], in);
+  };
 }
 
 // One pass over all layers for the new tokens `ids`; returns the hidden state after the final norm [T, H].
@@ -470,12 +488,15 @@ KVCache Model::new_kv_cache(int64_t num_blocks, int64_t block_size) const {
              num_blocks);
   const ModelConfig& c = config_;
   auto p = std::make_shared<KVPool>();
+  static std::atomic<uint64_t> next_id{0};
+  p->id = ++next_id;
   p->owner = s_.get();
   p->block_size = block_size;
   p->num_blocks = num_blocks;
+  p->scratch = num_blocks;  // one more block, never handed out: padding rows of a captured step write there
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    p->k.push_back(empty({num_blocks, block_size, c.num_kv_heads, c.head_dim}, dtype_, options_.device));
-    p->v.push_back(empty({num_blocks, block_size, c.num_kv_heads, c.head_dim}, dtype_, options_.device));
+    p->k.push_back(empty({num_blocks + 1, block_size, c.num_kv_heads, c.head_dim}, dtype_, options_.device));
+    p->v.push_back(empty({num_blocks + 1, block_size, c.num_kv_heads, c.head_dim}, dtype_, options_.device));
   }
   p->blocks.resize(static_cast<size_t>(num_blocks));
   p->contents.resize(static_cast<size_t>(num_blocks * block_size));
@@ -492,32 +513,116 @@ Sequence Model::new_sequence(int64_t max_context) const {
 }
 
 namespace {
-// The paged inputs in one host-to-device copy: positions and slots of the new tokens, the sequences' lengths
-// after them, and their block-table rows (padded with block 0 to the longest).
-PagedInputs paged_inputs(const KVPool& pool, const std::vector<Sequence*>& seqs, int64_t per_seq, Device dev) {
-  const int64_t B = static_cast<int64_t>(seqs.size()), T = B * per_seq;
-  int64_t W = 1;
-  for (const Sequence* q : seqs) W = std::max<int64_t>(W, static_cast<int64_t>(q->blocks.size()));
-  std::vector<int32_t> host(static_cast<size_t>(2 * T + B + B * W), 0);
-  for (int64_t b = 0; b < B; ++b) {
+// The paged inputs of per_seq new tokens of each sequence, for `rows` >= seqs.size() sequences (rows past them
+// are padding: token position 0 in the pool's scratch block, length 1), with block-table rows W wide (padded
+// with block 0), as one i32 buffer: positions [T], slots [T], lengths [rows], table [rows, W] (T = rows x
+// per_seq).
+std::vector<int32_t> paged_host(const KVPool& pool, const std::vector<Sequence*>& seqs, int64_t per_seq, int64_t rows,
+                                int64_t W) {
+  const int64_t T = rows * per_seq;
+  std::vector<int32_t> host(static_cast<size_t>(2 * T + rows + rows * W), 0);
+  for (int64_t b = 0; b < rows; ++b) {
+    int32_t* table = host.data() + 2 * T + rows + b * W;
+    if (b >= static_cast<int64_t>(seqs.size())) {
+      host[static_cast<size_t>(T + b)] = static_cast<int32_t>(pool.scratch * pool.block_size);
+      host[static_cast<size_t>(2 * T + b)] = 1;
+      table[0] = static_cast<int32_t>(pool.scratch);
+      continue;
+    }
     const Sequence& q = *seqs[static_cast<size_t>(b)];
     for (int64_t t = 0; t < per_seq; ++t) {
       host[static_cast<size_t>(b * per_seq + t)] = static_cast<int32_t>(q.position + t);
       host[static_cast<size_t>(T + b * per_seq + t)] = pool.slot(q, q.position + t);
     }
     host[static_cast<size_t>(2 * T + b)] = static_cast<int32_t>(q.position + per_seq);
-    std::copy(q.blocks.begin(), q.blocks.end(), host.begin() + 2 * T + B + b * W);
+    std::copy(q.blocks.begin(), q.blocks.end(), table);
   }
-  const Tensor all = from_vector<int32_t>(host).to(dev);
+  return host;
+}
+
+// Views of that buffer (on the device).
+PagedInputs paged_views(const Tensor& io, int64_t rows, int64_t per_seq, int64_t W) {
+  const int64_t T = rows * per_seq;
   PagedInputs in;
-  in.positions = all.narrow(0, 0, T);
-  in.slots = all.narrow(0, T, T);
-  in.lengths = all.narrow(0, 2 * T, B);
-  in.table = all.narrow(0, 2 * T + B, B * W).view({B, W});
-  in.b = B;
+  in.positions = io.narrow(0, 0, T);
+  in.slots = io.narrow(0, T, T);
+  in.lengths = io.narrow(0, 2 * T, rows);
+  in.table = io.narrow(0, 2 * T + rows, rows * W).view({rows, W});
+  in.b = rows;
   return in;
 }
+
+int64_t widest(const std::vector<Sequence*>& seqs) {
+  int64_t W = 1;
+  for (const Sequence* q : seqs) W = std::max<int64_t>(W, static_cast<int64_t>(q->blocks.size()));
+  return W;
+}
+
+// The batch sizes the decode step is captured for: powers of two up to 16, then multiples of 16.
+int64_t graph_rows(int64_t b) {
+  if (b <= 16) {
+    int64_t r = 1;
+    while (r < b) r *= 2;
+    return r;
+  }
+  return (b + 15) / 16 * 16;
+}
 }  // namespace
+
+// The batched decode step as a CUDA graph, one per padded batch size (graph_rows), captured the first time a
+// size is seen and replayed after: its inputs (ids, positions, slots, lengths, block table of the model's
+// whole context) live in device buffers written before each replay. Returns the logits [B, V] (the graph's
+// buffer: valid until the next step), or nothing where the step runs eagerly instead: a sequence longer than
+// the model's context, a batch over 512, or a size whose capture failed (an op that synchronises).
+std::optional<Tensor> Model::step_graph(KVPool& pool, const std::vector<Sequence*>& seqs,
+                                        const std::vector<int64_t>& tokens) {
+  const int64_t B = static_cast<int64_t>(seqs.size()), rows = graph_rows(B);
+  const int64_t W = (options_.max_context + pool.block_size - 1) / pool.block_size;
+  if (rows > 512 || widest(seqs) > W) return std::nullopt;
+  if (s_->graph_pool != pool.id) {  // graphs address one cache's pools
+    s_->batch_graphs.clear();
+    s_->graph_pool = pool.id;
+  }
+  State::BatchGraph& g = s_->batch_graphs[rows];
+  if (g.failed) return std::nullopt;
+  const Device dev = options_.device;
+  if (!g.ids.defined()) {
+    g.ids = zeros({rows}, DType::I64, dev);
+    g.io = zeros({3 * rows + rows * W}, DType::I32, dev);
+  }
+  std::vector<int64_t> ids(tokens);
+  ids.resize(static_cast<size_t>(rows), 0);
+  g.ids.copy_(from_vector<int64_t>(ids));
+  g.io.copy_(from_vector<int32_t>(paged_host(pool, seqs, 1, rows, W)));
+  if (!g.graph.captured()) {
+    const PagedInputs in = paged_views(g.io, rows, 1, W);
+    auto body = [&] {
+      g.logits = weights_.lm_head(run_layers(config_, weights_, g.ids, dtype_, nullptr, paged_attention(config_, *s_, pool, in)))
+                     .to(DType::F32);
+    };
+    // Warm-up outside the capture (first calls may allocate workspaces or choose algorithms). It runs this very
+    // step; the replay below runs it again on the same inputs, which writes the same cache entries.
+    synchronize(dev);
+    body();
+    synchronize(dev);
+    try {
+      g.graph.capture(s_->stream, body);
+    } catch (const Error&) {
+      g.failed = true;
+      g.graph = Graph();
+      return std::nullopt;
+    }
+  }
+  g.graph.replay(s_->stream);
+  return g.logits.narrow(0, 0, B);
+}
+
+std::vector<int64_t> Model::step_graph_sizes() const {
+  std::vector<int64_t> sizes;
+  for (const auto& [rows, g] : s_->batch_graphs)
+    if (g.graph.captured()) sizes.push_back(rows);
+  return sizes;
+}
 
 void Model::check_sequence(const Sequence& seq, const char* op, int64_t i, int64_t n) const {
   KILN_CHECK(seq.pool != nullptr && seq.pool->owner == s_.get(), op, ": sequence ", i,
@@ -536,13 +641,11 @@ Tensor Model::prefill(Sequence& seq, const std::vector<int64_t>& ids) {
   KVPool& pool = *seq.pool;
   const int64_t T = static_cast<int64_t>(ids.size()), start = seq.position;
   pool.ensure(seq, start + T);
-  PagedInputs in = paged_inputs(pool, {&seq}, T, options_.device);
+  const int64_t W = widest({&seq});
+  PagedInputs in = paged_views(from_vector<int32_t>(paged_host(pool, {&seq}, T, 1, W)).to(options_.device), 1, T, W);
   in.start = start;
   const Tensor id_t = from_vector<int64_t>(ids).to(options_.device);
-  const AttendFn paged = [&](int64_t i, const LayerWeights& L, Tensor& q, const Tensor& k, const Tensor& v) {
-    return attend_paged(config_, L, *s_, q, k, v, pool.k[static_cast<size_t>(i)], pool.v[static_cast<size_t>(i)], in);
-  };
-  const Tensor h = run_layers(config_, weights_, id_t, dtype_, nullptr, paged);
+  const Tensor h = run_layers(config_, weights_, id_t, dtype_, nullptr, paged_attention(config_, *s_, pool, in));
   Tensor logits = weights_.lm_head(h.narrow(0, T - 1, 1)).to(DType::F32).view({config_.vocab_size});
   seq.tokens.insert(seq.tokens.end(), ids.begin(), ids.end());
   seq.position += T;
@@ -565,14 +668,16 @@ Tensor Model::step(const std::vector<Sequence*>& seqs, const std::vector<int64_t
   }
   KVPool& pool = *seqs[0]->pool;
   for (Sequence* seq : seqs) pool.ensure(*seq, seq->position + 1);
-  const PagedInputs in = paged_inputs(pool, seqs, 1, options_.device);
-  const Tensor ids = from_vector<int64_t>(tokens).to(options_.device);
-  // Row b of the products is sequence b's token; one attention launch per layer reads every sequence's blocks.
-  const AttendFn paged = [&](int64_t i, const LayerWeights& L, Tensor& q, const Tensor& k, const Tensor& v) {
-    return attend_paged(config_, L, *s_, q, k, v, pool.k[static_cast<size_t>(i)], pool.v[static_cast<size_t>(i)], in);
-  };
-  const Tensor h = run_layers(config_, weights_, ids, dtype_, nullptr, paged);
-  Tensor logits = weights_.lm_head(h).to(DType::F32);
+  std::optional<Tensor> captured = graphs_enabled() ? step_graph(pool, seqs, tokens) : std::nullopt;
+  Tensor logits;
+  if (captured) {
+    logits = *captured;
+  } else {
+    const int64_t W = widest(seqs);
+    const PagedInputs in = paged_views(from_vector<int32_t>(paged_host(pool, seqs, 1, B, W)).to(options_.device), B, 1, W);
+    const Tensor ids = from_vector<int64_t>(tokens).to(options_.device);
+    logits = weights_.lm_head(run_layers(config_, weights_, ids, dtype_, nullptr, paged_attention(config_, *s_, pool, in))).to(DType::F32);
+  }
   for (int64_t b = 0; b < B; ++b) {
     Sequence& seq = *seqs[static_cast<size_t>(b)];
     seq.tokens.push_back(tokens[static_cast<size_t>(b)]);

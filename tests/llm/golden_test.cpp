@@ -182,6 +182,9 @@ TEST_P(Batched, SequencesDecodedTogetherEqualTheirSoloRuns) {
     }
     for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], solo[i]) << "sequence " << i;
   }
+  // On CUDA the batched steps ran as captured graphs: 1, 2 and 3 sequences (padded to 4) and 4.
+  if (cuda) EXPECT_EQ(m.step_graph_sizes(), (std::vector<int64_t>{1, 2, 4}));
+  else EXPECT_TRUE(m.step_graph_sizes().empty());
   // A sequence never holds more than its context; a token outside the vocabulary is refused.
   Sequence small = m.new_sequence(4);
   EXPECT_TRUE(test::throws_error([&] { m.prefill(small, {1, 2, 3, 4, 5}); }, {"context of 4"}));

@@ -142,6 +142,10 @@ class Model {
   // before anything runs (a sequence may keep a block it took).
   Tensor step(const std::vector<Sequence*>& seqs, const std::vector<int64_t>& tokens);
 
+  // The batch sizes whose step(seqs, tokens) runs as a captured CUDA graph (padded sizes: 1, 2, 4, 8, 16, then
+  // multiples of 16, each captured when first needed); empty on the CPU or without graphs.
+  std::vector<int64_t> step_graph_sizes() const;
+
   // Bytes of weights read per decoded token (the dense weights, plus top_k of E experts for MoE layers).
   int64_t bytes_per_token() const;
 
@@ -157,6 +161,7 @@ class Model {
   void check_decode(int64_t token, int64_t n) const;
   void quantize_linears(const std::string& format);
   void check_sequence(const Sequence& seq, const char* op, int64_t i, int64_t n) const;
+  std::optional<Tensor> step_graph(KVPool& pool, const std::vector<Sequence*>& seqs, const std::vector<int64_t>& tokens);
 
   ModelConfig config_;
   ModelWeights weights_;
