@@ -2,10 +2,12 @@
 """Decode and prefill rates of Hugging Face transformers on the presets of `kiln bench --preset`, with the
 same configs and random bf16 weights, on the same GPU: the side-by-side for kiln's engine.
 
-    python3 bench/torch_e2e.py --preset qwen3-8b [-p 512] [-n 128] [-r 2] [--experts grouped_mm] [--json F]
+    python3 bench/torch_e2e.py --preset qwen3-8b [-p 512] [-n 128] [-r 2] [--batch B] [--experts grouped_mm] [--json F]
 
 Prefill = time of generate(max_new_tokens=1) on p random prompt tokens; decode = (time of generate with n + 1
-new tokens - prefill) / n, greedy, eos ignored. Median over the repeats after one warm-up.
+new tokens - prefill) / n, greedy, eos ignored. Median over the repeats after one warm-up. --batch B runs B
+prompts together (batched generate, the side-by-side for `kiln bench serve` at B streams): the rates are then
+aggregate tokens/s over the batch.
 """
 import argparse
 import json
@@ -45,6 +47,7 @@ def main():
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--experts", default=None, help="MoE experts implementation (e.g. grouped_mm), if supported")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
@@ -62,7 +65,7 @@ def main():
             model.set_experts_implementation(a.experts)
         impl = str(model.get_experts_implementation())
     g = torch.Generator(device="cuda").manual_seed(0)
-    prompt = torch.randint(0, cfg.vocab_size, (1, a.p), device="cuda", generator=g)
+    prompt = torch.randint(0, cfg.vocab_size, (a.batch, a.p), device="cuda", generator=g)
 
     def run(new_tokens):
         torch.cuda.synchronize()
@@ -79,13 +82,13 @@ def main():
     for _ in range(a.r):
         tp = run(1)
         tt = run(a.n + 1)
-        pre.append(a.p / tp)
-        dec.append(a.n / max(tt - tp, 1e-9))
-    res = {"preset": a.preset, "impl": impl, "transformers": transformers.__version__, "torch": torch.__version__,
+        pre.append(a.batch * a.p / tp)
+        dec.append(a.batch * a.n / max(tt - tp, 1e-9))
+    res = {"preset": a.preset, "batch": a.batch, "impl": impl, "transformers": transformers.__version__, "torch": torch.__version__,
            "pp": a.p, "tg": a.n, "pp_tps": pre, "tg_tps": dec, "pp_median": statistics.median(pre),
            "tg_median": statistics.median(dec), "peak_allocated": torch.cuda.max_memory_allocated(),
            "peak_reserved": torch.cuda.max_memory_reserved()}
-    print(f"transformers {transformers.__version__} ({impl}) {a.preset}: pp{a.p} {res['pp_median']:.1f} t/s, "
+    print(f"transformers {transformers.__version__} ({impl}) {a.preset} batch {a.batch}: pp{a.p} {res['pp_median']:.1f} t/s, "
           f"tg{a.n} {res['tg_median']:.2f} t/s, peak allocated {res['peak_allocated'] / 2**30:.2f} GiB")
     if a.json:
         with open(a.json, "w") as f:

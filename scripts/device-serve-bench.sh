@@ -2,7 +2,8 @@
 # On the GPU machine, after a Release build in build-gpu (scripts/device-test.sh): `kiln serve --preset P` on
 # loopback, loaded by `kiln bench serve` at each concurrency level (prompt 512, output 128 by default), then
 # `kiln bench` (batch 1) on the same preset for the single-stream reference. Results in $OUT:
-# serve_P.json / serve_P.log (the load generator), e2e_kiln_P.json (batch 1), server_P.log.
+# serve_P.json / serve_P.log (the load generator), e2e_kiln_P.json (batch 1), server_P.log, and transformers'
+# batched generate at each level (bench/torch_e2e.py --batch B: e2e_torch_P_bB.json).
 #
 #   scripts/device-serve-bench.sh [PRESET] [CONCURRENCY]     defaults: qwen3-8b 1,8,32
 #   PROMPT=N OUTPUT=N CTX=N (1024)
@@ -32,3 +33,10 @@ wait $SRV
 echo "server exit: $?" >> "$OUT/server_$P.log"
 timeout 240 "$K" bench --preset "$P" -p "$PROMPT" -n "$OUTPUT" -r 3 --device cuda --json "$OUT/e2e_kiln_$P.json" 2>&1 |
   tail -5 | tee -a "$OUT/serve_$P.log"
+# transformers' batched generate at the same concurrency levels (TORCH=0 skips it).
+if [ "${TORCH:-1}" = 1 ]; then
+  for b in $(tr ',' ' ' <<< "$C"); do
+    timeout 200 python3 bench/torch_e2e.py --preset "$P" -p "$PROMPT" -n "$OUTPUT" -r 1 --batch "$b" \
+      --json "$OUT/e2e_torch_${P}_b$b.json" 2>&1 | tail -1 | tee -a "$OUT/serve_$P.log"
+  done
+fi
