@@ -253,6 +253,20 @@ Tensor dequantize_q8_0(const Q8Weight& w, DType dtype = DType::F32);
 // the weight is dequantised on the device to x's dtype for each product (correct, not fast: no Q8_0 kernel yet).
 Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& bias = std::nullopt);
 
+// A linear layer's weight [N, K] in llama.cpp's Q4_0 format: blocks of 32 values along K, each 32 4-bit codes
+// with one f16 scale (value = (code - 8) x scale; the value of largest magnitude in the block maps to code 0,
+// scale = it / -8), kept as values uint8 [N, K / 2] (a block's 16 bytes hold codes j and j + 16 in the low and
+// high nibble of byte j, GGUF's byte order) and scales f16 [N, K / 32]. K must be a multiple of 32.
+struct Q4Weight {
+  Tensor values;
+  Tensor scales;
+};
+Q4Weight quantize_q4_0(const Tensor& w);
+Tensor dequantize_q4_0(const Q4Weight& w, DType dtype = DType::F32);
+// As linear(x, Q8Weight): on the CPU up to 16 rows take int8 dot products against the codes unpacked in
+// registers (AVX2 / AVX-512 VNNI), more rows the dense product of dequantised slices; CUDA dequantises.
+Tensor linear(const Tensor& x, const Q4Weight& w, const std::optional<Tensor>& bias = std::nullopt);
+
 }  // namespace kiln
 
 // ---- torch.nn.functional: normalisation, dropout, embedding, losses, padding, counting -----------------------

@@ -23,6 +23,8 @@ namespace kiln::cpu {
 
 namespace {
 
+enum class WFormat { Q8, Q4 };
+
 // One block: scale = max|x| / 127, q = round(x / scale) (half away from zero), as llama.cpp's reference.
 // A block holding NaN or an infinity quantises to zeros with a NaN scale, so that products with it are NaN.
 float quantize_block(const float* x, int8_t* q) {
@@ -42,13 +44,31 @@ float quantize_block(const float* x, int8_t* q) {
   return d;
 }
 
-void dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
+// Block b of a weight row as 32 int8 values: Q8_0's as stored; Q4_0's 16 bytes unpacked (byte j holds value j
+// in its low nibble and value j + 16 in its high one), minus 8.
+template <WFormat F>
+void unpack_block(const void* w, int64_t b, int8_t* out) {
+  if constexpr (F == WFormat::Q8) {
+    std::memcpy(out, static_cast<const int8_t*>(w) + b * kQ8Block, kQ8Block);
+  } else {
+    const uint8_t* p = static_cast<const uint8_t*>(w) + b * (kQ8Block / 2);
+    for (int j = 0; j < kQ8Block / 2; ++j) {
+      out[j] = static_cast<int8_t>((p[j] & 0x0F) - 8);
+      out[j + kQ8Block / 2] = static_cast<int8_t>((p[j] >> 4) - 8);
+    }
+  }
+}
+
+template <WFormat F>
+void dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const void* w,
                      const uint16_t* wd, int64_t nb, float* out) {
+  int8_t wb[kQ8Block];
   for (int r = 0; r < rows; ++r) {
     float acc = 0.f;
     for (int64_t b = 0; b < nb; ++b) {
+      unpack_block<F>(w, b, wb);
       int32_t s = 0;
-      for (int i = 0; i < kQ8Block; ++i) s += int32_t{xq[r * ldq + b * kQ8Block + i]} * int32_t{w[b * kQ8Block + i]};
+      for (int i = 0; i < kQ8Block; ++i) s += int32_t{xq[r * ldq + b * kQ8Block + i]} * int32_t{wb[i]};
       acc += xd[r * ldd + b] * f16_bits_to_f32(wd[b]) * static_cast<float>(s);
     }
     out[r] = acc;
@@ -56,6 +76,19 @@ void dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd
 }
 
 #if KILN_Q8_X86
+// Block b of a weight row as 32 int8 lanes (unpack_block's values).
+template <WFormat F>
+KILN_Q8_AVX2 inline __m256i load_block256(const void* w, int64_t b) {
+  if constexpr (F == WFormat::Q8) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const int8_t*>(w) + b * kQ8Block));
+  } else {
+    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(w) + b * (kQ8Block / 2)));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(p, m), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m);
+    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+  }
+}
+
 KILN_Q8_AVX2 inline float hsum256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -64,14 +97,14 @@ KILN_Q8_AVX2 inline float hsum256(__m256 v) {
 
 // One block per step: |x| (unsigned) times w with x's sign (signed), pairs summed to int16 (at most
 // 2 x 128 x 127, no saturation) and to int32, converted and scaled in f32 lanes; one horizontal sum per row.
-template <int R>
-KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
+template <int R, WFormat F>
+KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const void* w,
                                 const uint16_t* wd, int64_t nb, float* out) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
+    const __m256i wv = load_block256<F>(w, b);
     const float ws = _cvtsh_ss(wd[b]);
     for (int r = 0; r < R; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
@@ -85,14 +118,16 @@ KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, 
 
 // Two blocks per 64-byte step (lanes 0-7 the first block's int32 partial sums, 8-15 the second's), vpdpbusd
 // on |x| and w with x's sign; an odd last block takes the 256-bit form.
-template <int R>
-KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
+template <int R, WFormat F>
+KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const void* w,
                                 const uint16_t* wd, int64_t nb, float* out) {
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const __m512i wv = _mm512_loadu_si512(w + b * kQ8Block);
+    const __m512i wv = F == WFormat::Q8
+                           ? _mm512_loadu_si512(static_cast<const int8_t*>(w) + b * kQ8Block)
+                           : _mm512_inserti64x4(_mm512_castsi256_si512(load_block256<F>(w, b)), load_block256<F>(w, b + 1), 1);
     const float w0 = _cvtsh_ss(wd[b]), w1 = _cvtsh_ss(wd[b + 1]);
     for (int r = 0; r < R; ++r) {
       const __m512i xv = _mm512_loadu_si512(xq + r * ldq + b * kQ8Block);
@@ -107,7 +142,7 @@ KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, 
   __m256 tail[R];
   for (int r = 0; r < R; ++r) tail[r] = _mm256_setzero_ps();
   if (b < nb) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
+    const __m256i wv = load_block256<F>(w, b);
     const float w0 = _cvtsh_ss(wd[b]);
     for (int r = 0; r < R; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
@@ -149,8 +184,10 @@ void q8_quantize_weight_row(const float* x, int64_t K, int8_t* q, uint16_t* d) {
   for (int64_t b = 0; b < K / kQ8Block; ++b) d[b] = f32_to_f16_bits(quantize_block(x + b * kQ8Block, q + b * kQ8Block));
 }
 
-void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
-                 const uint16_t* wd, int64_t nb, float* out) {
+namespace {
+template <WFormat F>
+void dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const void* w,
+              const uint16_t* wd, int64_t nb, float* out) {
 #if KILN_Q8_X86
   // The SIMD kernels are compiled for 1 to 4 rows.
   const auto with_rows = [rows](auto kernel) {
@@ -164,13 +201,54 @@ void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, in
   };
   const Isa i = isa();
   if (i == Isa::Vnni &&
-      with_rows([&](auto r) { dot_rows_vnni<decltype(r)::value>(xq, ldq, xd, ldd, w, wd, nb, out); }))
+      with_rows([&](auto r) { dot_rows_vnni<decltype(r)::value, F>(xq, ldq, xd, ldd, w, wd, nb, out); }))
     return;
   if (i == Isa::Avx2 &&
-      with_rows([&](auto r) { dot_rows_avx2<decltype(r)::value>(xq, ldq, xd, ldd, w, wd, nb, out); }))
+      with_rows([&](auto r) { dot_rows_avx2<decltype(r)::value, F>(xq, ldq, xd, ldd, w, wd, nb, out); }))
     return;
 #endif
-  dot_rows_scalar(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+  dot_rows_scalar<F>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+}
+}  // namespace
+
+void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
+                 const uint16_t* wd, int64_t nb, float* out) {
+  dot_rows<WFormat::Q8>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+}
+
+void q4_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const uint8_t* w,
+                 const uint16_t* wd, int64_t nb, float* out) {
+  dot_rows<WFormat::Q4>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+}
+
+void q4_quantize_weight_row(const float* x, int64_t K, uint8_t* q, uint16_t* d) {
+  // llama.cpp's reference: the value of largest magnitude (with its sign) maps to -8, scale = it / -8,
+  // q = min(15, trunc(x / scale + 8.5)), value = (q - 8) x scale.
+  for (int64_t b = 0; b < K / kQ8Block; ++b) {
+    const float* xb = x + b * kQ8Block;
+    float amax = 0.f, max = 0.f;
+    for (int i = 0; i < kQ8Block; ++i)
+      if (std::fabs(xb[i]) > amax) {
+        amax = std::fabs(xb[i]);
+        max = xb[i];
+      }
+    const float sd = max / -8.f, id = std::fabs(sd) >= std::numeric_limits<float>::min() ? 1.f / sd : 0.f;
+    const uint16_t dh = f32_to_f16_bits(sd);
+    d[b] = dh;
+    uint8_t* qb = q + b * (kQ8Block / 2);
+    auto code = [&](float v) { return static_cast<uint8_t>(std::min(15, static_cast<int>(v * id + 8.5f))); };
+    for (int j = 0; j < kQ8Block / 2; ++j)
+      qb[j] = static_cast<uint8_t>(code(xb[j]) | (code(xb[j + kQ8Block / 2]) << 4));
+  }
+}
+
+void q4_unpack_row(const uint8_t* q, const uint16_t* d, int64_t K, float* out) {
+  int8_t wb[kQ8Block];
+  for (int64_t b = 0; b < K / kQ8Block; ++b) {
+    unpack_block<WFormat::Q4>(q, b, wb);
+    const float s = f16_bits_to_f32(d[b]);
+    for (int i = 0; i < kQ8Block; ++i) out[b * kQ8Block + i] = s * wb[i];
+  }
 }
 
 void q8_limit_isa(const char* name) {

@@ -22,6 +22,16 @@ void q8_quantize_weight_row(const float* x, int64_t K, int8_t* q, uint16_t* d);
 void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
                  const uint16_t* wd, int64_t nb, float* out);
 
+// Q4_0 weights (Q4Weight): blocks of 32 4-bit codes with one f16 scale, value = (code - 8) x scale; a row of a
+// block packs 16 bytes, byte j holding code j in its low nibble and code j + 16 in its high one (llama.cpp's
+// layout). The dot products unpack them to int8 and run as Q8_0's.
+void q4_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const uint8_t* w,
+                 const uint16_t* wd, int64_t nb, float* out);
+// x [K] -> packed codes q [K / 2] and f16 scales d [K / 32] (llama.cpp's reference rounding).
+void q4_quantize_weight_row(const float* x, int64_t K, uint8_t* q, uint16_t* d);
+// The row's values in f32.
+void q4_unpack_row(const uint8_t* q, const uint16_t* d, int64_t K, float* out);
+
 // The instruction set the dot products use: "avx512-vnni", "avx2" or "scalar".
 const char* q8_isa();
 // Caps it at "avx2" or "scalar" ("avx512-vnni": no cap), so that tests reach every path on one CPU.
@@ -33,10 +43,11 @@ void q8_limit_isa(const char* name);
 
 namespace kiln::cpu {
 // out [M, N] (x's dtype, contiguous) = x [M, K] (contiguous f32/f16/bf16) @ dequant(w)^T + bias, w the Q8_0
-// weight: values int8 [N, K] and scales f16 [N, K / 32] (contiguous): x quantised per block, int8 dot products.
+// weight (values int8 [N, K]) or the Q4_0 one (values uint8 [N, K / 2]), scales f16 [N, K / 32] (contiguous): x
+// quantised per block, int8 dot products.
 // linear(x, Q8Weight) takes this up to kQ8DotRows rows (more rows multiply dequantised slices of the weight).
 inline constexpr int64_t kQ8DotRows = 16;
 void linear_q8(const Tensor& out, const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor* bias);
-// out [N, K] f32 = the weight's values x scales.
+// out [N, K] f32 = the weight's values x scales (Q8_0 or, for uint8 values, Q4_0).
 void dequantize_q8(const Tensor& out, const Tensor& values, const Tensor& scales);
 }  // namespace kiln::cpu

@@ -1,4 +1,4 @@
-// linear(x, Q8Weight) and dequantize_q8_0 on the CPU (src/cpu/q8_dot.h).
+// linear(x, Q8Weight / Q4Weight) and their dequantisation on the CPU (src/cpu/q8_dot.h).
 #include <algorithm>
 #include <vector>
 
@@ -20,12 +20,14 @@ void dequantize_rows(const int8_t* q, const uint16_t* d, int64_t rows, int64_t K
     }
 }
 
-template <class X>
+// Q4: the weight rows are packed 4-bit codes (K / 2 bytes each).
+template <class X, bool Q4>
 void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, const Tensor& scales,
                       const Tensor* bias) {
   const int64_t M = x.size(0), K = x.size(1), N = values.size(0), nb = K / kQ8Block;
   const X* xp = x.data<const X>();
-  const int8_t* wq = values.data<const int8_t>();
+  const auto* wq = static_cast<const uint8_t*>(values.data_ptr());
+  const int64_t row_bytes = Q4 ? K / 2 : K;
   const auto* wd = static_cast<const uint16_t*>(scales.data_ptr());
   X* op = out.data<X>();
   std::vector<float> xf(static_cast<size_t>(M * K)), bias_f(static_cast<size_t>(N), 0.0f);
@@ -42,7 +44,11 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
     float acc[4];
     for (int64_t m0 = 0; m0 < M; m0 += 4) {
       const int rows = static_cast<int>(std::min<int64_t>(4, M - m0));
-      q8_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, nb, rows, wq + n * K, wd + n * nb, nb, acc);
+      if constexpr (Q4)
+        q4_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, nb, rows, wq + n * row_bytes, wd + n * nb, nb, acc);
+      else
+        q8_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, nb, rows, reinterpret_cast<const int8_t*>(wq) + n * row_bytes,
+                    wd + n * nb, nb, acc);
       for (int r = 0; r < rows; ++r) op[(m0 + r) * N + n] = convert<X>(acc[r] + bias_f[static_cast<size_t>(n)]);
     }
   }
@@ -52,14 +58,25 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
 
 void linear_q8(const Tensor& out, const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor* bias) {
   if (out.numel() == 0) return;
+  const bool q4 = values.dtype() == DType::U8;
   visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "linear(q8_0)", [&](auto tag) {
-    linear_q8_kernel<typename decltype(tag)::type>(out, x, values, scales, bias);
+    using X = typename decltype(tag)::type;
+    if (q4) linear_q8_kernel<X, true>(out, x, values, scales, bias);
+    else linear_q8_kernel<X, false>(out, x, values, scales, bias);
   });
 }
 
 void dequantize_q8(const Tensor& out, const Tensor& values, const Tensor& scales) {
-  dequantize_rows(values.data<const int8_t>(), static_cast<const uint16_t*>(scales.data_ptr()), values.size(0),
-                  values.size(1), out.data<float>());
+  const auto* d = static_cast<const uint16_t*>(scales.data_ptr());
+  const int64_t rows = values.size(0), K = out.size(1), nb = K / kQ8Block;
+  if (values.dtype() == DType::U8) {
+    const uint8_t* q = values.data<const uint8_t>();
+    float* o = out.data<float>();
+#pragma omp parallel for schedule(static) if (rows * K >= kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) q4_unpack_row(q + r * (K / 2), d + r * nb, K, o + r * K);
+    return;
+  }
+  dequantize_rows(values.data<const int8_t>(), d, rows, K, out.data<float>());
 }
 
 }  // namespace kiln::cpu

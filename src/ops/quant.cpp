@@ -1,7 +1,8 @@
-// Q8_0 weights (kiln/nn.h: Q8Weight): quantisation, dequantisation and linear. The CPU kernels are in
-// src/cpu/q8_dot.cpp and q8_linear.cpp. CUDA tensors are quantised through a host copy (a load-time step) and
+// Q8_0 and Q4_0 weights (kiln/nn.h: Q8Weight, Q4Weight): quantisation, dequantisation and linear. The CPU
+// kernels are in src/cpu/q8_dot.cpp and q8_linear.cpp. CUDA tensors are quantised through a host copy (a load-time step) and
 // dequantised on the device (kiln's elementwise ops, no host round trip), then multiplied as the dense weight.
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -15,11 +16,34 @@ namespace {
 
 constexpr DTypeSet kWeightTypes = dset(DType::F32, DType::F16, DType::BF16);
 
-// values int8 [N, K], scales f16 [N, K / 32], on one device.
-void check_weight(const Q8Weight& w, const char* op) {
-  KILN_CHECK(w.values.dim() == 2 && w.values.dtype() == DType::I8, op, ": values must be int8 [N, K], got ",
-             w.values.meta());
-  const int64_t N = w.values.size(0), K = w.values.size(1);
+// The two formats: values int8 [N, K] (Q8_0) or uint8 [N, K / 2] (Q4_0: two 4-bit codes a byte), scales f16
+// [N, K / 32].
+template <class W>
+struct Format;
+template <>
+struct Format<Q8Weight> {
+  static constexpr const char* name = "q8_0";
+  static constexpr DType values = DType::I8;
+  static constexpr int64_t per_byte = 1;
+};
+template <>
+struct Format<Q4Weight> {
+  static constexpr const char* name = "q4_0";
+  static constexpr DType values = DType::U8;
+  static constexpr int64_t per_byte = 2;
+};
+
+template <class W>
+int64_t in_features(const W& w) {
+  return w.values.size(1) * Format<W>::per_byte;
+}
+
+template <class W>
+void check_weight(const W& w, const char* op) {
+  using F = Format<W>;
+  KILN_CHECK(w.values.dim() == 2 && w.values.dtype() == F::values, op, ": values must be ", dtype_name(F::values),
+             " [N, ", F::per_byte == 1 ? "K" : "K / 2", "], got ", w.values.meta());
+  const int64_t N = w.values.size(0), K = in_features(w);
   KILN_CHECK(K % cpu::kQ8Block == 0, op, ": K = ", K, " is not a multiple of the block size ", cpu::kQ8Block);
   KILN_CHECK(w.scales.dtype() == DType::F16 && w.scales.sizes() == Shape({N, K / cpu::kQ8Block}), op,
              ": scales must be f16 [", N, ", ", K / cpu::kQ8Block, "] for values ", w.values.meta(), ", got ",
@@ -28,53 +52,64 @@ void check_weight(const Q8Weight& w, const char* op) {
              w.values.meta(), " are on different devices");
 }
 
-}  // namespace
-
-Q8Weight quantize_q8_0(const Tensor& w) {
-  KILN_CHECK(w.dim() == 2 && (dset(w.dtype()) & kWeightTypes), "quantize_q8_0: expected an f32/f16/bf16 weight [N, K], got ",
+// Quantises w [N, K] row by row on the CPU (row(x, K, values, scales)), then moves the result to w's device.
+template <class W, class Row>
+W quantize(const Tensor& w, const char* op, Row row) {
+  using F = Format<W>;
+  KILN_CHECK(w.dim() == 2 && (dset(w.dtype()) & kWeightTypes), op, ": expected an f32/f16/bf16 weight [N, K], got ",
              w.meta());
   const int64_t N = w.size(0), K = w.size(1);
-  KILN_CHECK(K % cpu::kQ8Block == 0, "quantize_q8_0: K = ", K, " is not a multiple of the block size ", cpu::kQ8Block);
+  KILN_CHECK(K % cpu::kQ8Block == 0, op, ": K = ", K, " is not a multiple of the block size ", cpu::kQ8Block);
   const Tensor wf = w.to(kCPU).to(DType::F32).contiguous();
-  KILN_CHECK(all(isfinite(wf)).item<bool>(), "quantize_q8_0: the weight ", w.meta(), " holds NaN or infinite values");
-  Tensor values = empty({N, K}, DType::I8), scales = empty({N, K / cpu::kQ8Block}, DType::F16);
+  KILN_CHECK(all(isfinite(wf)).item<bool>(), op, ": the weight ", w.meta(), " holds NaN or infinite values");
+  const int64_t row_bytes = K / F::per_byte, nb = K / cpu::kQ8Block;
+  Tensor values = empty({N, row_bytes}, F::values), scales = empty({N, nb}, DType::F16);
   const float* src = wf.data<const float>();
-  int8_t* q = values.data<int8_t>();
+  auto* q = static_cast<uint8_t*>(values.data_ptr());
   auto* d = static_cast<uint16_t*>(scales.data_ptr());
 #pragma omp parallel for schedule(static) if (N * K >= (int64_t{1} << 16))
-  for (int64_t n = 0; n < N; ++n) cpu::q8_quantize_weight_row(src + n * K, K, q + n * K, d + n * (K / cpu::kQ8Block));
+  for (int64_t n = 0; n < N; ++n) row(src + n * K, K, q + n * row_bytes, d + n * nb);
   return {values.to(w.device()), scales.to(w.device())};
 }
 
-Tensor dequantize_q8_0(const Q8Weight& w, DType dtype) {
-  check_weight(w, "dequantize_q8_0");
-  KILN_CHECK(dset(dtype) & kWeightTypes, "dequantize_q8_0: dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
+template <class W>
+Tensor dequantize(const W& w, DType dtype, const char* op) {
+  check_weight(w, op);
+  KILN_CHECK(dset(dtype) & kWeightTypes, op, ": dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
+  const int64_t N = w.values.size(0), K = in_features(w), nb = K / cpu::kQ8Block;
   if (w.values.is_cuda()) {
-    // int8 x f16 is exact in f32; one rounding to dtype.
-    const int64_t N = w.values.size(0), K = w.values.size(1), nb = K / cpu::kQ8Block;
-    return mul(w.values.to(DType::F32).reshape({N, nb, cpu::kQ8Block}), w.scales.to(DType::F32).reshape({N, nb, 1}))
-        .reshape({N, K})
-        .to(dtype);
+    // Composed device ops; the integer values times the f16 scale are exact in f32, then one rounding to dtype.
+    Tensor v;
+    if constexpr (Format<W>::per_byte == 2) {
+      const Tensor bytes = w.values.reshape({N, nb, cpu::kQ8Block / 2});
+      const Tensor mask = full({}, 15, DType::U8, w.values.device()), four = full({}, 4, DType::U8, w.values.device());
+      v = sub(cat({bitwise_and(bytes, mask), bitwise_right_shift(bytes, four)}, 2).to(DType::F32), 8.0);
+    } else {
+      v = w.values.to(DType::F32).reshape({N, nb, cpu::kQ8Block});
+    }
+    return mul(v, w.scales.to(DType::F32).reshape({N, nb, 1})).reshape({N, K}).to(dtype);
   }
   const Tensor values = w.values.to(kCPU).contiguous(), scales = w.scales.to(kCPU).contiguous();
-  Tensor out = empty(values.sizes(), DType::F32);
+  Tensor out = empty({N, K}, DType::F32);
   cpu::dequantize_q8(out, values, scales);
   return out.to(w.values.device()).to(dtype);
 }
 
-Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& bias) {
-  check_weight(w, "linear(q8_0)");
-  KILN_CHECK(x.dim() >= 1 && (dset(x.dtype()) & kWeightTypes), "linear(q8_0): x must be f32/f16/bf16 [..., K], got ",
+template <class W>
+Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>& bias) {
+  const std::string op = str("linear(", Format<W>::name, ")");
+  check_weight(w, op.c_str());
+  KILN_CHECK(x.dim() >= 1 && (dset(x.dtype()) & kWeightTypes), op, ": x must be f32/f16/bf16 [..., K], got ",
              x.meta());
-  const int64_t N = w.values.size(0), K = w.values.size(1);
-  KILN_CHECK(x.size(-1) == K, "linear(q8_0): x ", x.meta(), " has K = ", x.size(-1), " but the weight ", w.values.meta(),
+  const int64_t N = w.values.size(0), K = in_features(w);
+  KILN_CHECK(x.size(-1) == K, op, ": x ", x.meta(), " has K = ", x.size(-1), " but the weight ", w.values.meta(),
              " expects ", K);
-  KILN_CHECK(w.values.device() == x.device(), "linear(q8_0): the weight ", w.values.meta(), " is not on x's device ",
+  KILN_CHECK(w.values.device() == x.device(), op, ": the weight ", w.values.meta(), " is not on x's device ",
              x.device().str());
   if (bias)
     KILN_CHECK(bias->dim() == 1 && bias->size(0) == N && bias->dtype() == x.dtype() && bias->device() == x.device(),
-               "linear(q8_0): bias must be [", N, "] in x's dtype on x's device, got ", bias->meta());
-  if (x.is_cuda()) return linear(x, dequantize_q8_0(w, x.dtype()), bias);
+               op, ": bias must be [", N, "] in x's dtype on x's device, got ", bias->meta());
+  if (x.is_cuda()) return linear(x, dequantize(w, x.dtype(), op.c_str()), bias);
   Shape out_shape = x.sizes();
   out_shape.back() = N;
   const Tensor x2 = x.reshape({-1, K}).contiguous();
@@ -90,11 +125,24 @@ Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& b
   const int64_t slice = std::clamp<int64_t>((int64_t{1} << 23) / std::max<int64_t>(K, 1), 1, std::max<int64_t>(N, 1));
   for (int64_t n0 = 0; n0 < N; n0 += slice) {
     const int64_t R = std::min(slice, N - n0);
-    const Tensor wr = dequantize_q8_0({w.values.narrow(0, n0, R), w.scales.narrow(0, n0, R)}, x.dtype());
+    const Tensor wr = dequantize(W{w.values.narrow(0, n0, R), w.scales.narrow(0, n0, R)}, x.dtype(), op.c_str());
     const std::optional<Tensor> br = bias ? std::optional<Tensor>(bias->narrow(0, n0, R)) : std::nullopt;
     out.narrow(1, n0, R).copy_(linear(x2, wr, br));
   }
   return out.view(out_shape);
 }
+
+}  // namespace
+
+Q8Weight quantize_q8_0(const Tensor& w) {
+  return quantize<Q8Weight>(w, "quantize_q8_0", [](const float* x, int64_t K, uint8_t* q, uint16_t* d) {
+    cpu::q8_quantize_weight_row(x, K, reinterpret_cast<int8_t*>(q), d);
+  });
+}
+Q4Weight quantize_q4_0(const Tensor& w) { return quantize<Q4Weight>(w, "quantize_q4_0", cpu::q4_quantize_weight_row); }
+Tensor dequantize_q8_0(const Q8Weight& w, DType dtype) { return dequantize(w, dtype, "dequantize_q8_0"); }
+Tensor dequantize_q4_0(const Q4Weight& w, DType dtype) { return dequantize(w, dtype, "dequantize_q4_0"); }
+Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
+Tensor linear(const Tensor& x, const Q4Weight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
-// Q8_0 weights (kiln/nn.h: Q8Weight): quantisation against the format's definition written here, dequantisation,
-// and linear on every instruction-set path against double-precision references.
+// Q8_0 and Q4_0 weights (kiln/nn.h: Q8Weight, Q4Weight): quantisation against the formats' definitions written
+// here, dequantisation, and linear on every instruction-set path against double-precision references.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,16 +94,17 @@ TEST(Q8, RequantisingTheDequantisedWeightIsLossless) {
   EXPECT_TRUE(test::equal(r.scales, q.scales));
 }
 
-// linear(x, Q8Weight) against double-precision references: up to 16 rows, x quantised per block as the format
+// linear(x, W) against double-precision references: up to 16 rows, x quantised per block as the Q8_0 format
 // defines, times the dequantised weight (only the f32 sums' order differs); more rows, x as it is. Every
 // instruction-set path this CPU has, odd block counts (the 512-bit kernel's tail), 1 to 40 rows, with and
 // without bias, f32 and bf16 activations.
-TEST(Q8, LinearMatchesReferencesOnEveryPath) {
+template <class W, class Quantize, class Dequantize>
+void check_linear_paths(Quantize quantize, Dequantize dequantize) {
   const int64_t N = 37;
   for (int64_t K : {32, 96, 1024}) {
     const std::vector<float> w = random_values(N * K, 2 + K, 0.05f);
-    const Q8Weight q = quantize_q8_0(from(w, {N, K}));
-    const Tensor wd = dequantize_q8_0(q);
+    const W q = quantize(from(w, {N, K}));
+    const Tensor wd = dequantize(q);
     const std::vector<float> bias = random_values(N, 3);
     for (const char* isa : kIsas) {
       IsaScope scope(isa);
@@ -138,6 +139,11 @@ TEST(Q8, LinearMatchesReferencesOnEveryPath) {
           }
     }
   }
+}
+
+TEST(Q8, LinearMatchesReferencesOnEveryPath) {
+  check_linear_paths<Q8Weight>([](const Tensor& w) { return quantize_q8_0(w); },
+                               [](const Q8Weight& q) { return dequantize_q8_0(q); });
 }
 
 TEST(Q8, LinearIsCloseToTheUnquantisedProduct) {
@@ -176,4 +182,90 @@ TEST(Q8, BadArgumentsAreErrors) {
   wrong = q;
   wrong.values = q.values.to(DType::I32);
   EXPECT_TRUE(test::throws_error([&] { (void)dequantize_q8_0(wrong); }, {"values must be int8"}));
+}
+
+// ---- Q4_0 ----
+
+namespace {
+// The format's definition (llama.cpp's reference): per block of 32, the value of largest magnitude m (the first
+// such), d = m / -8, code = min(15, trunc(x / d + 8.5)) with x / d as x * (1 / d), value = (code - 8) x f16(d).
+struct RefBlock4 {
+  uint8_t code[32];
+  float d;
+};
+RefBlock4 ref_quantize4(const float* x) {
+  RefBlock4 b;
+  float amax = 0.f, m = 0.f;
+  for (int i = 0; i < 32; ++i)
+    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), m = x[i];
+  b.d = m / -8.f;
+  const float id = b.d != 0.f ? 1.f / b.d : 0.f;
+  for (int i = 0; i < 32; ++i) b.code[i] = static_cast<uint8_t>(std::min(15, static_cast<int>(x[i] * id + 8.5f)));
+  return b;
+}
+}  // namespace
+
+TEST(Q4, QuantiseMatchesTheFormatAndDequantisesExactly) {
+  const int64_t N = 5, K = 96;
+  std::vector<float> w = random_values(N * K, 31, 2.f);
+  for (int i = 0; i < 32; ++i) w[static_cast<size_t>(32 + i)] = 0.f;  // a block of zeros
+  w[static_cast<size_t>(K + 3)] = -50.f;                              // a block with a large negative value
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor wt = from(w, {N, K}).to(dt);
+    const Q4Weight q = quantize_q4_0(wt);
+    ASSERT_EQ(q.values.dtype(), DType::U8);
+    ASSERT_EQ(q.values.sizes(), Shape({N, K / 2}));
+    ASSERT_EQ(q.scales.sizes(), Shape({N, K / 32}));
+    const Tensor wf = wt.to(DType::F32);
+    const Tensor deq = dequantize_q4_0(q);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t b = 0; b < K / 32; ++b) {
+        const RefBlock4 r = ref_quantize4(wf.data<float>() + n * K + b * 32);
+        const uint16_t bits = static_cast<const uint16_t*>(q.scales.data_ptr())[n * (K / 32) + b];
+        ASSERT_EQ(bits, f32_to_f16_bits(r.d)) << "row " << n << " block " << b;
+        const uint8_t* bytes = q.values.data<uint8_t>() + n * (K / 2) + b * 16;
+        for (int j = 0; j < 16; ++j) {
+          ASSERT_EQ(bytes[j] & 0x0F, r.code[j]) << "row " << n << " block " << b << " " << j;
+          ASSERT_EQ(bytes[j] >> 4, r.code[j + 16]) << "row " << n << " block " << b << " " << j + 16;
+        }
+        for (int i = 0; i < 32; ++i)
+          ASSERT_EQ(deq.data<float>()[n * K + b * 32 + i], f16_bits_to_f32(bits) * (r.code[i] - 8));
+      }
+    // Each value within half a step of its block's scale (the largest block's step is 50 / 8).
+    EXPECT_LT(amax(abs(sub(deq, wf))).item<float>(), 50.f / 8 * 0.51f);
+  }
+}
+
+TEST(Q4, RequantisingTheDequantisedWeightIsLossless) {
+  const Q4Weight q = quantize_q4_0(from(random_values(16 * 256, 32, 0.1f), {16, 256}));
+  const Q4Weight r = quantize_q4_0(dequantize_q4_0(q));
+  EXPECT_TRUE(test::equal(r.values, q.values));
+  EXPECT_TRUE(test::equal(r.scales, q.scales));
+}
+
+TEST(Q4, LinearMatchesReferencesOnEveryPath) {
+  check_linear_paths<Q4Weight>([](const Tensor& w) { return quantize_q4_0(w); },
+                               [](const Q4Weight& q) { return dequantize_q4_0(q); });
+}
+
+TEST(Q4, LinearIsCloseToTheUnquantisedProduct) {
+  const int64_t N = 64, K = 512;
+  const Tensor w = from(random_values(N * K, 33, 0.05f), {N, K}), x = from(random_values(3 * K, 34), {3, K});
+  const Tensor y = linear(x, quantize_q4_0(w)), ref = linear(x, w);
+  // 4-bit weights: a step of max|w| / 8 per block, errors of a few percent of the row's scale.
+  const float scale = amax(abs(ref)).item<float>();
+  EXPECT_LT(amax(abs(sub(y, ref))).item<float>(), 0.15f * scale);
+  EXPECT_GT(amax(abs(sub(y, ref))).item<float>(), 0.f);
+}
+
+TEST(Q4, BadArgumentsAreErrors) {
+  const Q4Weight q = quantize_q4_0(from(random_values(4 * 64, 35), {4, 64}));
+  EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(2 * 32, 36), {2, 32}), q); }, {"linear(q4_0)", "expects 64"}));
+  Q4Weight wrong = q;
+  wrong.values = q.values.to(DType::I8);
+  EXPECT_TRUE(test::throws_error([&] { (void)dequantize_q4_0(wrong); }, {"values must be uint8"}));
+  wrong = q;
+  wrong.scales = q.scales.narrow(1, 0, 1);
+  EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(64, 37), {1, 64}), wrong); }, {"scales must be f16 [4, 2]"}));
+  EXPECT_TRUE(test::throws_error([&] { (void)quantize_q4_0(from(random_values(4 * 40, 38), {4, 40})); }, {"multiple of the block size"}));
 }
