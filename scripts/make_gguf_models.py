@@ -3,7 +3,8 @@ tensor names from gguf-py's own name map, Llama's q/k rows permuted per head, ex
 1-d tensors kept in F32, metadata under llama.cpp's keys.
 
 - models/<name>-f32.gguf and models/<name>-q8_0.gguf from tests/data/models/<name> (qwen3-tiny, llama-tiny,
-  qwen3-moe-tiny): kiln's GGUF loader must give the safetensors model's logits (exactly from f32);
+  qwen3-moe-tiny), and models/qwen3-tiny-q4_0.gguf: kiln's GGUF loader must give the safetensors model's
+  logits (exactly from f32);
 - tokenizers/qwen2.gguf and tokenizers/llama3.gguf from tests/data/tokenizers/*.json: the tokenizer metadata
   (tokens, token types, merges, pre-tokenizer name, bos/eos, add_bos), which kiln must turn back into the same
   tokenizer.
@@ -35,7 +36,8 @@ def write_model(name, qtype):
     cfg = json.load(open(os.path.join(src, "config.json")))
     arch, model_arch = ARCH[cfg["architectures"][0]]
     tensors = load_file(os.path.join(src, "model.safetensors"))
-    suffix = "f32" if qtype == gguf.GGMLQuantizationType.F32 else "q8_0"
+    suffix = {gguf.GGMLQuantizationType.F32: "f32", gguf.GGMLQuantizationType.Q8_0: "q8_0",
+              gguf.GGMLQuantizationType.Q4_0: "q4_0"}[qtype]
     os.makedirs(os.path.join(OUT, "models"), exist_ok=True)
     w = gguf.GGUFWriter(os.path.join(OUT, "models", f"{name}-{suffix}.gguf"), arch=arch)
     heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
@@ -147,6 +149,7 @@ def main():
     for name in ("qwen3-tiny", "llama-tiny", "qwen3-moe-tiny"):
         write_model(name, gguf.GGMLQuantizationType.Q8_0)
     write_model("qwen3-tiny", gguf.GGMLQuantizationType.F32)
+    write_model("qwen3-tiny", gguf.GGMLQuantizationType.Q4_0)
     write_model("llama-tiny", gguf.GGMLQuantizationType.F32)
     write_tokenizer("qwen2", "qwen2", False)
     write_tokenizer("llama3", "llama-bpe", True)

@@ -63,11 +63,27 @@ void bind_nn(nb::module_& m, nb::module_& F) {
         "values = round(w / scale).");
   m.def("dequantize_q8_0", &dequantize_q8_0, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
         "values x scales [N, K] in dtype.");
+  nb::class_<Q4Weight>(m, "Q4Weight",
+                       "A linear layer's weight [N, K] in Q4_0 (llama.cpp's format): values uint8 [N, K / 2] (two "
+                       "4-bit codes a byte, codes j and j + 16 of a block in byte j's low and high nibble), one f16 "
+                       "scale per block of 32, value = (code - 8) x scale. Made by quantize_q4_0.")
+      .def("__init__", [](Q4Weight* w, const Tensor& values, const Tensor& scales) { new (w) Q4Weight{values, scales}; },
+           nb::arg("values"), nb::arg("scales"))
+      .def_ro("values", &Q4Weight::values)
+      .def_ro("scales", &Q4Weight::scales);
+  m.def("quantize_q4_0", &quantize_q4_0, nb::arg("weight"), release_gil(),
+        "Q4_0 of a float weight [N, K] (K a multiple of 32): per block of 32, the value m of largest magnitude, "
+        "scale = m / -8 (f16), code = min(15, trunc(w / scale + 8.5)).");
+  m.def("dequantize_q4_0", &dequantize_q4_0, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
+        "(codes - 8) x scales [N, K] in dtype.");
   for (nb::module_* mod : {&m, &F}) {
     mod->def("linear", [](const Tensor& x, const Q8Weight& w, std::optional<Tensor> b) { return linear(x, w, b); },
              nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
              "input @ dequant(weight).T + bias for a Q8_0 weight (CPU: int8 dot products on the input quantised "
              "per block of 32 for up to 16 rows, dequantised slices above).");
+    mod->def("linear", [](const Tensor& x, const Q4Weight& w, std::optional<Tensor> b) { return linear(x, w, b); },
+             nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
+             "input @ dequant(weight).T + bias for a Q4_0 weight (as for Q8_0).");
     mod->def("linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) { return linear(x, w, b); },
              nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
              "input @ weight.T + bias: weight [N, K], f32/f16/bf16 with f32 accumulation.");

@@ -40,14 +40,18 @@ Model load_model(const std::string& dir, const ModelOptions& options,
       KILN_CHECK(need <= free_bytes, dir, ": the weights need ", need / (1 << 20), " MiB on ", options.device.str(),
                  " but only ", free_bytes / (1 << 20), " MiB are free");
     }
-    // On the CPU in f32, a Q8_0 file's linear layers stay Q8_0 (ggml type 8): its blocks dequantise exactly to
-    // f32, and a block whose largest |q| is 127 (every block of llama.cpp's and gguf-py's quantisers) quantises
-    // back to the same scale and values. (In bf16 or f16 the dequantised values are rounded first.)
-    constexpr uint32_t kQ8_0 = 8;
+    // On the CPU in f32, a Q8_0 or Q4_0 file's linear layers stay in that format (ggml types 8 and 2): its blocks
+    // dequantise exactly to f32, and a block made by llama.cpp's reference quantiser (Q8_0: its largest |q| is
+    // 127; Q4_0: its largest magnitude has code 0) quantises back to the same scale and codes. A block whose
+    // scale was searched (an importance-matrix file) is re-derived from its values instead: within half a step.
+    // (In bf16 or f16 the dequantised values are rounded first.)
+    constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8;
     ModelOptions mo = options;
-    if (mo.quant.empty() && !options.device.is_cuda() && *lo.dtype == DType::F32 && f.contains("blk.0.attn_q.weight") &&
-        f.info("blk.0.attn_q.weight").type == kQ8_0)
-      mo.quant = "q8_0";
+    if (mo.quant.empty() && !options.device.is_cuda() && *lo.dtype == DType::F32 && f.contains("blk.0.attn_q.weight")) {
+      const uint32_t type = f.info("blk.0.attn_q.weight").type;
+      if (type == kQ8_0) mo.quant = "q8_0";
+      if (type == kQ4_0) mo.quant = "q4_0";
+    }
     const std::unique_ptr<WeightSource> source = gguf_weight_source(std::move(f), config);
     ModelWeights w = load_weights(config, *source, lo);
     return Model(std::move(config), std::move(w), mo);

@@ -51,6 +51,7 @@ void for_each_weight(const ModelWeights& w, F&& f) {
     f(l.weight);
     if (l.fp8) f(l.fp8->values), f(l.fp8->scales);
     if (l.q8) f(l.q8->values), f(l.q8->scales);
+    if (l.q4) f(l.q4->values), f(l.q4->scales);
     if (l.bias) f(*l.bias);
   };
   f(w.embed), f(w.final_norm), linear(w.lm_head);
@@ -113,19 +114,23 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
 }
 
 void Model::quantize_linears(const std::string& format) {
-  KILN_CHECK(format == "q8_0", "model: quantisation '", format, "' is not available (q8_0)");
-  // CUDA has no Q8_0 product of its own yet: linear would dequantise every weight on every call.
-  KILN_CHECK(!options_.device.is_cuda(), "model: --quant q8_0 runs on the CPU only; on ", options_.device.str(),
+  KILN_CHECK(format == "q8_0" || format == "q4_0", "model: quantisation '", format, "' is not available (q8_0, q4_0)");
+  // CUDA has no product of its own for these yet: linear would dequantise every weight on every call.
+  KILN_CHECK(!options_.device.is_cuda(), "model: --quant ", format, " runs on the CPU only; on ", options_.device.str(),
              " load the weights in bf16 (docs/quantization.md)");
-  auto q = [](Linear& l) {
+  // q4_0 keeps the output layer in Q8_0 (as llama.cpp's Q4_0 files keep theirs at 6 bits or more): the logits
+  // are the most sensitive product.
+  auto q = [](Linear& l, bool four) {
     if (!l.weight.defined() || l.in_features() % 32 != 0) return;
-    l.q8 = quantize_q8_0(l.weight);
+    if (four) l.q4 = quantize_q4_0(l.weight);
+    else l.q8 = quantize_q8_0(l.weight);
     l.weight = Tensor();  // a tied lm_head leaves the embedding as it is
   };
-  q(weights_.lm_head);
+  const bool four = format == "q4_0";
+  q(weights_.lm_head, false);
   for (LayerWeights& L : weights_.layers) {
-    q(L.attn.qkv), q(L.attn.o);
-    if (L.mlp) q(L.mlp->gate_up), q(L.mlp->down);
+    q(L.attn.qkv, four), q(L.attn.o, four);
+    if (L.mlp) q(L.mlp->gate_up, four), q(L.mlp->down, four);
   }
 }
 
@@ -688,14 +693,7 @@ Tensor Model::step(const std::vector<Sequence*>& seqs, const std::vector<int64_t
 }
 
 int64_t Model::bytes_per_token() const {
-  auto lin = [](const Linear& l) -> int64_t {
-    int64_t b = 0;
-    if (l.fp8) b += static_cast<int64_t>(l.fp8->values.nbytes() + l.fp8->scales.nbytes());
-    else if (l.q8) b += static_cast<int64_t>(l.q8->values.nbytes() + l.q8->scales.nbytes());
-    else b += static_cast<int64_t>(l.weight.nbytes());
-    if (l.bias) b += static_cast<int64_t>(l.bias->nbytes());
-    return b;
-  };
+  auto lin = [](const Linear& l) { return l.nbytes(); };
   int64_t b = lin(weights_.lm_head) + static_cast<int64_t>(weights_.final_norm.nbytes());
   for (const LayerWeights& L : weights_.layers) {
     b += lin(L.attn.qkv) + lin(L.attn.o) + static_cast<int64_t>(L.input_norm.nbytes() + L.post_norm.nbytes());

@@ -12,7 +12,17 @@ namespace kiln::llm {
 Tensor Linear::operator()(const Tensor& x) const {
   if (fp8) return linear(x, *fp8, bias);
   if (q8) return linear(x, *q8, bias);
+  if (q4) return linear(x, *q4, bias);
   return linear(x, weight, bias);
+}
+
+int64_t Linear::nbytes() const {
+  int64_t b = static_cast<int64_t>(values().nbytes());
+  if (fp8) b += static_cast<int64_t>(fp8->scales.nbytes());
+  if (q8) b += static_cast<int64_t>(q8->scales.nbytes());
+  if (q4) b += static_cast<int64_t>(q4->scales.nbytes());
+  if (bias) b += static_cast<int64_t>(bias->nbytes());
+  return b;
 }
 
 std::vector<std::string> MapWeightSource::names() const {

@@ -79,6 +79,28 @@ TEST(GgufModel, Q8FilesKeepTheirLinearLayersInQ8) {
   EXPECT_FALSE(g.weights().layers[0].attn.o.q8.has_value());
 }
 
+// A Q4_0 file (gguf-py's quantiser, llama.cpp's reference rounding) keeps its layers in Q4_0 with the file's
+// exact values; the output layer runs in Q8_0. Its logits stay near the float model's.
+TEST(GgufModel, Q4FilesKeepTheirLinearLayersInQ4) {
+  const std::string path = data("gguf/models/qwen3-tiny-q4_0.gguf");
+  ModelOptions o;
+  o.max_context = 16;
+  Model m = load_model(path, o);
+  const GgufFile f = GgufFile::open(path);
+  const LayerWeights& L = m.weights().layers[0];
+  ASSERT_TRUE(L.attn.o.q4.has_value());
+  ASSERT_TRUE(L.mlp && L.mlp->down.q4.has_value() && L.mlp->gate_up.q4.has_value());
+  EXPECT_TRUE(test::equal(dequantize_q4_0(*L.attn.o.q4), f.get("blk.0.attn_output.weight")));
+  EXPECT_TRUE(test::equal(dequantize_q4_0(*L.mlp->down.q4), f.get("blk.0.ffn_down.weight")));
+  EXPECT_TRUE(m.weights().lm_head.q8.has_value() || m.config().tie_word_embeddings);
+  Model g = load_model(data("gguf/models/qwen3-tiny-f32.gguf"), o);
+  const Tensor a = m.prefill({1, 2, 3, 4}, true), b = g.prefill({1, 2, 3, 4}, true);
+  const float scale = amax(abs(b)).item<float>();
+  // This random tiny model's logits move by about a fifth of their range at 4 bits (measured 0.22).
+  EXPECT_LT(amax(abs(sub(a, b))).item<float>(), 0.3f * scale);
+  EXPECT_GT(amax(abs(sub(a, b))).item<float>(), 0.f);
+}
+
 TEST(GgufModel, ConfigComesFromTheMetadata) {
   for (const char* name : {"qwen3-tiny", "llama-tiny", "qwen3-moe-tiny"}) {
     SCOPED_TRACE(name);

@@ -122,6 +122,32 @@ TEST_P(Engine, Q8WeightsStayCloseToTheFloatModel) {
   EXPECT_TRUE(test::throws_error([&] { Model bad(c, random_weights(c, kCPU, DType::F32, 7), o); }, {"q4_z", "q8_0"}));
 }
 
+TEST_P(Engine, Q4WeightsStayNearTheFloatModel) {
+  const ModelConfig c = tiny_config(GetParam());
+  ModelOptions o;
+  o.max_context = 64;
+  o.dtype = DType::F32;
+  Model f(c, random_weights(c, kCPU, DType::F32, 7), o);
+  o.quant = "q4_0";
+  Model q(c, random_weights(c, kCPU, DType::F32, 7), o);
+  for (const LayerWeights& L : q.weights().layers) {
+    EXPECT_TRUE(L.attn.qkv.q4 && L.attn.o.q4 && !L.attn.qkv.weight.defined());
+    EXPECT_EQ(L.attn.qkv.in_features(), c.hidden_size);
+    if (L.mlp) EXPECT_TRUE(L.mlp->gate_up.q4 && L.mlp->down.q4);
+  }
+  EXPECT_TRUE(q.weights().lm_head.q8.has_value());  // the output layer in Q8_0
+  // Half a byte and 1/16 of a scale per f32 weight in the layers.
+  EXPECT_LT(q.bytes_per_token(), f.bytes_per_token() / (c.num_experts > 0 ? 1 : 4));
+  const Tensor lf = f.prefill(kPrompt, true), lq = q.prefill(kPrompt, true);
+  const float scale = amax(abs(lf)).item<float>(), err = amax(abs(sub(lq, lf))).item<float>();
+  EXPECT_LT(err, 0.3f * scale);
+  EXPECT_GT(err, 0.f);
+  q.reset();
+  Tensor last = q.prefill(std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + 5));
+  for (size_t t = 5; t < kPrompt.size(); ++t) last = q.step(kPrompt[t]);
+  EXPECT_TRUE(test::all_close(last, lq.select(0, 11), test::Tolerance{1e-4, 1e-4}));
+}
+
 TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {
   Model m = tiny_model(GetParam());
   GenerateOptions o;

@@ -378,6 +378,27 @@ def test_q8_0_weights(rng, device):
         kiln.quantize_q8_0(kiln.tensor(w[:, :40], device=device))
 
 
+def test_q4_0_weights(rng, device):
+    w = rng.standard_normal((48, 96)).astype(np.float32)
+    q = kiln.quantize_q4_0(kiln.tensor(w, device=device))
+    assert q.values.dtype == kiln.uint8 and q.values.shape == (48, 48) and q.scales.shape == (48, 3)
+    blocks = w.reshape(48, 3, 32)
+    m = np.take_along_axis(blocks, np.abs(blocks).argmax(-1)[..., None], -1)[..., 0]
+    d = m / -8
+    codes = np.minimum(15, np.trunc(blocks * (1 / d)[..., None] + np.float32(8.5))).astype(np.uint8)
+    packed = (codes[..., :16] | (codes[..., 16:] << 4)).reshape(48, 48)
+    assert (to_numpy(q.values) == packed).all()
+    assert (to_numpy(q.scales) == d.astype(np.float16)).all()
+    deq = to_numpy(kiln.dequantize_q4_0(q))
+    ref_deq = ((codes.astype(np.float32) - 8) * d.astype(np.float16)[..., None].astype(np.float32)).reshape(48, 96)
+    np.testing.assert_array_equal(deq, ref_deq)
+    for rows in (1, 5, 40):
+        x = rng.standard_normal((rows, 96)).astype(np.float32)
+        y = to_numpy(kiln.nn.functional.linear(kiln.tensor(x, device=device), q))
+        ref = x.astype(np.float64) @ deq.T.astype(np.float64)
+        np.testing.assert_allclose(y, ref, rtol=0, atol=0.02 * np.abs(ref).max())
+
+
 def test_fp8_quantise_and_products(rng, device):
     x, nx = make(rng, (16, 256), kiln.float32, device, -2, 2)
     for recipe in ("tensorwise", "rowwise", "blockwise"):

@@ -302,14 +302,18 @@ int run_bench_model(const LlmOptions& o) {
   const auto& w = m.weights();
   add(w.embed);
   add(w.final_norm);
-  if (!c.tie_word_embeddings) add(w.lm_head.values());
+  auto add_linear = [&](const llm::Linear& l) {
+    params += l.out_features() * l.in_features();
+    bytes += l.nbytes();
+  };
+  if (!c.tie_word_embeddings) add_linear(w.lm_head);
   for (const auto& L : w.layers) {
-    for (const llm::Linear* l : {&L.attn.qkv, &L.attn.o}) add(l->values());
+    for (const llm::Linear* l : {&L.attn.qkv, &L.attn.o}) add_linear(*l);
     add(L.input_norm);
     add(L.post_norm);
     add(L.attn.q_norm);
     add(L.attn.k_norm);
-    if (L.mlp) for (const llm::Linear* l : {&L.mlp->gate_up, &L.mlp->down}) add(l->values());
+    if (L.mlp) for (const llm::Linear* l : {&L.mlp->gate_up, &L.mlp->down}) add_linear(*l);
     if (L.moe) {
       add(L.moe->router);
       add(L.moe->gate_up);
@@ -407,8 +411,9 @@ void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
     c->add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
     c->add_option("--dtype", o.dtype, "Activations and weights: bf16, f16 or f32 (default: bf16 on CUDA, f32 on the CPU)")
         ->check(CLI::IsMember({"bf16", "f16", "f32"}));
-    c->add_option("--quant", o.quant, "Quantise the linear layers' weights when loading: q8_0 (docs/quantization.md)")
-        ->check(CLI::IsMember({"q8_0"}));
+    c->add_option("--quant", o.quant,
+                  "Quantise the linear layers' weights when loading: q8_0, q4_0 (docs/quantization.md)")
+        ->check(CLI::IsMember({"q8_0", "q4_0"}));
     c->add_flag("--no-graph", o.no_graph, "Do not capture the decode step as a CUDA graph");
   };
   o.generate = app.add_subcommand("generate", "Generate text with a model");
