@@ -225,8 +225,16 @@ void parse_fp8(const Fields& top, ModelConfig& c) {
   KILN_CHECK(q.is_object(), top.source(), ": \"quantization_config\" must be an object");
   const Fields f(q, top.source(), "quantization_config.");
   const std::string method = f.string("quant_method");
+  if (method == "kiln") {  // `kiln quantize`'s block formats
+    const std::string format = f.string("format");
+    if (format != "q8_0" && format != "q4_0")
+      unsupported(top.source(), "quantization_config.format", "\"" + format + "\"", "kiln writes q8_0 and q4_0");
+    c.block_quant = format;
+    return;
+  }
   if (method != "fp8")
-    unsupported(top.source(), "quantization_config.quant_method", "\"" + method + "\"", "kiln reads fp8 checkpoints only");
+    unsupported(top.source(), "quantization_config.quant_method", "\"" + method + "\"",
+                "kiln reads fp8 checkpoints and its own q8_0 / q4_0 ones only");
   const std::string fmt = f.string("fmt", "e4m3");
   if (fmt != "e4m3") unsupported(top.source(), "quantization_config.fmt", "\"" + fmt + "\"", "kiln reads e4m3 weights");
   const std::string scheme = f.string("activation_scheme", "dynamic");

@@ -78,7 +78,10 @@ Model load_model(const std::string& dir, const ModelOptions& options,
                free_bytes / (1 << 20), " MiB are free (", m.driver_used / (1 << 20), " MiB in use)");
   }
   ModelWeights w = load_weights(config, source, lo);
-  return Model(std::move(config), std::move(w), options);
+  // A `kiln quantize` checkpoint: on the CPU the model treats the rest as that format does (lm_head in Q8_0).
+  ModelOptions mo = options;
+  if (mo.quant.empty() && !options.device.is_cuda() && !config.block_quant.empty()) mo.quant = config.block_quant;
+  return Model(std::move(config), std::move(w), mo);
 }
 
 }  // namespace kiln::llm

@@ -58,15 +58,36 @@ bool is_fp8_module(const ModelConfig& c, const std::string& weight_name) {
   return true;
 }
 
+// A layer's linear weight stored in `kiln quantize`'s block format (the config's block_quant): every *_proj of
+// the layers but the MoE experts (and the router, which is mlp.gate).
+bool is_block_module(const ModelConfig& c, const std::string& weight_name) {
+  return !c.block_quant.empty() && is_block_quantized_weight(weight_name);
+}
+
 void add_linear(std::vector<std::pair<std::string, Shape>>& out, const ModelConfig& c, const std::string& name,
                 int64_t n, int64_t k, bool bias) {
   const std::string w = name + ".weight";
+  if (is_block_module(c, w)) {  // values [n, k] int8 or [n, k / 2] uint8, f16 scales per block of 32
+    out.push_back({w, {n, c.block_quant == "q4_0" ? k / 2 : k}});
+    out.push_back({name + ".weight_scales", {n, k / 32}});
+    if (bias) out.push_back({name + ".bias", {n}});
+    return;
+  }
   out.push_back({w, {n, k}});
   if (is_fp8_module(c, w)) out.push_back({name + ".weight_scale_inv", {ceil_div(n, c.fp8->block_n), ceil_div(k, c.fp8->block_k)}});
   if (bias) out.push_back({name + ".bias", {n}});
 }
 
 }  // namespace
+
+bool is_block_quantized_weight(const std::string& weight_name) {
+  if (weight_name.rfind("model.layers.", 0) != 0) return false;
+  if (weight_name.find(".mlp.experts.") != std::string::npos || weight_name.find(".mlp.gate.") != std::string::npos)
+    return false;
+  const std::string suffix = "_proj.weight";
+  return weight_name.size() >= suffix.size() &&
+         weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& c) {
   std::vector<std::pair<std::string, Shape>> out;
@@ -146,11 +167,21 @@ class Loader {
       const Tensor t = src_.get(n);
       const bool scale = n.size() > 10 && n.compare(n.size() - 10, 10, "_scale_inv") == 0;
       const bool fp8 = is_fp8_module(c_, n) && !scale;
-      const bool dtype_ok = scale ? t.dtype() == DType::F32
-                                  : fp8 ? (dset(t.dtype()) & kFloat8Types) != 0 : (dset(t.dtype()) & kWeightTypes) != 0;
+      const bool block_scale = n.size() > 14 && n.compare(n.size() - 14, 14, ".weight_scales") == 0;
+      const bool block = is_block_module(c_, n);
+      const DType packed = c_.block_quant == "q4_0" ? DType::U8 : DType::I8;
+      const bool dtype_ok = scale         ? t.dtype() == DType::F32
+                            : block_scale ? t.dtype() == DType::F16
+                            : block       ? t.dtype() == packed
+                            : fp8         ? (dset(t.dtype()) & kFloat8Types) != 0
+                                          : (dset(t.dtype()) & kWeightTypes) != 0;
       if (t.sizes() != s || !dtype_ok)
         bad.push_back(str(n, ": ", t.meta(), ", expected ", shape_str(s), " ",
-                          scale ? "float32" : fp8 ? "float8" : "float32/float16/bfloat16"));
+                          scale         ? "float32"
+                          : block_scale ? "float16"
+                          : block       ? dtype_name(packed)
+                          : fp8         ? "float8"
+                                        : "float32/float16/bfloat16"));
     }
     for (int64_t i = 0; i < c_.num_layers; ++i) {
       if (!c_.is_moe_layer(i)) continue;
@@ -248,6 +279,23 @@ class Loader {
     const DType stored = src_.get(w[0]).dtype();
     const bool fp8 = is_fp8_module(c_, w[0]);
     const DType act = o_.dtype.value_or(DType::BF16);
+    if (is_block_module(c_, w[0])) {
+      // Packed values and f16 scales stacked along N as they are. The CPU multiplies them in place; CUDA has no
+      // product of its own for them yet, so they are dequantised once here.
+      std::vector<std::string> sc;
+      for (const auto& s : names) sc.push_back(s + ".weight_scales");
+      const Tensor values = stack_rows(w, stored), scales = stack_rows(sc, DType::F16);
+      if (c_.block_quant == "q4_0") l.q4 = Q4Weight{values, scales};
+      else l.q8 = Q8Weight{values, scales};
+      if (o_.device.is_cuda()) {
+        l.weight = l.q4 ? dequantize_q4_0(*l.q4, o_.dtype.value_or(DType::BF16))
+                        : dequantize_q8_0(*l.q8, o_.dtype.value_or(DType::BF16));
+        l.q4.reset();
+        l.q8.reset();
+      }
+      l.bias = stack_bias(names, o_.dtype.value_or(DType::F32));
+      return l;
+    }
     if (fp8) {
       std::vector<std::string> sc;
       for (const auto& s : names) sc.push_back(s + ".weight_scale_inv");

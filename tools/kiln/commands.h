@@ -20,6 +20,7 @@ struct BenchOpsOptions {
 };
 int run_bench_ops(const BenchOpsOptions& options);
 int run_inspect(const std::string& path, bool read, const std::string& device);
+int run_quantize(const std::string& in, const std::string& out, const std::string& type);
 // bench_vae.cpp
 struct BenchVaeOptions {
   std::string preset = "small";  // wan (81 frames of 720p) or small

@@ -66,6 +66,13 @@ int main(int argc, char** argv) {
   init_model->add_option("--hidden", init_opts.hidden, "Hidden size (a multiple of 64; head_dim is 64)")->capture_default_str();
   init_model->add_option("--seed", init_opts.seed, "Seed of the random weights")->capture_default_str();
 
+  auto* quantize = app.add_subcommand(
+      "quantize", "Rewrite a checkpoint with its layers' linear weights in Q8_0 or Q4_0 (docs/quantization.md)");
+  std::string quantize_in, quantize_out, quantize_type = "q8_0";
+  quantize->add_option("in", quantize_in, "The checkpoint directory (f32, f16 or bf16 weights)")->required();
+  quantize->add_option("out", quantize_out, "The directory to write")->required();
+  quantize->add_option("--type", quantize_type, "q8_0 or q4_0")->capture_default_str()->check(CLI::IsMember({"q8_0", "q4_0"}));
+
   kiln::cli::LlmOptions llm;
   kiln::cli::add_llm_commands(app, *bench, llm);
 #if KILN_HAVE_SERVE
@@ -113,6 +120,7 @@ int main(int argc, char** argv) {
   try {
     if (auto rc = kiln::cli::run_llm_commands(llm)) return *rc;
     if (*init_model) return kiln::cli::run_init_model(init_opts);
+    if (*quantize) return kiln::cli::run_quantize(quantize_in, quantize_out, quantize_type);
 #if KILN_HAVE_SERVE
     if (*serve) {
       if (serve_opts.host != "127.0.0.1" && serve_opts.host != "localhost" && serve_opts.host != "::1" &&

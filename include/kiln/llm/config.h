@@ -75,6 +75,9 @@ struct ModelConfig {
   bool is_moe_layer(int64_t layer) const;
 
   std::optional<Fp8Config> fp8;
+  // A checkpoint `kiln quantize` wrote (quantization_config {"quant_method": "kiln", "format": ...}): "q8_0" or
+  // "q4_0". Its layers' linear weights are stored packed with f16 block scales (docs/quantization.md); "": none.
+  std::string block_quant;
 
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;

@@ -109,6 +109,11 @@ struct LoadOptions {
 // usable dtype; missing and unexpected tensors are reported by name in one error.
 ModelWeights load_weights(const ModelConfig& config, const WeightSource& source, const LoadOptions& options = {});
 
+// Whether `weight_name` (a Hugging Face tensor name) is a linear weight that `kiln quantize` stores in a block
+// format: every *_proj.weight of the layers except the MoE experts' (the router is mlp.gate). Its values are
+// stored under the name, its f16 scales under name + "_scales" (docs/quantization.md).
+bool is_block_quantized_weight(const std::string& weight_name);
+
 // The Hugging Face names and shapes a checkpoint of `config` holds (per-expert names for MoE layers; the
 // weight_scale_inv tensors of FP8 checkpoints included). Used by the loader's checks, by kiln's writer of
 // random checkpoints and by tests.
