@@ -195,10 +195,11 @@ class Engine {
           prefilling.push_back(std::move(a));
         }
       }
-      for (Active& a : prefilling)
-        if (!a.seq.pool) start(a);
       if (!prefilling.empty()) {
+        // A job takes its cached prefix when its prompt is next to run, so that jobs admitted together find
+        // the blocks the ones before them filled.
         Active& a = prefilling.front();
+        if (!a.seq.pool) start(a);
         const int state = prefill_chunk(a);
         if (state != 0) {
           if (state > 0) batch.push_back(std::move(a));
