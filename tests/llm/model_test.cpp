@@ -91,61 +91,47 @@ TEST_P(Engine, MarksItsWeightsConstant) {
   expect_marked();
 }
 
-// --quant q8_0: every linear layer holds a Q8_0 weight (the tied lm_head too, the embedding stays), prefill and
-// decode still agree, and the logits stay close to the float model's.
-TEST_P(Engine, Q8WeightsStayCloseToTheFloatModel) {
-  const ModelConfig c = tiny_config(GetParam());
+// The model with its linear layers quantised when made (ModelOptions::quant) against the float model of the same
+// weights: the layers hold the format (lm_head Q8_0 in both, a tied one too; the embedding stays), bytes per
+// token below the float model's over `bytes_divisor`, logits within `rel` of the float model's range, and
+// token-by-token decode equal to prefill (one activation row is quantised as each of prefill's rows is).
+void check_quantised_model(const ModelConfig& c, const std::string& format, int64_t bytes_divisor, float rel) {
+  SCOPED_TRACE(format);
   ModelOptions o;
   o.max_context = 64;
   o.dtype = DType::F32;
   Model f(c, random_weights(c, kCPU, DType::F32, 7), o);
-  o.quant = "q8_0";
+  o.quant = format;
   Model q(c, random_weights(c, kCPU, DType::F32, 7), o);
+  const bool four = format == "q4_0";
+  auto holds = [&](const Linear& l) { return (four ? l.q4.has_value() : l.q8.has_value()) && !l.weight.defined(); };
   for (const LayerWeights& L : q.weights().layers) {
-    EXPECT_TRUE(L.attn.qkv.q8 && L.attn.o.q8 && !L.attn.qkv.weight.defined());
-    if (L.mlp) EXPECT_TRUE(L.mlp->gate_up.q8 && L.mlp->down.q8);
+    EXPECT_TRUE(holds(L.attn.qkv) && holds(L.attn.o));
+    EXPECT_EQ(L.attn.qkv.in_features(), c.hidden_size);
+    if (L.mlp) EXPECT_TRUE(holds(L.mlp->gate_up) && holds(L.mlp->down));
   }
   EXPECT_TRUE(q.weights().lm_head.q8.has_value());
   EXPECT_TRUE(q.weights().embed.defined());
-  // One byte and 1/16 of a scale per f32 weight (the experts of MoE layers stay in their float dtype).
-  EXPECT_LT(q.bytes_per_token(), f.bytes_per_token() / (c.num_experts > 0 ? 1 : 3));
+  // The experts of MoE layers stay in their float dtype.
+  EXPECT_LT(q.bytes_per_token(), f.bytes_per_token() / (c.num_experts > 0 ? 1 : bytes_divisor));
   const Tensor lf = f.prefill(kPrompt, true), lq = q.prefill(kPrompt, true);
   const float scale = amax(abs(lf)).item<float>(), err = amax(abs(sub(lq, lf))).item<float>();
-  EXPECT_LT(err, 0.05f * scale);
+  EXPECT_LT(err, rel * scale);
   EXPECT_GT(err, 0.f);
   q.reset();
   Tensor last = q.prefill(std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + 5));
   for (size_t t = 5; t < kPrompt.size(); ++t) last = q.step(kPrompt[t]);
-  // Decode quantises one row of activations per product as prefill's 12 rows are: the same numbers up to f32 order.
   EXPECT_TRUE(test::all_close(last, lq.select(0, 11), test::Tolerance{1e-4, 1e-4}));
-  o.quant = "q4_z";
-  EXPECT_TRUE(test::throws_error([&] { Model bad(c, random_weights(c, kCPU, DType::F32, 7), o); }, {"q4_z", "q8_0"}));
 }
 
-TEST_P(Engine, Q4WeightsStayNearTheFloatModel) {
+TEST_P(Engine, QuantisedWeightsStayNearTheFloatModel) {
   const ModelConfig c = tiny_config(GetParam());
+  check_quantised_model(c, "q8_0", 3, 0.05f);
+  // 4-bit layers: a step of max|w| / 8 per block (this random tiny model's logits move by up to a fifth).
+  check_quantised_model(c, "q4_0", 4, 0.3f);
   ModelOptions o;
-  o.max_context = 64;
-  o.dtype = DType::F32;
-  Model f(c, random_weights(c, kCPU, DType::F32, 7), o);
-  o.quant = "q4_0";
-  Model q(c, random_weights(c, kCPU, DType::F32, 7), o);
-  for (const LayerWeights& L : q.weights().layers) {
-    EXPECT_TRUE(L.attn.qkv.q4 && L.attn.o.q4 && !L.attn.qkv.weight.defined());
-    EXPECT_EQ(L.attn.qkv.in_features(), c.hidden_size);
-    if (L.mlp) EXPECT_TRUE(L.mlp->gate_up.q4 && L.mlp->down.q4);
-  }
-  EXPECT_TRUE(q.weights().lm_head.q8.has_value());  // the output layer in Q8_0
-  // Half a byte and 1/16 of a scale per f32 weight in the layers.
-  EXPECT_LT(q.bytes_per_token(), f.bytes_per_token() / (c.num_experts > 0 ? 1 : 4));
-  const Tensor lf = f.prefill(kPrompt, true), lq = q.prefill(kPrompt, true);
-  const float scale = amax(abs(lf)).item<float>(), err = amax(abs(sub(lq, lf))).item<float>();
-  EXPECT_LT(err, 0.3f * scale);
-  EXPECT_GT(err, 0.f);
-  q.reset();
-  Tensor last = q.prefill(std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + 5));
-  for (size_t t = 5; t < kPrompt.size(); ++t) last = q.step(kPrompt[t]);
-  EXPECT_TRUE(test::all_close(last, lq.select(0, 11), test::Tolerance{1e-4, 1e-4}));
+  o.quant = "q4_z";
+  EXPECT_TRUE(test::throws_error([&] { Model bad(c, random_weights(c, kCPU, DType::F32, 7), o); }, {"q4_z", "q8_0", "q4_0"}));
 }
 
 TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {
