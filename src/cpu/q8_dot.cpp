@@ -76,19 +76,6 @@ void dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd
 }
 
 #if KILN_Q8_X86
-// Block b of a weight row as 32 int8 lanes (unpack_block's values).
-template <WFormat F>
-KILN_Q8_AVX2 inline __m256i load_block256(const void* w, int64_t b) {
-  if constexpr (F == WFormat::Q8) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const int8_t*>(w) + b * kQ8Block));
-  } else {
-    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(w) + b * (kQ8Block / 2)));
-    const __m128i m = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(p, m), hi = _mm_and_si128(_mm_srli_epi16(p, 4), m);
-    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
-  }
-}
-
 KILN_Q8_AVX2 inline float hsum256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -97,14 +84,14 @@ KILN_Q8_AVX2 inline float hsum256(__m256 v) {
 
 // One block per step: |x| (unsigned) times w with x's sign (signed), pairs summed to int16 (at most
 // 2 x 128 x 127, no saturation) and to int32, converted and scaled in f32 lanes; one horizontal sum per row.
-template <int R, WFormat F>
-KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const void* w,
+template <int R>
+KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
                                 const uint16_t* wd, int64_t nb, float* out) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i wv = load_block256<F>(w, b);
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
     const float ws = _cvtsh_ss(wd[b]);
     for (int r = 0; r < R; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
@@ -118,16 +105,14 @@ KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, 
 
 // Two blocks per 64-byte step (lanes 0-7 the first block's int32 partial sums, 8-15 the second's), vpdpbusd
 // on |x| and w with x's sign; an odd last block takes the 256-bit form.
-template <int R, WFormat F>
-KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const void* w,
+template <int R>
+KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
                                 const uint16_t* wd, int64_t nb, float* out) {
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const __m512i wv = F == WFormat::Q8
-                           ? _mm512_loadu_si512(static_cast<const int8_t*>(w) + b * kQ8Block)
-                           : _mm512_inserti64x4(_mm512_castsi256_si512(load_block256<F>(w, b)), load_block256<F>(w, b + 1), 1);
+    const __m512i wv = _mm512_loadu_si512(w + b * kQ8Block);
     const float w0 = _cvtsh_ss(wd[b]), w1 = _cvtsh_ss(wd[b + 1]);
     for (int r = 0; r < R; ++r) {
       const __m512i xv = _mm512_loadu_si512(xq + r * ldq + b * kQ8Block);
@@ -142,7 +127,7 @@ KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, 
   __m256 tail[R];
   for (int r = 0; r < R; ++r) tail[r] = _mm256_setzero_ps();
   if (b < nb) {
-    const __m256i wv = load_block256<F>(w, b);
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
     const float w0 = _cvtsh_ss(wd[b]);
     for (int r = 0; r < R; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
@@ -156,6 +141,85 @@ KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, 
     const __m256 lo = _mm512_castps512_ps256(acc[r]), hi = _mm512_extractf32x8_ps(acc[r], 1);
     out[r] = hsum256(_mm256_add_ps(_mm256_add_ps(lo, hi), tail[r]));
   }
+}
+
+// Q4_0: the codes (0..15) as unsigned bytes against x (signed), so no sign juggling: sum (code - 8) x =
+// sum code x - 8 sum x. The second term enters the integer sums themselves: each 32-bit lane of a dot product
+// sums 4 consecutive bytes, and its accumulator starts at xn = -8 x (the sum of those 4 bytes of x), one int32
+// per 4 activations computed once per row (q4_row_corrections). A block's 16 bytes unpack to
+// [low nibbles | high nibbles], its codes 0..15 and 16..31 in order.
+
+// Blocks b, b + 1: their 32 bytes -> [b lo | b hi | b+1 lo | b+1 hi] (64 codes).
+KILN_Q8_VNNI inline __m512i q4_codes512(const uint8_t* w, int64_t b) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * (kQ8Block / 2)));
+  const __m256i m = _mm256_set1_epi8(0x0F);
+  const __m512i lo = _mm512_castsi256_si512(_mm256_and_si256(v, m));
+  const __m512i hi = _mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(v, 4), m));
+  return _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi);
+}
+// Block b: its 16 bytes -> [lo | hi] (32 codes).
+KILN_Q8_AVX2 inline __m256i q4_codes256(const uint8_t* w, int64_t b) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + b * (kQ8Block / 2)));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+template <int R>
+KILN_Q8_VNNI void dot_rows_q4_vnni(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd,
+                                   const uint8_t* w, const uint16_t* wd, int64_t nb, float* out) {
+  __m512 acc[R];
+  __m256 tail[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), tail[r] = _mm256_setzero_ps();
+  const int64_t ldn = ldq / 4;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const __m512i cv = q4_codes512(w, b);
+    const float w0 = _cvtsh_ss(wd[b]), w1 = _cvtsh_ss(wd[b + 1]);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_loadu_si512(xq + r * ldq + b * kQ8Block);
+      const __m512i n = _mm512_loadu_si512(xn + r * ldn + b * (kQ8Block / 4));
+      const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, cv, xv));
+      const float* d = xd + r * ldd + b;
+      const __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d[0] * w0)), _mm256_set1_ps(d[1] * w1), 1);
+      acc[r] = _mm512_fmadd_ps(p, s, acc[r]);
+    }
+  }
+  if (b < nb) {
+    const __m256i cv = q4_codes256(w, b);
+    const float w0 = _cvtsh_ss(wd[b]);
+    for (int r = 0; r < R; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
+      const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xn + r * ldn + b * (kQ8Block / 4)));
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(n, cv, xv));
+      tail[r] = _mm256_mul_ps(p, _mm256_set1_ps(xd[r * ldd + b] * w0));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m256 lo = _mm512_castps512_ps256(acc[r]), hi = _mm512_extractf32x8_ps(acc[r], 1);
+    out[r] = hsum256(_mm256_add_ps(_mm256_add_ps(lo, hi), tail[r]));
+  }
+}
+
+// AVX2: vpmaddubsw on the unsigned codes and signed x (pairs at most 2 x 15 x 127: no saturation), vpmaddwd
+// to 32-bit lanes of 4 bytes, plus xn.
+template <int R>
+KILN_Q8_AVX2 void dot_rows_q4_avx2(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd,
+                                   const uint8_t* w, const uint16_t* wd, int64_t nb, float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t ldn = ldq / 4;
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i cv = q4_codes256(w, b);
+    const float ws = _cvtsh_ss(wd[b]);
+    for (int r = 0; r < R; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
+      const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xn + r * ldn + b * (kQ8Block / 4)));
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(cv, xv), ones), n));
+      acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(xd[r * ldd + b] * ws), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]);
 }
 
 enum class Isa { Scalar, Avx2, Vnni };
@@ -185,40 +249,52 @@ void q8_quantize_weight_row(const float* x, int64_t K, int8_t* q, uint16_t* d) {
 }
 
 namespace {
-template <WFormat F>
-void dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const void* w,
-              const uint16_t* wd, int64_t nb, float* out) {
-#if KILN_Q8_X86
-  // The SIMD kernels are compiled for 1 to 4 rows.
-  const auto with_rows = [rows](auto kernel) {
-    switch (rows) {
-      case 1: kernel(std::integral_constant<int, 1>{}); return true;
-      case 2: kernel(std::integral_constant<int, 2>{}); return true;
-      case 3: kernel(std::integral_constant<int, 3>{}); return true;
-      case 4: kernel(std::integral_constant<int, 4>{}); return true;
-      default: return false;
-    }
-  };
-  const Isa i = isa();
-  if (i == Isa::Vnni &&
-      with_rows([&](auto r) { dot_rows_vnni<decltype(r)::value, F>(xq, ldq, xd, ldd, w, wd, nb, out); }))
-    return;
-  if (i == Isa::Avx2 &&
-      with_rows([&](auto r) { dot_rows_avx2<decltype(r)::value, F>(xq, ldq, xd, ldd, w, wd, nb, out); }))
-    return;
-#endif
-  dot_rows_scalar<F>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+// The SIMD kernels are compiled for 1 to 4 rows: calls kernel(integral_constant<int, rows>).
+template <class K>
+bool with_rows(int rows, K kernel) {
+  switch (rows) {
+    case 1: kernel(std::integral_constant<int, 1>{}); return true;
+    case 2: kernel(std::integral_constant<int, 2>{}); return true;
+    case 3: kernel(std::integral_constant<int, 3>{}); return true;
+    case 4: kernel(std::integral_constant<int, 4>{}); return true;
+    default: return false;
+  }
 }
 }  // namespace
 
 void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
                  const uint16_t* wd, int64_t nb, float* out) {
-  dot_rows<WFormat::Q8>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+#if KILN_Q8_X86
+  const Isa i = isa();
+  if (i == Isa::Vnni &&
+      with_rows(rows, [&](auto r) { dot_rows_vnni<decltype(r)::value>(xq, ldq, xd, ldd, w, wd, nb, out); }))
+    return;
+  if (i == Isa::Avx2 &&
+      with_rows(rows, [&](auto r) { dot_rows_avx2<decltype(r)::value>(xq, ldq, xd, ldd, w, wd, nb, out); }))
+    return;
+#endif
+  dot_rows_scalar<WFormat::Q8>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
 }
 
-void q4_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const uint8_t* w,
-                 const uint16_t* wd, int64_t nb, float* out) {
-  dot_rows<WFormat::Q4>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+void q4_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd, int rows,
+                 const uint8_t* w, const uint16_t* wd, int64_t nb, float* out) {
+#if KILN_Q8_X86
+  const Isa i = isa();
+  if (i == Isa::Vnni &&
+      with_rows(rows, [&](auto r) { dot_rows_q4_vnni<decltype(r)::value>(xq, ldq, xd, xn, ldd, w, wd, nb, out); }))
+    return;
+  if (i == Isa::Avx2 &&
+      with_rows(rows, [&](auto r) { dot_rows_q4_avx2<decltype(r)::value>(xq, ldq, xd, xn, ldd, w, wd, nb, out); }))
+    return;
+#else
+  (void)xn;
+#endif
+  dot_rows_scalar<WFormat::Q4>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+}
+
+void q4_row_corrections(const int8_t* xq, int64_t K, int32_t* xn) {
+  for (int64_t j = 0; j < K / 4; ++j)
+    xn[j] = -8 * (int32_t{xq[4 * j]} + int32_t{xq[4 * j + 1]} + int32_t{xq[4 * j + 2]} + int32_t{xq[4 * j + 3]});
 }
 
 void q4_quantize_weight_row(const float* x, int64_t K, uint8_t* q, uint16_t* d) {

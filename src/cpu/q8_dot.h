@@ -24,9 +24,12 @@ void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, in
 
 // Q4_0 weights (Q4Weight): blocks of 32 4-bit codes with one f16 scale, value = (code - 8) x scale; a row of a
 // block packs 16 bytes, byte j holding code j in its low nibble and code j + 16 in its high one (llama.cpp's
-// layout). The dot products unpack them to int8 and run as Q8_0's.
-void q4_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const uint8_t* w,
-                 const uint16_t* wd, int64_t nb, float* out);
+// layout). The dot products take the codes as unsigned bytes against the quantised activations.
+// xn: per row (ldq / 4 apart) -8 x the sum of each 4 consecutive quantised activations (q4_row_corrections):
+// the SIMD kernels multiply the codes as unsigned bytes and start each 4-byte lane's sum at it.
+void q4_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd, int rows,
+                 const uint8_t* w, const uint16_t* wd, int64_t nb, float* out);
+void q4_row_corrections(const int8_t* xq, int64_t K, int32_t* xn);
 // x [K] -> packed codes q [K / 2] and f16 scales d [K / 32] (llama.cpp's reference rounding).
 void q4_quantize_weight_row(const float* x, int64_t K, uint8_t* q, uint16_t* d);
 // The row's values in f32.

@@ -38,14 +38,19 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
   }
   std::vector<int8_t> xq(static_cast<size_t>(M * K));
   std::vector<float> xd(static_cast<size_t>(M * nb));
-  for (int64_t m = 0; m < M; ++m) q8_quantize_row(xf.data() + m * K, K, xq.data() + m * K, xd.data() + m * nb);
+  std::vector<int32_t> xn(Q4 ? static_cast<size_t>(M * K / 4) : 0);
+  for (int64_t m = 0; m < M; ++m) {
+    q8_quantize_row(xf.data() + m * K, K, xq.data() + m * K, xd.data() + m * nb);
+    if constexpr (Q4) q4_row_corrections(xq.data() + m * K, K, xn.data() + m * (K / 4));
+  }
 #pragma omp parallel for schedule(static) if (N * K >= kParallelGrain)
   for (int64_t n = 0; n < N; ++n) {
     float acc[4];
     for (int64_t m0 = 0; m0 < M; m0 += 4) {
       const int rows = static_cast<int>(std::min<int64_t>(4, M - m0));
       if constexpr (Q4)
-        q4_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, nb, rows, wq + n * row_bytes, wd + n * nb, nb, acc);
+        q4_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xn.data() + m0 * (K / 4), nb, rows,
+                    wq + n * row_bytes, wd + n * nb, nb, acc);
       else
         q8_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, nb, rows, reinterpret_cast<const int8_t*>(wq) + n * row_bytes,
                     wd + n * nb, nb, acc);

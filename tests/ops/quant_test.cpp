@@ -163,6 +163,11 @@ TEST(Q8, NonFiniteActivationsGiveNan) {
   xv[40] = std::nanf("");
   const Tensor y = linear(from(xv, {1, K}), q);
   for (int64_t n = 0; n < N; ++n) EXPECT_TRUE(std::isnan(y.data<float>()[n]));
+  for (const char* isa : kIsas) {  // Q4_0 too, on every path
+    IsaScope scope(isa);
+    const Tensor y4 = linear(from(xv, {1, K}), quantize_q4_0(from(random_values(N * K, 11), {N, K})));
+    for (int64_t n = 0; n < N; ++n) EXPECT_TRUE(std::isnan(y4.data<float>()[n])) << isa;
+  }
 }
 
 TEST(Q8, BadArgumentsAreErrors) {
