@@ -60,18 +60,20 @@ void unpack_block(const void* w, int64_t b, int8_t* out) {
 }
 
 template <WFormat F>
-void dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const void* w,
-                     const uint16_t* wd, int64_t nb, float* out) {
-  int8_t wb[kQ8Block];
-  for (int r = 0; r < rows; ++r) {
-    float acc = 0.f;
-    for (int64_t b = 0; b < nb; ++b) {
-      unpack_block<F>(w, b, wb);
-      int32_t s = 0;
-      for (int i = 0; i < kQ8Block; ++i) s += int32_t{xq[r * ldq + b * kQ8Block + i]} * int32_t{wb[i]};
-      acc += xd[r * ldd + b] * f16_bits_to_f32(wd[b]) * static_cast<float>(s);
+void dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const uint8_t* w,
+                     int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo) {
+  for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
+    int8_t wb[kQ8Block];
+    for (int r = 0; r < rows; ++r) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < nb; ++b) {
+        unpack_block<F>(w, b, wb);
+        int32_t s = 0;
+        for (int i = 0; i < kQ8Block; ++i) s += int32_t{xq[r * ldq + b * kQ8Block + i]} * int32_t{wb[i]};
+        acc += xd[r * ldd + b] * f16_bits_to_f32(wd[b]) * static_cast<float>(s);
+      }
+      out[r * ldo] = acc;
     }
-    out[r] = acc;
   }
 }
 
@@ -86,60 +88,64 @@ KILN_Q8_AVX2 inline float hsum256(__m256 v) {
 // 2 x 128 x 127, no saturation) and to int32, converted and scaled in f32 lanes; one horizontal sum per row.
 template <int R>
 KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
-                                const uint16_t* wd, int64_t nb, float* out) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
-    const float ws = _cvtsh_ss(wd[b]);
-    for (int r = 0; r < R; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
-      const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-      acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(xd[r * ldd + b] * ws), acc[r]);
+                                int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo) {
+  for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
+      const float ws = _cvtsh_ss(wd[b]);
+      for (int r = 0; r < R; ++r) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(xd[r * ldd + b] * ws), acc[r]);
+      }
     }
+    for (int r = 0; r < R; ++r) out[r * ldo] = hsum256(acc[r]);
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]);
 }
 
 // Two blocks per 64-byte step (lanes 0-7 the first block's int32 partial sums, 8-15 the second's), vpdpbusd
 // on |x| and w with x's sign; an odd last block takes the 256-bit form.
 template <int R>
 KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
-                                const uint16_t* wd, int64_t nb, float* out) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const __m512i wv = _mm512_loadu_si512(w + b * kQ8Block);
-    const float w0 = _cvtsh_ss(wd[b]), w1 = _cvtsh_ss(wd[b + 1]);
-    for (int r = 0; r < R; ++r) {
-      const __m512i xv = _mm512_loadu_si512(xq + r * ldq + b * kQ8Block);
-      const __mmask64 neg = _mm512_movepi8_mask(xv);
-      const __m512i sw = _mm512_mask_sub_epi8(wv, neg, _mm512_setzero_si512(), wv);
-      const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sw));
-      const float* d = xd + r * ldd + b;
-      const __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d[0] * w0)), _mm256_set1_ps(d[1] * w1), 1);
-      acc[r] = _mm512_fmadd_ps(p, s, acc[r]);
+                                int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo) {
+  for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      const __m512i wv = _mm512_loadu_si512(w + b * kQ8Block);
+      const float w0 = _cvtsh_ss(wd[b]), w1 = _cvtsh_ss(wd[b + 1]);
+      for (int r = 0; r < R; ++r) {
+        const __m512i xv = _mm512_loadu_si512(xq + r * ldq + b * kQ8Block);
+        const __mmask64 neg = _mm512_movepi8_mask(xv);
+        const __m512i sw = _mm512_mask_sub_epi8(wv, neg, _mm512_setzero_si512(), wv);
+        const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(xv), sw));
+        const float* d = xd + r * ldd + b;
+        const __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d[0] * w0)), _mm256_set1_ps(d[1] * w1), 1);
+        acc[r] = _mm512_fmadd_ps(p, s, acc[r]);
+      }
     }
-  }
-  __m256 tail[R];
-  for (int r = 0; r < R; ++r) tail[r] = _mm256_setzero_ps();
-  if (b < nb) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
-    const float w0 = _cvtsh_ss(wd[b]);
-    for (int r = 0; r < R; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
-      const __mmask32 neg = _mm256_movepi8_mask(xv);
-      const __m256i sw = _mm256_mask_sub_epi8(wv, neg, _mm256_setzero_si256(), wv);
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sw));
-      tail[r] = _mm256_mul_ps(p, _mm256_set1_ps(xd[r * ldd + b] * w0));
+    __m256 tail[R];
+    for (int r = 0; r < R; ++r) tail[r] = _mm256_setzero_ps();
+    if (b < nb) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
+      const float w0 = _cvtsh_ss(wd[b]);
+      for (int r = 0; r < R; ++r) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
+        const __mmask32 neg = _mm256_movepi8_mask(xv);
+        const __m256i sw = _mm256_mask_sub_epi8(wv, neg, _mm256_setzero_si256(), wv);
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(xv), sw));
+        tail[r] = _mm256_mul_ps(p, _mm256_set1_ps(xd[r * ldd + b] * w0));
+      }
     }
-  }
-  for (int r = 0; r < R; ++r) {
-    const __m256 lo = _mm512_castps512_ps256(acc[r]), hi = _mm512_extractf32x8_ps(acc[r], 1);
-    out[r] = hsum256(_mm256_add_ps(_mm256_add_ps(lo, hi), tail[r]));
+    for (int r = 0; r < R; ++r) {
+      const __m256 lo = _mm512_castps512_ps256(acc[r]), hi = _mm512_extractf32x8_ps(acc[r], 1);
+      out[r * ldo] = hsum256(_mm256_add_ps(_mm256_add_ps(lo, hi), tail[r]));
+    }
   }
 }
 
@@ -166,37 +172,61 @@ KILN_Q8_AVX2 inline __m256i q4_codes256(const uint8_t* w, int64_t b) {
 
 template <int R>
 KILN_Q8_VNNI void dot_rows_q4_vnni(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd,
-                                   const uint8_t* w, const uint16_t* wd, int64_t nb, float* out) {
-  __m512 acc[R];
-  __m256 tail[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), tail[r] = _mm256_setzero_ps();
-  const int64_t ldn = ldq / 4;
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    const __m512i cv = q4_codes512(w, b);
-    const float w0 = _cvtsh_ss(wd[b]), w1 = _cvtsh_ss(wd[b + 1]);
-    for (int r = 0; r < R; ++r) {
-      const __m512i xv = _mm512_loadu_si512(xq + r * ldq + b * kQ8Block);
-      const __m512i n = _mm512_loadu_si512(xn + r * ldn + b * (kQ8Block / 4));
-      const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, cv, xv));
-      const float* d = xd + r * ldd + b;
-      const __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d[0] * w0)), _mm256_set1_ps(d[1] * w1), 1);
-      acc[r] = _mm512_fmadd_ps(p, s, acc[r]);
+                                   const uint8_t* w, int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw,
+                                   float* out, int64_t ldo) {
+  for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
+    __m512 acc[R];
+    __m256 tail[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), tail[r] = _mm256_setzero_ps();
+    const int64_t ldn = ldq / 4;
+    int64_t b = 0;
+    // Eight blocks a step: their eight scales dx dw in one vector, each pair's spread over its 16 lanes by a
+    // permute (no scalar conversions or broadcasts per block).
+    const __m512i spread[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                               _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+                               _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
+                               _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
+    for (; b + 8 <= nb; b += 8) {
+      __m512i cv[4];
+      for (int j = 0; j < 4; ++j) cv[j] = q4_codes512(w, b + 2 * j);
+      const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wd + b)));
+      for (int r = 0; r < R; ++r) {
+        const __m512 s = _mm512_castps256_ps512(_mm256_mul_ps(ws, _mm256_loadu_ps(xd + r * ldd + b)));
+        for (int j = 0; j < 4; ++j) {
+          const int64_t bj = b + 2 * j;
+          const __m512i xv = _mm512_loadu_si512(xq + r * ldq + bj * kQ8Block);
+          const __m512i n = _mm512_loadu_si512(xn + r * ldn + bj * (kQ8Block / 4));
+          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, cv[j], xv));
+          acc[r] = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(spread[j], s), acc[r]);
+        }
+      }
     }
-  }
-  if (b < nb) {
-    const __m256i cv = q4_codes256(w, b);
-    const float w0 = _cvtsh_ss(wd[b]);
-    for (int r = 0; r < R; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
-      const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xn + r * ldn + b * (kQ8Block / 4)));
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(n, cv, xv));
-      tail[r] = _mm256_mul_ps(p, _mm256_set1_ps(xd[r * ldd + b] * w0));
+    for (; b + 2 <= nb; b += 2) {
+      const __m512i cv = q4_codes512(w, b);
+      const float w0 = _cvtsh_ss(wd[b]), w1 = _cvtsh_ss(wd[b + 1]);
+      for (int r = 0; r < R; ++r) {
+        const __m512i xv = _mm512_loadu_si512(xq + r * ldq + b * kQ8Block);
+        const __m512i n = _mm512_loadu_si512(xn + r * ldn + b * (kQ8Block / 4));
+        const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(n, cv, xv));
+        const float* d = xd + r * ldd + b;
+        const __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d[0] * w0)), _mm256_set1_ps(d[1] * w1), 1);
+        acc[r] = _mm512_fmadd_ps(p, s, acc[r]);
+      }
     }
-  }
-  for (int r = 0; r < R; ++r) {
-    const __m256 lo = _mm512_castps512_ps256(acc[r]), hi = _mm512_extractf32x8_ps(acc[r], 1);
-    out[r] = hsum256(_mm256_add_ps(_mm256_add_ps(lo, hi), tail[r]));
+    if (b < nb) {
+      const __m256i cv = q4_codes256(w, b);
+      const float w0 = _cvtsh_ss(wd[b]);
+      for (int r = 0; r < R; ++r) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
+        const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xn + r * ldn + b * (kQ8Block / 4)));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(n, cv, xv));
+        tail[r] = _mm256_mul_ps(p, _mm256_set1_ps(xd[r * ldd + b] * w0));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 lo = _mm512_castps512_ps256(acc[r]), hi = _mm512_extractf32x8_ps(acc[r], 1);
+      out[r * ldo] = hsum256(_mm256_add_ps(_mm256_add_ps(lo, hi), tail[r]));
+    }
   }
 }
 
@@ -204,22 +234,25 @@ KILN_Q8_VNNI void dot_rows_q4_vnni(const int8_t* xq, int64_t ldq, const float* x
 // to 32-bit lanes of 4 bytes, plus xn.
 template <int R>
 KILN_Q8_AVX2 void dot_rows_q4_avx2(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd,
-                                   const uint8_t* w, const uint16_t* wd, int64_t nb, float* out) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
-  const int64_t ldn = ldq / 4;
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i cv = q4_codes256(w, b);
-    const float ws = _cvtsh_ss(wd[b]);
-    for (int r = 0; r < R; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
-      const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xn + r * ldn + b * (kQ8Block / 4)));
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(cv, xv), ones), n));
-      acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(xd[r * ldd + b] * ws), acc[r]);
+                                   const uint8_t* w, int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw,
+                                   float* out, int64_t ldo) {
+  for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t ldn = ldq / 4;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i cv = q4_codes256(w, b);
+      const float ws = _cvtsh_ss(wd[b]);
+      for (int r = 0; r < R; ++r) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
+        const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xn + r * ldn + b * (kQ8Block / 4)));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(cv, xv), ones), n));
+        acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(xd[r * ldd + b] * ws), acc[r]);
+      }
     }
+    for (int r = 0; r < R; ++r) out[r * ldo] = hsum256(acc[r]);
   }
-  for (int r = 0; r < R; ++r) out[r] = hsum256(acc[r]);
 }
 
 enum class Isa { Scalar, Avx2, Vnni };
@@ -263,33 +296,39 @@ bool with_rows(int rows, K kernel) {
 }  // namespace
 
 void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
-                 const uint16_t* wd, int64_t nb, float* out) {
+                 const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo) {
+  const int64_t ws = nb * kQ8Block;
 #if KILN_Q8_X86
   const Isa i = isa();
-  if (i == Isa::Vnni &&
-      with_rows(rows, [&](auto r) { dot_rows_vnni<decltype(r)::value>(xq, ldq, xd, ldd, w, wd, nb, out); }))
+  if (i == Isa::Vnni && with_rows(rows, [&](auto r) {
+        dot_rows_vnni<decltype(r)::value>(xq, ldq, xd, ldd, w, ws, wd, nb, nw, out, ldo);
+      }))
     return;
-  if (i == Isa::Avx2 &&
-      with_rows(rows, [&](auto r) { dot_rows_avx2<decltype(r)::value>(xq, ldq, xd, ldd, w, wd, nb, out); }))
+  if (i == Isa::Avx2 && with_rows(rows, [&](auto r) {
+        dot_rows_avx2<decltype(r)::value>(xq, ldq, xd, ldd, w, ws, wd, nb, nw, out, ldo);
+      }))
     return;
 #endif
-  dot_rows_scalar<WFormat::Q8>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+  dot_rows_scalar<WFormat::Q8>(xq, ldq, xd, ldd, rows, reinterpret_cast<const uint8_t*>(w), ws, wd, nb, nw, out, ldo);
 }
 
 void q4_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd, int rows,
-                 const uint8_t* w, const uint16_t* wd, int64_t nb, float* out) {
+                 const uint8_t* w, const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo) {
+  const int64_t ws = nb * kQ8Block / 2;
 #if KILN_Q8_X86
   const Isa i = isa();
-  if (i == Isa::Vnni &&
-      with_rows(rows, [&](auto r) { dot_rows_q4_vnni<decltype(r)::value>(xq, ldq, xd, xn, ldd, w, wd, nb, out); }))
+  if (i == Isa::Vnni && with_rows(rows, [&](auto r) {
+        dot_rows_q4_vnni<decltype(r)::value>(xq, ldq, xd, xn, ldd, w, ws, wd, nb, nw, out, ldo);
+      }))
     return;
-  if (i == Isa::Avx2 &&
-      with_rows(rows, [&](auto r) { dot_rows_q4_avx2<decltype(r)::value>(xq, ldq, xd, xn, ldd, w, wd, nb, out); }))
+  if (i == Isa::Avx2 && with_rows(rows, [&](auto r) {
+        dot_rows_q4_avx2<decltype(r)::value>(xq, ldq, xd, xn, ldd, w, ws, wd, nb, nw, out, ldo);
+      }))
     return;
 #else
   (void)xn;
 #endif
-  dot_rows_scalar<WFormat::Q4>(xq, ldq, xd, ldd, rows, w, wd, nb, out);
+  dot_rows_scalar<WFormat::Q4>(xq, ldq, xd, ldd, rows, w, ws, wd, nb, nw, out, ldo);
 }
 
 void q4_row_corrections(const int8_t* xq, int64_t K, int32_t* xn) {

@@ -17,10 +17,11 @@ void q8_quantize_row(const float* x, int64_t K, int8_t* q, float* d);
 // The weight's form of the same: scales as f16 bits.
 void q8_quantize_weight_row(const float* x, int64_t K, int8_t* q, uint16_t* d);
 
-// out[r] = sum over blocks b of xd[r][b] * wd[b] * (xq[r] . w over block b), rows <= 4 activation rows (ldq apart,
-// their scales ldd apart), one weight row of nb blocks (values w, f16 scales wd).
+// out[r * ldo + j] = sum over blocks b of xd[r][b] * wd[j][b] * (xq[r] . w[j] over block b): rows <= 4 activation
+// rows (ldq apart, their scales ldd apart) against nw consecutive weight rows of nb blocks each (values w, f16
+// scales wd, both contiguous).
 void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const int8_t* w,
-                 const uint16_t* wd, int64_t nb, float* out);
+                 const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo);
 
 // Q4_0 weights (Q4Weight): blocks of 32 4-bit codes with one f16 scale, value = (code - 8) x scale; a row of a
 // block packs 16 bytes, byte j holding code j in its low nibble and code j + 16 in its high one (llama.cpp's
@@ -28,7 +29,7 @@ void q8_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, in
 // xn: per row (ldq / 4 apart) -8 x the sum of each 4 consecutive quantised activations (q4_row_corrections):
 // the SIMD kernels multiply the codes as unsigned bytes and start each 4-byte lane's sum at it.
 void q4_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd, int rows,
-                 const uint8_t* w, const uint16_t* wd, int64_t nb, float* out);
+                 const uint8_t* w, const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo);
 void q4_row_corrections(const int8_t* xq, int64_t K, int32_t* xn);
 // x [K] -> packed codes q [K / 2] and f16 scales d [K / 32] (llama.cpp's reference rounding).
 void q4_quantize_weight_row(const float* x, int64_t K, uint8_t* q, uint16_t* d);

@@ -43,18 +43,24 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
     q8_quantize_row(xf.data() + m * K, K, xq.data() + m * K, xd.data() + m * nb);
     if constexpr (Q4) q4_row_corrections(xq.data() + m * K, K, xn.data() + m * (K / 4));
   }
+  // Chunks of 64 weight rows, each multiplied against every activation row (4 at a time) in one kernel call.
+  constexpr int64_t kChunk = 64;
+  std::vector<float> acc(static_cast<size_t>(M * N));
 #pragma omp parallel for schedule(static) if (N * K >= kParallelGrain)
-  for (int64_t n = 0; n < N; ++n) {
-    float acc[4];
+  for (int64_t n0 = 0; n0 < N; n0 += kChunk) {
+    const int64_t nw = std::min(kChunk, N - n0);
     for (int64_t m0 = 0; m0 < M; m0 += 4) {
       const int rows = static_cast<int>(std::min<int64_t>(4, M - m0));
+      float* o = acc.data() + m0 * N + n0;
       if constexpr (Q4)
         q4_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xn.data() + m0 * (K / 4), nb, rows,
-                    wq + n * row_bytes, wd + n * nb, nb, acc);
+                    wq + n0 * row_bytes, wd + n0 * nb, nb, nw, o, N);
       else
-        q8_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, nb, rows, reinterpret_cast<const int8_t*>(wq) + n * row_bytes,
-                    wd + n * nb, nb, acc);
-      for (int r = 0; r < rows; ++r) op[(m0 + r) * N + n] = convert<X>(acc[r] + bias_f[static_cast<size_t>(n)]);
+        q8_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, nb, rows,
+                    reinterpret_cast<const int8_t*>(wq) + n0 * row_bytes, wd + n0 * nb, nb, nw, o, N);
+      for (int r = 0; r < rows; ++r)
+        for (int64_t n = n0; n < n0 + nw; ++n)
+          op[(m0 + r) * N + n] = convert<X>(acc[static_cast<size_t>((m0 + r) * N + n)] + bias_f[static_cast<size_t>(n)]);
     }
   }
 }
