@@ -82,6 +82,10 @@ std::atomic<int64_t>& tma_launches() {
   static std::atomic<int64_t> n{0};
   return n;
 }
+std::atomic<int64_t>& paged_launches() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
 std::atomic<int64_t>& regs_launches() {
   static std::atomic<int64_t> n{0};
   return n;
@@ -181,7 +185,6 @@ void launch_prefill(const Tensor& out, const Tensor& q, const Tensor& k, const T
   check_launch("scaled_dot_product_attention (flash prefill)");
 }
 
-// False when the grid does not fit the decode kernel's (split, KV head x row tile, sequence) layout.
 // Paged caches: the block table (i32 [B, W], contiguous), the block size's log2 and the pools' block count.
 struct PagedArgs {
   const int32_t* table;
@@ -189,6 +192,8 @@ struct PagedArgs {
   int block_shift;
   int64_t num_blocks;
 };
+
+// False when the grid does not fit the decode kernel's (split, KV head x row tile, sequence) layout.
 
 bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lengths,
                    const am::Layout& L, double scale, cudaStream_t stream, DeviceErrorRecord* err,
@@ -277,6 +282,7 @@ bool launch_decode(const Tensor& out, const Tensor& q, const Tensor& k, const Te
     p.part_ml = nullptr;
   }
   if (regs) regs_launches().fetch_add(1, std::memory_order_relaxed);
+  if (paged) paged_launches().fetch_add(1, std::memory_order_relaxed);
   with_tag(q.dtype(), [&](auto tag) {
     using Tag = decltype(tag);
     auto go = [&](auto d_const) {
@@ -376,6 +382,7 @@ void set_prefill_max_blocks(int n) {
 
 int64_t decode_tma_launches() { return tma_launches().load(std::memory_order_relaxed); }
 int64_t decode_regs_launches() { return regs_launches().load(std::memory_order_relaxed); }
+int64_t decode_paged_launches() { return paged_launches().load(std::memory_order_relaxed); }
 
 void set_decode_tuning(const DecodeTuning& t) {
   KILN_CHECK(tuning_valid(t),

@@ -67,6 +67,8 @@ void set_decode_tuning(const DecodeTuning& t);
 int64_t decode_tma_launches();
 // Decode calls that took the register kernel (DecodeKernel::Regs) so far in this process.
 int64_t decode_regs_launches();
+// paged_decode_attention calls that read the blocks in place (the register kernel through the block table).
+int64_t decode_paged_launches();
 
 // Which tensor-core kernel runs prefill without a mask: Auto takes the Hopper wgmma kernel
 // (kernels/flash_attention_sm90.cuh) when this build has sm_90a code, the device has compute capability

@@ -105,8 +105,10 @@ void KVPool::register_full(const Sequence& seq, int64_t before) {
 Sequence::Sequence() = default;
 
 Sequence::~Sequence() {
+  // Last block first: in the least-recently-released order a chain's later blocks then go before its first
+  // ones (a block is found only through the blocks before it).
   if (pool)
-    for (int32_t b : blocks) pool->release(b);
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) pool->release(*it);
 }
 
 Sequence::Sequence(Sequence&& o) noexcept

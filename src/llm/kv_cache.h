@@ -13,8 +13,9 @@
 namespace kiln::llm {
 
 struct KVPool {
-  uint64_t id = 0;               // unique in the process (captured steps name the cache they address)
-  const void* owner = nullptr;  // the state of the model that made it
+  uint64_t id = 0;     // unique in the process (captured steps name the cache they address)
+  uint64_t owner = 0;  // the id of the model that made it
+  bool shared = true;  // made by new_kv_cache (false: a sequence's own, from Model::new_sequence: no graphs)
   int64_t block_size = 0, num_blocks = 0;
   int64_t scratch = 0;       // the block past the num_blocks handed out, for padding rows (= num_blocks)
   std::vector<Tensor> k, v;  // per layer [NB + 1, S, Hkv, D]

@@ -29,6 +29,7 @@ struct Model::State {
   uint64_t graph_seed = 0;
   std::vector<AsyncReadback> readback;  // two pinned slots for the sampled ids of consecutive steps
   Stream stream;
+  uint64_t id = 0;  // unique in the process: the paged caches this model made carry it
   // The batched decode step (step(seqs, tokens)) captured per padded batch size, against one paged cache.
   struct BatchGraph {
     Graph graph;
@@ -70,6 +71,8 @@ void for_each_weight(const ModelWeights& w, F&& f) {
 
 Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& options)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options), s_(std::make_unique<State>()) {
+  static std::atomic<uint64_t> next_model{0};
+  s_->id = ++next_model;
   dtype_ = options.dtype.value_or(options.device.is_cuda() ? DType::BF16 : DType::F32);
   KILN_CHECK(options.max_context >= 1 && options.max_context <= (int64_t{1} << 22), "model: max_context must be in ",
              "[1, 4194304], got ", options.max_context);
@@ -489,13 +492,13 @@ int64_t Model::decode_n(int64_t token, int64_t n, const SamplingParams& params, 
 KVCache Model::new_kv_cache(int64_t num_blocks, int64_t block_size) const {
   KILN_CHECK(block_size >= 16 && block_size <= 1024 && (block_size & (block_size - 1)) == 0,
              "new_kv_cache: block_size must be a power of two in [16, 1024], got ", block_size);
-  KILN_CHECK(num_blocks >= 1 && num_blocks <= (int64_t{1} << 24), "new_kv_cache: num_blocks must be in [1, 16777216], got ",
-             num_blocks);
+  KILN_CHECK(num_blocks >= 1 && (num_blocks + 1) * block_size < (int64_t{1} << 31), "new_kv_cache: ", num_blocks,
+             " blocks of ", block_size, " positions is too many (slots are 32-bit: at most 2^31 positions)");
   const ModelConfig& c = config_;
   auto p = std::make_shared<KVPool>();
   static std::atomic<uint64_t> next_id{0};
   p->id = ++next_id;
-  p->owner = s_.get();
+  p->owner = s_->id;
   p->block_size = block_size;
   p->num_blocks = num_blocks;
   p->scratch = num_blocks;  // one more block, never handed out: padding rows of a captured step write there
@@ -514,7 +517,9 @@ KVCache Model::new_kv_cache(int64_t num_blocks, int64_t block_size) const {
 Sequence Model::new_sequence(int64_t max_context) const {
   KILN_CHECK(max_context >= 1 && max_context <= (int64_t{1} << 22), "new_sequence: max_context must be in [1, 4194304], "
              "got ", max_context);
-  return new_kv_cache((max_context + 15) / 16).new_sequence(max_context);
+  KVCache own = new_kv_cache((max_context + 15) / 16);
+  own.pool->shared = false;
+  return own.new_sequence(max_context);
 }
 
 namespace {
@@ -563,6 +568,9 @@ int64_t widest(const std::vector<Sequence*>& seqs) {
   return W;
 }
 
+// The largest batch the decode step is captured for (each size's graph keeps its own buffers, logits included).
+constexpr int64_t kMaxGraphRows = 64;
+
 // The batch sizes the decode step is captured for: powers of two up to 16, then multiples of 16.
 int64_t graph_rows(int64_t b) {
   if (b <= 16) {
@@ -578,12 +586,14 @@ int64_t graph_rows(int64_t b) {
 // size is seen and replayed after: its inputs (ids, positions, slots, lengths, block table of the model's
 // whole context) live in device buffers written before each replay. Returns the logits [B, V] (the graph's
 // buffer: valid until the next step), or nothing where the step runs eagerly instead: a sequence longer than
-// the model's context, a batch over 512, or a size whose capture failed (an op that synchronises).
+// the model's context, a batch over kMaxGraphRows, a cache of one sequence's own (Model::new_sequence: its
+// graphs would be captured again for every other such cache), or a size whose capture failed (an op that
+// synchronises).
 std::optional<Tensor> Model::step_graph(KVPool& pool, const std::vector<Sequence*>& seqs,
                                         const std::vector<int64_t>& tokens) {
   const int64_t B = static_cast<int64_t>(seqs.size()), rows = graph_rows(B);
   const int64_t W = (options_.max_context + pool.block_size - 1) / pool.block_size;
-  if (rows > 512 || widest(seqs) > W) return std::nullopt;
+  if (!pool.shared || rows > kMaxGraphRows || widest(seqs) > W) return std::nullopt;
   if (s_->graph_pool != pool.id) {  // graphs address one cache's pools
     s_->batch_graphs.clear();
     s_->graph_pool = pool.id;
@@ -630,7 +640,7 @@ std::vector<int64_t> Model::step_graph_sizes() const {
 }
 
 void Model::check_sequence(const Sequence& seq, const char* op, int64_t i, int64_t n) const {
-  KILN_CHECK(seq.pool != nullptr && seq.pool->owner == s_.get(), op, ": sequence ", i,
+  KILN_CHECK(seq.pool != nullptr && seq.pool->owner == s_->id, op, ": sequence ", i,
              " was not made by this model's cache");
   KILN_CHECK(seq.position + n <= seq.max_context, op, ": ", n, " tokens after ", seq.position, " in sequence ", i,
              " exceed its context of ", seq.max_context, seq.position == seq.max_context ? " (it is full)" : "");

@@ -563,13 +563,13 @@ TEST(CudaPagedAttention, MatchesCpuInPlaceAndGathered) {
     const Tensor lens_t = from_vector<int32_t>(lens);
     const Tensor cpu = paged_decode_attention(q, kp, vp, table, lens_t);
 #if KILN_HAVE_CUDA
-    const int64_t before = cuda::decode_regs_launches();
+    const int64_t before = cuda::decode_paged_launches();
 #endif
     poison_next(cpu.sizes(), c.dt);
     const Tensor got =
         paged_decode_attention(q.to(kGpu), kp.to(kGpu), vp.to(kGpu), table.to(kGpu), lens_t.to(kGpu)).cpu();
 #if KILN_HAVE_CUDA
-    EXPECT_EQ(cuda::decode_regs_launches() > before, c.in_place);
+    EXPECT_EQ(cuda::decode_paged_launches() > before, c.in_place);
 #endif
     EXPECT_TRUE(all_close(got, cpu, tol(c.dt)));
   }

@@ -96,12 +96,12 @@ TEST(Q8, RequantisingTheDequantisedWeightIsLossless) {
 
 // linear(x, W) against double-precision references: up to 16 rows, x quantised per block as the Q8_0 format
 // defines, times the dequantised weight (only the f32 sums' order differs); more rows, x as it is. Every
-// instruction-set path this CPU has, odd block counts (the 512-bit kernel's tail), 1 to 40 rows, with and
-// without bias, f32 and bf16 activations.
+// instruction-set path this CPU has, odd block counts (the 512-bit kernels' tails), 1 to 40 rows, 70 weight
+// rows, with and without bias, f32 and bf16 activations.
 template <class W, class Quantize, class Dequantize>
 void check_linear_paths(Quantize quantize, Dequantize dequantize) {
-  const int64_t N = 37;
-  for (int64_t K : {32, 96, 1024}) {
+  const int64_t N = 70;  // more than one 64-row chunk of a kernel call
+  for (int64_t K : {32, 96, 352, 1024}) {  // 11 blocks: the 8-block step, then a pair, then the tail
     const std::vector<float> w = random_values(N * K, 2 + K, 0.05f);
     const W q = quantize(from(w, {N, K}));
     const Tensor wd = dequantize(q);

@@ -87,8 +87,8 @@ class Engine {
  public:
   Engine(llm::Model model, std::optional<Tokenizer> tok, std::optional<ChatTemplate> chat, const ServeOptions& o)
       : model_(std::move(model)), tok_(std::move(tok)), chat_(std::move(chat)), o_(o) {
-    const int64_t tokens = o.kv_tokens > 0 ? o.kv_tokens : o.max_batch * o.ctx;
-    cache_ = model_.new_kv_cache((tokens + kBlock - 1) / kBlock, kBlock);
+    const int64_t blocks = o.kv_tokens > 0 ? (o.kv_tokens + kBlock - 1) / kBlock : o.max_batch * ((o.ctx + kBlock - 1) / kBlock);
+    cache_ = model_.new_kv_cache(blocks, kBlock);
     kv_blocks_ = kv_free_ = cache_.num_blocks();
     thread_ = std::thread([this] { run(); });
   }
@@ -259,6 +259,7 @@ class Engine {
       add(metrics_.prefill_seconds, seconds_since(t0));
       if (accept(a, t)) return 1;
     } catch (const std::exception& e) {
+      cache_.clear_prefixes();  // blocks this prompt filled may hold anything
       a.reason = "error";
       end(a, e.what());
       return -1;
@@ -368,6 +369,12 @@ class Engine {
   // The job is over: the rest of its text, its finish reason, and its blocks back.
   void end(Active& a, const std::string& error) {
     Job& job = *a.job;
+    // Its blocks back to the cache (full ones stay cached for later prompts) before the client hears of the end.
+    a.seq = llm::Sequence();
+    reserved_ -= a.reserved;
+    a.reserved = 0;
+    kv_free_ = cache_.free_blocks();
+    kv_cached_ = cache_.cached_blocks();
     if (!a.cut) detokenize(a, true);
     if (a.reason == "cancelled") metrics_.cancelled++;
     if (!error.empty()) metrics_.errors++;
@@ -380,9 +387,6 @@ class Engine {
       job.done = true;
     }
     job.cv.notify_all();
-    a.seq = llm::Sequence();  // its blocks back to the cache (full ones stay cached for later prompts)
-    reserved_ -= a.reserved;
-    a.reserved = 0;
   }
 
   static double seconds_since(std::chrono::steady_clock::time_point t0) {

@@ -46,7 +46,8 @@ struct KVPool;  // a paged cache's pools and block allocator (src/llm/kv_cache.h
 // (KVCache), taken as it grows and given back when it is destroyed. prefill(seq, ids) appends a prompt to it;
 // step(seqs, tokens) runs one token of each of several sequences through the model at once (the matrix products
 // read every weight once for all of them; one attention launch per layer reads every sequence's blocks through
-// a block table). Eager on every device (no CUDA graph). Move-only; it belongs to the model whose cache made it.
+// a block table; on CUDA the step is a captured graph per padded batch size). Move-only; it belongs to the model
+// whose cache made it.
 struct Sequence {
   int64_t position = 0;     // tokens in its cache
   int64_t max_context = 0;  // the most it may hold
@@ -139,11 +140,13 @@ class Model {
   Tensor prefill(Sequence& seq, const std::vector<int64_t>& ids);
   // One token of each sequence (tokens[i] at seqs[i]->position); returns the f32 logits [B, V] of the next
   // positions. The sequences must be distinct and share one cache. A cache with too few blocks left throws
-  // before anything runs (a sequence may keep a block it took).
+  // before anything runs (a sequence may keep a block it took). On CUDA with graphs, for a cache made by
+  // new_kv_cache and at most 64 sequences, the step is a captured graph and the logits are its output buffer:
+  // valid until the next step.
   Tensor step(const std::vector<Sequence*>& seqs, const std::vector<int64_t>& tokens);
 
   // The batch sizes whose step(seqs, tokens) runs as a captured CUDA graph (padded sizes: 1, 2, 4, 8, 16, then
-  // multiples of 16, each captured when first needed); empty on the CPU or without graphs.
+  // multiples of 16 up to 64, each captured when first needed); empty on the CPU or without graphs.
   std::vector<int64_t> step_graph_sizes() const;
 
   // Bytes of weights read per decoded token (the dense weights, plus top_k of E experts for MoE layers).
