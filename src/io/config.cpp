@@ -192,6 +192,9 @@ void parse_rope(const Fields& top, ModelConfig& c) {
       r.original_max_position_embeddings = f.integer("original_max_position_embeddings", 0, 0);
       r.beta_fast = f.number("beta_fast", 32.0);
       r.beta_slow = f.number("beta_slow", 1.0);
+      // The correction range takes log(original / (2 pi beta)): a beta <= 0 has none.
+      KILN_CHECK(r.beta_fast > 0 && r.beta_slow > 0, top.source(), ": \"", key,
+                 "\" yarn needs beta_fast and beta_slow > 0, got ", r.beta_fast, " and ", r.beta_slow);
       r.mscale = f.optional_number("mscale");
       r.mscale_all_dim = f.optional_number("mscale_all_dim");
       r.attention_factor = f.optional_number("attention_factor");
