@@ -65,6 +65,10 @@ Tensor sample(const Tensor& logits, const SamplingParams& params, Generator* gen
 // takes its offset on the host, so a replay would repeat the captured offset (the same draws every step);
 // this one draws anew on every replay. (seed, offset value) gives the same tokens as a Generator would.
 Tensor sample(const Tensor& logits, const SamplingParams& params, uint64_t seed, const Tensor& offset);
+// The distribution sample() draws each row from, as f32 probabilities of logits' shape: the kept tokens'
+// weights e_i (the definition in src/ops/sampling_math.h) over their sum, 0 elsewhere; temperature 0 puts 1 on
+// the argmax. Computed on the CPU (CUDA logits are copied there; the result goes back to their device).
+Tensor sampling_probs(const Tensor& logits, const SamplingParams& params);
 
 // ---------------------------------------------------------------------------------------------------------
 // Attention (src/ops/attention.cpp; docs/attention.md)

@@ -48,11 +48,36 @@ struct Request {
   std::vector<int64_t> prompt;
   llm::GenerateOptions options;
   bool text = false;  // the prompt was text: return text
+  PyModel* draft = nullptr;  // speculative decoding's draft model (its Python object kept alive by the caller)
+};
+
+// Both models' locks (the draft's too, when there is one), taken together so that two generations that use
+// each other's model as a draft cannot deadlock.
+struct ModelLocks {
+  ModelLocks(PyModel& m, PyModel* draft) : a(m.busy, std::defer_lock) {
+    if (draft) {
+      b = std::unique_lock<std::mutex>(draft->busy, std::defer_lock);
+      std::lock(a, b);
+    } else {
+      a.lock();
+    }
+  }
+  void unlock() {
+    if (a.owns_lock()) a.unlock();
+    if (b.owns_lock()) b.unlock();
+  }
+  std::unique_lock<std::mutex> a, b;
 };
 
 Request make_request(PyModel& m, nb::handle prompt, int64_t max_new_tokens, double temperature, int64_t top_k,
-                     double top_p, double min_p, uint64_t seed, bool ignore_eos, std::optional<std::vector<int64_t>> stop) {
+                     double top_p, double min_p, uint64_t seed, bool ignore_eos, std::optional<std::vector<int64_t>> stop,
+                     int64_t lookup, PyModel* draft, int64_t num_draft) {
   Request r;
+  KILN_CHECK(draft != &m, "generate: the draft model must be another model than the one it drafts for");
+  r.draft = draft;
+  r.options.speculative.lookup = lookup;
+  r.options.speculative.draft = draft ? draft->model.get() : nullptr;
+  r.options.speculative.num_draft = num_draft;
   if (nb::isinstance<nb::str>(prompt) || nb::isinstance<nb::list>(prompt) && nb::len(prompt) > 0 &&
                                              nb::isinstance<nb::dict>(nb::borrow<nb::list>(prompt)[0])) {
     if (!m.tokenizer) throw Error("generate: this model has no tokenizer (a preset): give the prompt as token ids");
@@ -98,12 +123,12 @@ bool interrupted() {
 // next token. Dropping the iterator, or Ctrl-C, stops the worker after its current token.
 class Streamer {
  public:
-  Streamer(nb::object owner, PyModel& m, Request r)
-      : owner_(std::move(owner)), m_(m), lock_(m.busy, std::defer_lock), text_{m.tokenizer.get(), {}, {}},
+  Streamer(nb::object owner, nb::object draft_owner, PyModel& m, Request r)
+      : owner_(std::move(owner)), draft_owner_(std::move(draft_owner)), m_(m), text_{m.tokenizer.get(), {}, {}},
         as_text_(r.text) {
     {
       nb::gil_scoped_release release;  // another generation may hold the model and need the GIL to finish
-      lock_.lock();
+      locks_.emplace(m, r.draft);
     }
     r.options.on_token = [this](int64_t t) {
       std::lock_guard<std::mutex> g(mu_);
@@ -135,7 +160,7 @@ class Streamer {
       nb::gil_scoped_release release;
       worker_.join();
     }
-    if (lock_.owns_lock()) lock_.unlock();
+    if (locks_) locks_->unlock();
   }
 
   nb::object next() {
@@ -177,9 +202,10 @@ class Streamer {
   }
 
  private:
-  nb::object owner_;  // the Python Model: alive while this stream is
+  nb::object owner_;        // the Python Model: alive while this stream is
+  nb::object draft_owner_;  // and its draft model, if any
   PyModel& m_;
-  std::unique_lock<std::mutex> lock_;
+  std::optional<ModelLocks> locks_;
   TextStream text_;
   bool as_text_, flushed_ = false;
   std::mutex mu_;
@@ -192,10 +218,14 @@ class Streamer {
 
 nb::object generate(nb::pointer_and_handle<PyModel> self, nb::handle prompt, int64_t max_new_tokens, double temperature,
                     int64_t top_k, double top_p, double min_p, uint64_t seed, bool ignore_eos,
-                    std::optional<std::vector<int64_t>> stop, bool stream) {
+                    std::optional<std::vector<int64_t>> stop, bool stream, int64_t lookup, nb::handle draft_h,
+                    int64_t num_draft) {
   PyModel& m = *self.p;
-  Request r = make_request(m, prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed, ignore_eos, std::move(stop));
-  if (stream) return nb::cast(new Streamer(nb::borrow(self.h), m, std::move(r)), nb::rv_policy::take_ownership);
+  PyModel* draft = draft_h.is_none() ? nullptr : nb::cast<PyModel*>(draft_h);
+  Request r = make_request(m, prompt, max_new_tokens, temperature, top_k, top_p, min_p, seed, ignore_eos, std::move(stop),
+                           lookup, draft, num_draft);
+  if (stream)
+    return nb::cast(new Streamer(nb::borrow(self.h), nb::borrow(draft_h), m, std::move(r)), nb::rv_policy::take_ownership);
   bool stopped = false;
   r.options.on_token = [&](int64_t) {
     if (interrupted()) stopped = true;
@@ -204,7 +234,7 @@ nb::object generate(nb::pointer_and_handle<PyModel> self, nb::handle prompt, int
   std::vector<int64_t> out;
   {
     nb::gil_scoped_release release;
-    std::lock_guard<std::mutex> g(m.busy);
+    ModelLocks locks(m, r.draft);
     out = llm::generate(*m.model, r.prompt, r.options);
   }
   if (stopped) throw nb::python_error();  // the KeyboardInterrupt PyErr_CheckSignals set
@@ -319,10 +349,14 @@ void bind_llm(nb::module_& m) {
       .def("generate", &generate, nb::arg("prompt"), nb::kw_only(), nb::arg("max_new_tokens") = 128,
            nb::arg("temperature") = 0.7, nb::arg("top_k") = 20, nb::arg("top_p") = 0.95, nb::arg("min_p") = 0.0,
            nb::arg("seed") = 0, nb::arg("ignore_eos") = false, nb::arg("stop") = nb::none(), nb::arg("stream") = false,
+           nb::arg("lookup") = 0, nb::arg("draft") = nb::none(), nb::arg("num_draft") = 4,
            "Generates after `prompt`: a str (returns the text), a list of token ids (returns the ids), or chat "
            "messages [{'role', 'content'}] in the checkpoint's chat format (returns the text). Sampling as `kiln "
            "generate` (temperature 0: greedy); generation ends at an end-of-sequence id unless ignore_eos, or at "
-           "an id in `stop`. stream=True returns an iterator of text pieces (or ids) as they are decoded.")
+           "an id in `stop`. stream=True returns an iterator of text pieces (or ids) as they are decoded. "
+           "Speculative decoding (exact: greedy output unchanged, sampled output with the model's distribution): "
+           "lookup=N drafts from the prompt (the tokens after the latest earlier occurrence of the last N tokens), "
+           "draft=Model (another kiln.Model with the same vocabulary) drafts by decoding; num_draft tokens per step.")
       .def("logits", [](PyModel& m, const std::vector<int64_t>& ids) {
         nb::gil_scoped_release release;
         std::lock_guard<std::mutex> g(m.busy);

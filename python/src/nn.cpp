@@ -147,6 +147,13 @@ void bind_nn(nb::module_& m, nb::module_& F) {
      "The same draw with its Philox offset held in a one-element int64 tensor on the device, incremented there "
      "(a step captured in a CUDA graph draws anew on each replay).");
 
+  m.def("sampling_probs", [](const Tensor& logits, double temperature, int64_t top_k, double top_p, double min_p) {
+    return sampling_probs(logits, sampling(temperature, top_k, top_p, min_p));
+  }, nb::arg("logits"), nb::kw_only(), nb::arg("temperature") = 1.0, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0,
+     nb::arg("min_p") = 0.0, release_gil(),
+     "The distribution sample() draws each row from, as float32 probabilities of logits' shape (0 outside the "
+     "kept tokens; temperature 0: 1 on the argmax). Computed on the CPU, returned on logits' device.");
+
   // ---- Attention ----------------------------------------------------------------------------------------
   for (nb::module_* mod : {&m, &F}) {
     mod->def("scaled_dot_product_attention", [](const Tensor& q, const Tensor& k, const Tensor& v,

@@ -50,15 +50,16 @@ int64_t greedy_row(const float* l, int64_t v) {
   return best;
 }
 
-// Returns the token, or -1 when the row's distribution is undefined.
-int64_t sample_row(const float* l, int64_t v, const SamplingParams& p, float u, std::vector<float>& e,
-                   std::vector<int64_t>& order, std::vector<char>& keep) {
+// The weights e and the kept set of a row (sampling_math.h's definition); false when the row's distribution is
+// undefined (NaN, +inf or only -inf logits).
+bool kept_weights(const float* l, int64_t v, const SamplingParams& p, std::vector<float>& e,
+                  std::vector<int64_t>& order, std::vector<char>& keep) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < v; ++i) {
-    if (std::isnan(l[i])) return -1;
+    if (std::isnan(l[i])) return false;
     m = std::max(m, l[i]);
   }
-  if (!std::isfinite(m)) return -1;
+  if (!std::isfinite(m)) return false;
   const float temperature = static_cast<float>(p.temperature);
   e.resize(v);
   keep.assign(v, 1);
@@ -91,7 +92,13 @@ int64_t sample_row(const float* l, int64_t v, const SamplingParams& p, float u, 
     for (int64_t i = 0; i < v; ++i)
       if (e[i] < threshold) keep[i] = 0;
   }
+  return true;
+}
 
+// Returns the token, or -1 when the row's distribution is undefined.
+int64_t sample_row(const float* l, int64_t v, const SamplingParams& p, float u, std::vector<float>& e,
+                   std::vector<int64_t>& order, std::vector<char>& keep) {
+  if (!kept_weights(l, v, p, e, order, keep)) return -1;
   float w = 0.0f;
   int64_t last_positive = -1;
   for (int64_t i = 0; i < v; ++i)
@@ -107,6 +114,18 @@ int64_t sample_row(const float* l, int64_t v, const SamplingParams& p, float u, 
       if (c > t) return i;
     }
   return last_positive;
+}
+
+// A row as f32: the row itself, or converted into `buf`.
+template <class T>
+const float* row_f32(const T* src, int64_t vocab, std::vector<float>& buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return src;
+  } else {
+    buf.resize(vocab);
+    for (int64_t i = 0; i < vocab; ++i) buf[i] = convert<float>(src[i]);
+    return buf.data();
+  }
 }
 }  // namespace
 
@@ -133,19 +152,12 @@ void sample(const Tensor& logits, int64_t vocab, const SamplingParams& params, u
     const T* src = logits.data<const T>();
 #pragma omp parallel if (rows > 1 && rows * vocab >= 32768)
     {
-      std::vector<float> row_f32, e;
+      std::vector<float> buf, e;
       std::vector<int64_t> order;
       std::vector<char> keep;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t r = 0; r < rows; ++r) {
-        const float* l;
-        if constexpr (std::is_same_v<T, float>) {
-          l = src + r * vocab;
-        } else {
-          row_f32.resize(vocab);
-          for (int64_t i = 0; i < vocab; ++i) row_f32[i] = convert<float>(src[r * vocab + i]);
-          l = row_f32.data();
-        }
+        const float* l = row_f32(src + r * vocab, vocab, buf);
         if (params.temperature == 0.0) {
           tokens[r] = greedy_row(l, vocab);
           continue;
@@ -164,6 +176,50 @@ void sample(const Tensor& logits, int64_t vocab, const SamplingParams& params, u
   });
   const int64_t r = bad_row.load();
   KILN_CHECK(r < 0, "sample: row ", r, " of logits ", logits.meta(),
+             " has NaN, +inf or only -inf logits, so its distribution is undefined (temperature ",
+             params.temperature, ")");
+}
+
+}  // namespace kiln::cpu
+
+namespace kiln::cpu {
+
+void sampling_probs(const Tensor& logits, int64_t vocab, const SamplingParams& params, Tensor& out) {
+  const int64_t rows = vocab == 0 ? 0 : logits.numel() / vocab;
+  float* probs = out.data<float>();
+  std::atomic<int64_t> bad_row{-1};
+  visit_dtypes<kSampleTypes>(logits.dtype(), "sampling_probs", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* src = logits.data<const T>();
+#pragma omp parallel if (rows > 1 && rows * vocab >= 32768)
+    {
+      std::vector<float> buf, e;
+      std::vector<int64_t> order;
+      std::vector<char> keep;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* l = row_f32(src + r * vocab, vocab, buf);
+        float* p = probs + r * vocab;
+        std::fill(p, p + vocab, 0.0f);
+        if (params.temperature == 0.0) {
+          p[greedy_row(l, vocab)] = 1.0f;
+          continue;
+        }
+        if (!kept_weights(l, vocab, params, e, order, keep)) {
+          int64_t expected = -1;
+          bad_row.compare_exchange_strong(expected, r);
+          continue;
+        }
+        double w = 0.0;
+        for (int64_t i = 0; i < vocab; ++i)
+          if (keep[i]) w += e[i];
+        for (int64_t i = 0; i < vocab; ++i)
+          if (keep[i]) p[i] = static_cast<float>(e[i] / w);
+      }
+    }
+  });
+  const int64_t r = bad_row.load();
+  KILN_CHECK(r < 0, "sampling_probs: row ", r, " of logits ", logits.meta(),
              " has NaN, +inf or only -inf logits, so its distribution is undefined (temperature ",
              params.temperature, ")");
 }

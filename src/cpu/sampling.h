@@ -12,4 +12,6 @@ void topk(const Tensor& x, int64_t n, int64_t k, Tensor& values, Tensor& indices
 // is undefined (NaN, +inf or all -inf logits) when temperature > 0.
 void sample(const Tensor& logits, int64_t vocab, const SamplingParams& params, uint64_t seed, uint64_t offset,
             Tensor& out);
+// The distribution sample() draws each row from: out contiguous f32 [rows, V].
+void sampling_probs(const Tensor& logits, int64_t vocab, const SamplingParams& params, Tensor& out);
 }  // namespace kiln::cpu

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "llm/speculative.h"
+
 namespace kiln::llm {
 
 std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, const GenerateOptions& o,
@@ -13,6 +15,7 @@ std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, 
   KILN_CHECK(static_cast<int64_t>(prompt.size()) + o.max_new_tokens <= model.max_context(), "generate: the prompt (",
              prompt.size(), " tokens) plus ", o.max_new_tokens, " new tokens exceed the context of ", model.max_context(),
              " (raise --ctx)");
+  if (o.speculative.enabled()) check_speculative(model, o.speculative);
   model.reset();
   Generator gen(o.seed);
   std::vector<int64_t> out;
@@ -27,12 +30,20 @@ std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt, 
     st.prefill_seconds = seconds(t0, t1);
     out.push_back(tok);
     const bool go_on = o.on_token ? o.on_token(tok) : true;
+    auto emit = [&](int64_t t) {
+      out.push_back(t);
+      const bool more = o.on_token ? o.on_token(t) : true;
+      return more && !is_stop(t);
+    };
     if (go_on && !is_stop(tok)) {
-      model.decode_n(tok, o.max_new_tokens - 1, o.sampling, &gen, [&](int64_t t) {
-        out.push_back(t);
-        const bool more = o.on_token ? o.on_token(t) : true;
-        return more && !is_stop(t);
-      });
+      if (o.speculative.enabled()) {
+        std::vector<int64_t> context(prompt);
+        context.push_back(tok);
+        decode_speculative(model, std::move(context), tok, o.max_new_tokens - 1, o.sampling, gen, o.speculative, emit,
+                           st);
+      } else {
+        model.decode_n(tok, o.max_new_tokens - 1, o.sampling, &gen, emit);
+      }
     }
     st.decode_seconds = seconds(t1, clock::now());
   }

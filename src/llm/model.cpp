@@ -38,6 +38,14 @@ struct Model::State {
     bool failed = false;  // the capture failed: this size runs eagerly
   };
   std::map<int64_t, BatchGraph> batch_graphs;
+  // The verify step (verify(tokens)) captured per number of tokens.
+  struct VerifyGraph {
+    Graph graph;
+    Tensor ids, io;  // inputs: i64 [T]; i32 positions [T], the first position, the cache length after
+    Tensor logits;   // f32 [T, V]
+    bool failed = false;
+  };
+  std::map<int64_t, VerifyGraph> verify_graphs;
   uint64_t graph_pool = 0;  // the id of the cache they were captured against
 };
 
@@ -426,6 +434,74 @@ Tensor Model::step(int64_t token) {
   }
   ++position_;
   return logits;
+}
+
+namespace {
+// The largest verify step captured as a graph (each size keeps its own buffers, logits included).
+constexpr int64_t kMaxVerifyRows = 16;
+}  // namespace
+
+Tensor Model::verify(const std::vector<int64_t>& tokens) {
+  OnModelStream on(options_.device, s_->stream);
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  KILN_CHECK(T >= 1, "verify: no tokens");
+  KILN_CHECK(position_ + T <= options_.max_context, "verify: ", T, " tokens after ", position_,
+             " in the cache exceed the context of ", options_.max_context, " tokens (raise --ctx)");
+  for (int64_t t : tokens)
+    KILN_CHECK(t >= 0 && t < config_.vocab_size, "verify: token id ", t, " is outside the vocabulary [0, ",
+               config_.vocab_size, ")");
+  const Device dev = options_.device;
+  if (graphs_enabled() && T <= kMaxVerifyRows) {
+    State::VerifyGraph& g = s_->verify_graphs[T];
+    if (!g.failed) {
+      if (!g.ids.defined()) {
+        g.ids = zeros({T}, DType::I64, dev);
+        g.io = zeros({T + 2}, DType::I32, dev);
+      }
+      std::vector<int32_t> io(static_cast<size_t>(T + 2));
+      for (int64_t t = 0; t < T; ++t) io[static_cast<size_t>(t)] = static_cast<int32_t>(position_ + t);
+      io[static_cast<size_t>(T)] = static_cast<int32_t>(position_);
+      io[static_cast<size_t>(T + 1)] = static_cast<int32_t>(position_ + T);
+      g.ids.copy_(from_vector<int64_t>(tokens));
+      g.io.copy_(from_vector<int32_t>(io));
+      if (!g.graph.captured()) {
+        StepInputs in;
+        in.ids = g.ids;
+        in.positions = g.io.narrow(0, 0, T);
+        in.at = g.io.narrow(0, T, 1);
+        in.lengths = g.io.narrow(0, T + 1, 1);
+        auto body = [&] {
+          const Tensor h = run_layers(config_, weights_, g.ids, dtype_, nullptr,
+                                      cache_attention(config_, *s_, in, s_->k_cache, s_->v_cache));
+          g.logits = weights_.lm_head(h).to(DType::F32);
+        };
+        // Warm-up outside the capture; the replay below writes the same cache entries again.
+        synchronize(dev);
+        body();
+        synchronize(dev);
+        try {
+          g.graph.capture(s_->stream, body);
+        } catch (const Error&) {
+          g.failed = true;
+          g.graph = Graph();
+        }
+      }
+      if (g.graph.captured()) {
+        g.graph.replay(s_->stream);
+        position_ += T;
+        return g.logits;
+      }
+    }
+  }
+  Tensor logits = forward(from_vector<int64_t>(tokens).to(dev), position_, true, nullptr);
+  position_ += T;
+  return logits;
+}
+
+void Model::rewind(int64_t position) {
+  KILN_CHECK(position >= 0 && position <= position_, "rewind: position ", position, " is not in [0, ", position_,
+             "] (the tokens in the cache)");
+  position_ = position;
 }
 
 void Model::check_decode(int64_t token, int64_t n) const {

@@ -105,4 +105,12 @@ Tensor sample(const Tensor& logits, const SamplingParams& params, uint64_t seed,
   return run_sample(logits, params, seed, o, nullptr);
 }
 
+Tensor sampling_probs(const Tensor& logits, const SamplingParams& params) {
+  check_sample_args(logits, params);
+  const Tensor host = logits.to(kCPU).contiguous();
+  Tensor out = empty(logits.sizes(), DType::F32, kCPU);
+  cpu::sampling_probs(host, logits.size(-1), params, out);
+  return logits.is_cuda() ? out.to(logits.device()) : out;
+}
+
 }  // namespace kiln

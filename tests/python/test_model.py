@@ -81,6 +81,35 @@ def test_streaming_yields_the_same_tokens(model):
     assert model.generate(prompt, max_new_tokens=3, temperature=0.0, ignore_eos=True) == full[:3]
 
 
+SHIPPED = os.path.join(os.path.dirname(__file__), "..", "..", "models", "kiln-tiny")
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(SHIPPED, "model.safetensors")),
+                    reason="models/kiln-tiny/model.safetensors is absent (a partial checkout)")
+def test_speculative_decoding_keeps_greedy_output_on_the_shipped_model():
+    # A text followed by its beginning: the model goes on copying it, which prompt lookup drafts. 256 greedy
+    # tokens with lookup (Python and `kiln generate --lookup`) and with a draft model equal plain decoding's.
+    m = kiln.Model.from_pretrained(SHIPPED, device="cpu", max_context=1024)
+    text = open(os.path.join(SHIPPED, "heldout.txt"), encoding="utf-8").read()[:1200]
+    prompt = m.tokenizer.encode(text + "\n\n" + text[:200])
+    plain = m.generate(prompt, max_new_tokens=256, temperature=0.0, ignore_eos=True)
+    assert m.generate(prompt, max_new_tokens=256, temperature=0.0, ignore_eos=True, lookup=3, num_draft=6) == plain
+    streamed = list(m.generate(prompt, max_new_tokens=64, temperature=0.0, ignore_eos=True, lookup=2, stream=True))
+    assert streamed == plain[:64]
+    draft = kiln.Model.from_pretrained(SHIPPED, device="cpu", dtype=kiln.bfloat16, max_context=1024)
+    assert m.generate(prompt, max_new_tokens=64, temperature=0.0, ignore_eos=True, draft=draft) == plain[:64]
+    with pytest.raises(kiln.KilnError, match="another model"):
+        m.generate(prompt, max_new_tokens=4, draft=m)
+    with pytest.raises(kiln.KilnError, match="num_draft must be in"):
+        m.generate(prompt, max_new_tokens=4, lookup=2, num_draft=0)
+    if KILN_CLI is not None:
+        r = subprocess.run([KILN_CLI, "generate", "-m", SHIPPED, "--device", "cpu", "--ids", "--temp", "0", "-n", "256",
+                            "--ignore-eos", "--lookup", "3", "--prompt-ids", ",".join(map(str, prompt))],
+                           capture_output=True, text=True, check=True)
+        assert [int(x) for x in r.stdout.strip().split(",")] == plain
+        assert "drafts accepted" in r.stderr
+
+
 def test_streaming_text_joins_to_the_whole_text(text_model):
     text = text_model.generate("Hello there", max_new_tokens=16, temperature=0.0, ignore_eos=True)
     pieces = list(text_model.generate("Hello there", max_new_tokens=16, temperature=0.0, ignore_eos=True, stream=True))

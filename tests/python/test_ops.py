@@ -411,3 +411,30 @@ def test_fp8_quantise_and_products(rng, device):
     fw = kiln.Fp8Weight(wv, ws, "blockwise")
     exact = nx @ to_numpy(kiln.dequantize_fp8(wv, ws, "blockwise", activation=False)).T
     assert_close(to_numpy(kiln.linear(x, fw)), exact, kiln.float32, rtol=1e-4, atol=1e-4)
+
+
+def test_sampling_probs_is_the_distribution_sample_draws_from(rng, device):
+    logits, nl = make(rng, (3, 50), kiln.float32, device, -3, 3)
+    # temperature then top_k: softmax(l / T) over the k largest, renormalised
+    p = to_numpy(kiln.sampling_probs(logits, temperature=0.7, top_k=5))
+    for r in range(3):
+        keep = np.argsort(-nl[r])[:5]
+        e = np.zeros(50)
+        e[keep] = np.exp((nl[r, keep] - nl[r].max()) / 0.7)
+        assert_close(p[r], e / e.sum(), kiln.float32, rtol=1e-5, atol=1e-7)
+    # min_p drops the tokens below min_p x the top one; temperature 0 is the argmax
+    p = to_numpy(kiln.sampling_probs(logits, temperature=1.0, min_p=0.3))
+    e = np.exp(nl - nl.max(-1, keepdims=True))
+    e[e < 0.3] = 0
+    assert_close(p, e / e.sum(-1, keepdims=True), kiln.float32, rtol=1e-5, atol=1e-7)
+    g = to_numpy(kiln.sampling_probs(logits, temperature=0.0))
+    assert (g.argmax(-1) == nl.argmax(-1)).all() and (g.sum(-1) == 1).all() and (g.max(-1) == 1).all()
+    # sample()'s draws land where the probabilities are
+    row = kiln.tensor(np.tile(nl[:1], (4000, 1)).astype(np.float32), device=device)
+    draws = to_numpy(kiln.sample(row, temperature=1.0, top_k=4, generator=kiln.Generator(3)))
+    probs = to_numpy(kiln.sampling_probs(logits, temperature=1.0, top_k=4))[0]
+    counts = np.bincount(draws, minlength=50)
+    assert set(np.nonzero(counts)[0]) <= set(np.nonzero(probs)[0])
+    assert np.abs(counts / 4000 - probs).max() < 0.04
+    with pytest.raises(kiln.KilnError, match="top_p must be in"):
+        kiln.sampling_probs(logits, top_p=0.0)

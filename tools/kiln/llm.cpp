@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <numeric>
 #include <random>
@@ -152,6 +153,17 @@ int run_generate(const LlmOptions& o) {
   g.sampling = SamplingParams{o.temp, o.top_k, o.top_p, o.min_p};
   g.seed = o.seed;
   if (!o.ignore_eos) g.stop_ids = m.config().eos_token_ids;
+  std::optional<Model> draft;
+  if (!o.draft.empty()) {
+    KILN_CHECK(o.lookup == 0, "give --lookup or --draft, not both");
+    LlmOptions od = o;
+    od.model = o.draft;
+    od.preset.clear();
+    draft.emplace(open_model(od, dev, ctx));
+    g.speculative.draft = &*draft;
+  }
+  g.speculative.lookup = o.lookup;
+  g.speculative.num_draft = o.num_draft;
   std::vector<int64_t> generated;
   std::string printed;
   g.on_token = [&](int64_t t) {
@@ -175,6 +187,11 @@ int run_generate(const LlmOptions& o) {
   else std::cout << "\n";
   std::cerr << fmt::format("prompt: {} tokens, {:.1f} t/s; generated: {} tokens, {:.1f} t/s ({})\n", st.prompt_tokens,
                            st.prefill_tps(), st.generated, st.decode_tps(), dev.str());
+  if (g.speculative.enabled())
+    std::cerr << fmt::format("speculative ({}): {} verify steps, {} of {} drafts accepted ({:.0f}%), {:.2f} tokens per step\n",
+                             draft ? "draft model " + o.draft : fmt::format("lookup {}", o.lookup), st.verify_steps,
+                             st.accepted, st.drafted, 100 * st.acceptance(),
+                             st.verify_steps > 0 ? static_cast<double>(st.accepted + st.verify_steps) / st.verify_steps : 0.0);
   print_memory(dev);
   return 0;
 }
@@ -263,10 +280,40 @@ Stat stat_of(const std::vector<double>& v) {
   return s;
 }
 
+// The device's copy bandwidth: (read + write bytes) / median time of copying a buffer (1 GiB on CUDA, 256 MiB
+// on the CPU), in GB/s (1e9). Decode cannot read its weights faster: bytes per token / this is its floor.
+double copy_gbps(Device dev) {
+  using clock = std::chrono::steady_clock;
+  const int64_t n = dev.is_cuda() ? int64_t{1} << 28 : int64_t{1} << 26;  // f32
+  Tensor src = empty({n}, DType::F32, dev), dst = empty({n}, DType::F32, dev);
+  uniform_(src, -1.0, 1.0);
+  dst.copy_(src);
+  if (dev.is_cuda()) synchronize(dev);
+  std::vector<double> s;
+  for (int i = 0; i < 10; ++i) {
+    const auto a = clock::now();
+    dst.copy_(src);
+    if (dev.is_cuda()) synchronize(dev);
+    s.push_back(std::chrono::duration<double>(clock::now() - a).count());
+  }
+  std::nth_element(s.begin(), s.begin() + 5, s.end());
+  return 2.0 * static_cast<double>(src.nbytes()) / s[5] / 1e9;
+}
+
+std::vector<int64_t> parse_list(const std::string& s, const char* what, int64_t lo, int64_t hi) {
+  std::vector<int64_t> v = parse_ids(s);
+  for (int64_t x : v) KILN_CHECK(x >= lo && x <= hi, what, " must be in [", lo, ", ", hi, "], got ", x);
+  return v;
+}
+
 int run_bench_model(const LlmOptions& o) {
   const Device dev = parse_device(o.device);
-  // Room for the warm-up too (the prompt and 4 decode steps).
-  const int64_t ctx = std::max<int64_t>(o.ctx, o.pp + std::max<int64_t>(o.tg, 4) + 1);
+  const std::vector<int64_t> contexts = parse_list(o.contexts, "--contexts", 1, int64_t{1} << 21);
+  const std::vector<int64_t> verify_k = parse_list(o.verify, "--verify", 1, 15);
+  int64_t longest = o.pp;
+  for (int64_t c : contexts) longest = std::max(longest, c);
+  // Room for the warm-up too (the prompt and 4 decode steps), and for verify steps after the prompt.
+  const int64_t ctx = std::max<int64_t>(o.ctx, longest + std::max<int64_t>(o.tg, 16) + 1);
   Model m = open_model(o, dev, ctx);
   const ModelConfig& c = m.config();
   std::mt19937_64 rng(1234);
@@ -320,6 +367,55 @@ int run_bench_model(const LlmOptions& o) {
       add(L.moe->down);
     }
   }
+  // Decode after longer prompts (--contexts): random tokens, one run each.
+  std::vector<double> ctx_tps;
+  for (int64_t c : contexts) {
+    std::vector<int64_t> long_prompt(static_cast<size_t>(c));
+    for (auto& t : long_prompt) t = tok(rng);
+    m.reset();
+    int64_t t = m.sample_first(m.prefill(long_prompt), greedy, &gen);
+    if (dev.is_cuda()) synchronize(dev);
+    const auto a = clock::now();
+    m.decode_n(t, o.tg, greedy, &gen, [](int64_t) { return true; });
+    ctx_tps.push_back(static_cast<double>(o.tg) / secs(a, clock::now()));
+  }
+  // Verify steps of k + 1 positions after the prompt (speculative decoding), against one decode step there.
+  struct VerifyTime {
+    int64_t k;
+    double ms, ratio;
+  };
+  std::vector<VerifyTime> verify_times;
+  if (!verify_k.empty()) {
+    m.reset();
+    const int64_t t = m.sample_first(m.prefill(prompt), greedy, &gen);
+    const int64_t at = m.position();
+    const int reps = 20;
+    auto time_ms = [&](const std::function<void()>& f) {
+      f();  // warm-up (on CUDA: the capture)
+      m.rewind(at);
+      std::vector<double> v;
+      for (int r = 0; r < reps; ++r) {
+        if (dev.is_cuda()) synchronize(dev);
+        const auto a = clock::now();
+        f();
+        if (dev.is_cuda()) synchronize(dev);
+        v.push_back(1e3 * secs(a, clock::now()));
+        m.rewind(at);
+      }
+      std::nth_element(v.begin(), v.begin() + reps / 2, v.end());
+      return v[static_cast<size_t>(reps / 2)];
+    };
+    const double step_ms = time_ms([&] { (void)m.decode(t, greedy, &gen); });
+    for (int64_t k : verify_k) {
+      std::vector<int64_t> tokens(static_cast<size_t>(k + 1));
+      for (auto& x : tokens) x = tok(rng);
+      const double ms = time_ms([&] { (void)argmax(m.verify(tokens), 1).to(kCPU); });
+      verify_times.push_back({k, ms, ms / step_ms});
+    }
+    verify_times.insert(verify_times.begin(), {0, step_ms, 1.0});
+  }
+  const double copy = copy_gbps(dev);
+  const double floor_tps = copy * 1e9 / static_cast<double>(m.bytes_per_token());
   const std::string name = !o.preset.empty() ? o.preset : std::filesystem::path(o.model).filename().string();
   const Stat pp = stat_of(pp_tps), tg = stat_of(tg_tps);
   const double bw = tg.mean * static_cast<double>(m.bytes_per_token()) / 1e9;
@@ -327,8 +423,17 @@ int run_bench_model(const LlmOptions& o) {
   const std::string size = gib(bytes), prm = fmt::format("{:.2f} B", static_cast<double>(params) / 1e9);
   std::cout << fmt::format("| {} | {} | {} | {} | pp{} | {:.2f} ± {:.2f} |\n", name, size, prm, dev.str(), o.pp, pp.mean, pp.sd);
   std::cout << fmt::format("| {} | {} | {} | {} | tg{} | {:.2f} ± {:.2f} |\n", name, size, prm, dev.str(), o.tg, tg.mean, tg.sd);
-  std::cout << fmt::format("decode reads {:.2f} GB of weights per token: {:.0f} GB/s at the tg rate\n",
-                           static_cast<double>(m.bytes_per_token()) / 1e9, bw);
+  for (size_t i = 0; i < contexts.size(); ++i)
+    std::cout << fmt::format("| {} | {} | {} | {} | tg{} @ d{} | {:.2f} |\n", name, size, prm, dev.str(), o.tg,
+                             contexts[i], ctx_tps[i]);
+  std::cout << fmt::format("decode reads {:.2f} GB of weights per token: {:.0f} GB/s at the tg rate; copy bandwidth "
+                           "{:.0f} GB/s, so the floor is {:.1f} tok/s and tg{} is {:.1f}% of it\n",
+                           static_cast<double>(m.bytes_per_token()) / 1e9, bw, copy, floor_tps, o.tg,
+                           100 * tg.mean / floor_tps);
+  for (const VerifyTime& v : verify_times)
+    std::cout << (v.k == 0 ? fmt::format("decode step after pp{}: {:.3f} ms\n", o.pp, v.ms)
+                           : fmt::format("verify step of {} positions: {:.3f} ms = {:.2f}x the decode step\n", v.k + 1,
+                                         v.ms, v.ratio));
   MemoryStats ms;
   if (dev.is_cuda()) {
     ms = memory_stats(dev);
@@ -340,9 +445,12 @@ int run_bench_model(const LlmOptions& o) {
                         {"bytes", bytes},        {"pp", o.pp},                  {"tg", o.tg},
                         {"repeats", o.repeats},  {"pp_tps", pp_tps},            {"tg_tps", tg_tps},
                         {"pp_mean", pp.mean},    {"tg_mean", tg.mean},          {"bytes_per_token", m.bytes_per_token()},
-                        {"decode_gbps", bw},     {"ctx", ctx},
+                        {"decode_gbps", bw},     {"ctx", ctx},                  {"copy_gbps", copy},
+                        {"floor_tps", floor_tps},  {"contexts", contexts},      {"context_tg_tps", ctx_tps},
                         {"peak_allocated", ms.allocated_peak}, {"peak_reserved", ms.reserved_peak},
                         {"peak_driver", ms.driver_used_peak}};
+    for (const VerifyTime& v : verify_times)
+      j["verify"].push_back({{"positions", v.k + 1}, {"ms", v.ms}, {"ratio_to_step", v.ratio}});
     std::ofstream(o.json) << j.dump(1) << "\n";
   }
   return 0;
@@ -430,6 +538,15 @@ void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
   o.generate->add_flag("--ids", o.ids_only, "Print only the generated ids on stdout (statistics on stderr)");
   o.generate->add_flag("--chat", o.chat, "Apply the checkpoint's chat template (Qwen and Llama 3 forms)");
   o.generate->add_flag("--ignore-eos", o.ignore_eos, "Do not stop at the end-of-sequence ids");
+  o.generate->add_option("--lookup", o.lookup,
+                         "Speculative decoding with prompt lookup: draft the tokens that followed the latest earlier "
+                         "occurrence of the last N tokens (N down to 1)")
+      ->check(CLI::Range(0, 64));
+  o.generate->add_option("--draft", o.draft,
+                         "Speculative decoding with a draft model (a smaller checkpoint with the same tokenizer)");
+  o.generate->add_option("--num-draft", o.num_draft, "Speculative decoding: tokens drafted per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 15));
 
   o.logits = app.add_subcommand("logits", "Write the f32 logits of every prompt position as JSON");
   model_opts(o.logits);
@@ -456,6 +573,10 @@ void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
   bench.add_option("-r", o.repeats, "Repetitions")->capture_default_str()->check(CLI::Range(1, 1000));
   bench.add_option("--ctx", o.ctx, "KV cache length (default: p + n)");
   bench.add_option("--json", o.json, "Also write the results as JSON");
+  bench.add_option("--contexts", o.contexts, "Also decode -n tokens after prompts of these lengths: 512,8192,32768");
+  bench.add_option("--verify", o.verify,
+                   "Also time speculative decoding's verify step of k + 1 positions for these k (after the prompt), "
+                   "against one decode step: 4,8");
   o.bench = &bench;
 }
 

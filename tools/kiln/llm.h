@@ -20,6 +20,11 @@ struct LlmOptions {
   double temp = 0.7, top_p = 0.95, min_p = 0.0;
   uint64_t seed = 0;
   bool ids_only = false, chat = false, ignore_eos = false;
+  // Speculative decoding (kiln generate): prompt lookup's n-gram, or a draft model's directory; drafts per step.
+  int64_t lookup = 0, num_draft = 4;
+  std::string draft;
+  // kiln bench: decode after prompts of these lengths; verify steps of k + 1 positions for these k.
+  std::string contexts, verify;
   CLI::App *generate = nullptr, *logits = nullptr, *check = nullptr, *bench = nullptr, *perplexity = nullptr;
 };
 

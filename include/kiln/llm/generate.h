@@ -11,6 +11,25 @@
 
 namespace kiln::llm {
 
+// Speculative decoding: a drafter proposes up to num_draft tokens after the last one, the model runs the last
+// token and the drafts in one verify step (Model::verify), keeps the longest run of drafts it agrees with and
+// adds one token of its own, so each step makes 1 to num_draft + 1 tokens. Exact: greedy output is the model's
+// plain greedy output; sampled output has the model's distribution (a draft x drawn from the drafter's q is
+// kept with probability min(1, p(x) / q(x)); a rejected one is replaced by a draw from max(0, p - q)
+// renormalised, where p and q are the distributions sample() draws from: Leviathan et al., 2023), though not
+// the same tokens as plain sampling with the same seed. Where the drafter has nothing to propose, the step is a
+// plain decode step.
+struct SpeculativeOptions {
+  // Prompt lookup: the drafts are the tokens that followed the latest earlier occurrence of the context's last
+  // n tokens, for the largest n <= lookup that occurs (q puts all its mass on the draft). 0: off.
+  int64_t lookup = 0;
+  // A draft model with the same vocabulary (a smaller checkpoint sharing the tokenizer) decodes the drafts; its
+  // cache follows the accepted tokens. Null: off. At most one of lookup and draft.
+  Model* draft = nullptr;
+  int64_t num_draft = 4;  // tokens proposed per step, 1..15
+  bool enabled() const { return lookup > 0 || draft != nullptr; }
+};
+
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
   SamplingParams sampling;  // temperature 0: greedy
@@ -18,6 +37,7 @@ struct GenerateOptions {
   std::vector<int64_t> stop_ids;           // generation ends after one of these is sampled (it is returned)
   // Called with every generated token, in order; returning false ends generation after that token.
   std::function<bool(int64_t)> on_token;
+  SpeculativeOptions speculative;  // off by default
 };
 
 struct GenerateStats {
@@ -26,6 +46,9 @@ struct GenerateStats {
   double decode_seconds = 0;   // the remaining generated tokens
   double prefill_tps() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0; }
   double decode_tps() const { return decode_seconds > 0 && generated > 1 ? (generated - 1) / decode_seconds : 0; }
+  // Speculative decoding: verify steps run, drafts proposed and drafts accepted (plain steps are not counted).
+  int64_t verify_steps = 0, drafted = 0, accepted = 0;
+  double acceptance() const { return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0; }
 };
 
 // Generates after `prompt` (the model's cache is reset first). Returns the generated ids.

@@ -131,6 +131,16 @@ class Model {
   int64_t decode_n(int64_t token, int64_t n, const SamplingParams& params, Generator* gen,
                    const std::function<bool(int64_t)>& on_token);
 
+  // Speculative decoding's verify step: runs `tokens` (the last sampled token and the drafts after it) at
+  // position() and returns the f32 logits of each of them [T, V] on the model's device; the cache advances by T.
+  // The same computation as a prefill that continues the cache (attention against the cache, bottom-right
+  // causal). On CUDA with graphs, each T <= 16 is a captured graph whose inputs are written before each
+  // replay (the logits are its buffer: valid until the next verify of the same T).
+  Tensor verify(const std::vector<int64_t>& tokens);
+  // Forgets the cache from `position` (<= position()) on: the next token fed goes there (after a verify, the
+  // positions of the rejected drafts).
+  void rewind(int64_t position);
+
   // A paged KV cache of num_blocks blocks of block_size positions (a power of two >= 16) for sequences of this
   // model, allocated on its device.
   KVCache new_kv_cache(int64_t num_blocks, int64_t block_size = 16) const;
