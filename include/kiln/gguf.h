@@ -82,6 +82,9 @@ class GgufFile {
   bool contains(std::string_view name) const;
   // The tensor dequantised to f32 (or converted to `dtype`) on the CPU, in PyTorch's shape.
   Tensor get(std::string_view name, DType dtype = DType::F32) const;
+  // The tensor's stored bytes as uint8 [rows, bytes per row] (rows: the product of every dim but the last), a
+  // CPU view of the mapping (no copy) that keeps the file mapped. Any type, readable or not.
+  Tensor raw(std::string_view name) const;
 
  private:
   struct State;

@@ -271,6 +271,23 @@ Tensor dequantize_q4_0(const Q4Weight& w, DType dtype = DType::F32);
 // registers (AVX2 / AVX-512 VNNI), more rows the dense product of dequantised slices; CUDA dequantises.
 Tensor linear(const Tensor& x, const Q4Weight& w, const std::optional<Tensor>& bias = std::nullopt);
 
+// A linear layer's weight [N, K] in llama.cpp's Q4_K format, its bytes as GGUF stores them: blocks of 256
+// values along K, each 144 bytes: f16 d, f16 dmin, 12 bytes packing the 6-bit scale s_j and min m_j of its
+// eight sub-blocks of 32, and 128 bytes of 4-bit codes q (each 32 bytes hold a pair of sub-blocks: sub-block
+// 2c in the low nibbles, 2c + 1 in the high ones); value = d s_j q - dmin m_j. Kept as blocks uint8
+// [N, K / 256 x 144]. K must be a multiple of 256. 4.5 bits a weight.
+struct Q4KWeight {
+  Tensor blocks;
+};
+// llama.cpp's reference quantiser (quantize_row_q4_K_ref): per sub-block a weighted least-squares search of
+// scale and min over 20 candidate grids, then d and dmin so that the largest scale and min take 63.
+Q4KWeight quantize_q4_k(const Tensor& w);
+Tensor dequantize_q4_k(const Q4KWeight& w, DType dtype = DType::F32);
+// As linear(x, Q8Weight): on the CPU up to 16 rows take int8 dot products of x quantised per block of 32
+// against the codes (the mins through each block's sum of x); more rows multiply dequantised slices. On
+// CUDA the weight is dequantised (through the host) for each product: correct, not fast.
+Tensor linear(const Tensor& x, const Q4KWeight& w, const std::optional<Tensor>& bias = std::nullopt);
+
 }  // namespace kiln
 
 // ---- torch.nn.functional: normalisation, dropout, embedding, losses, padding, counting -----------------------

@@ -77,6 +77,61 @@ void dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd
   }
 }
 
+// Q4_K: the 6-bit scale and min of sub-block j from a super-block's 12 packed bytes (ggml's get_scale_min_k4).
+inline void q4k_scale_min(int j, const uint8_t* q, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// A super-block's d x s_j and dmin x m_j as f32.
+inline void q4k_factors(const uint8_t* blk, float* dsc, float* dmn) {
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk, 2);
+  std::memcpy(&mh, blk + 2, 2);
+  const float d = f16_bits_to_f32(dh), dmin = f16_bits_to_f32(mh);
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    q4k_scale_min(j, blk + 4, sc, m);
+    dsc[j] = d * static_cast<float>(sc);
+    dmn[j] = dmin * static_cast<float>(m);
+  }
+}
+
+// Sub-block j's 32 codes: the low (even j) or high (odd j) nibbles of the 32 bytes of its pair.
+inline void q4k_codes(const uint8_t* blk, int j, uint8_t* out) {
+  const uint8_t* q = blk + 16 + 32 * (j / 2);
+  for (int l = 0; l < 32; ++l) out[l] = (j % 2 == 0) ? (q[l] & 0x0F) : (q[l] >> 4);
+}
+
+void q4k_dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
+                         const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+  for (int64_t row = 0; row < nw; ++row, w += nsb * kQ4KBytes, out += 1) {
+    for (int r = 0; r < rows; ++r) {
+      float acc = 0.f, mins = 0.f;
+      for (int64_t s = 0; s < nsb; ++s) {
+        const uint8_t* blk = w + s * kQ4KBytes;
+        float dsc[8], dmn[8];
+        q4k_factors(blk, dsc, dmn);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t c[32];
+          q4k_codes(blk, j, c);
+          const int64_t b = s * 8 + j;
+          int32_t isum = 0;
+          for (int l = 0; l < 32; ++l) isum += int32_t{c[l]} * int32_t{xq[r * ldq + b * kQ8Block + l]};
+          acc += xd[r * ldd + b] * dsc[j] * static_cast<float>(isum);
+          mins += dmn[j] * xs[r * ldd + b];
+        }
+      }
+      out[r * ldo] = acc - mins;
+    }
+  }
+}
+
 #if KILN_Q8_X86
 KILN_Q8_AVX2 inline float hsum256(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -255,6 +310,82 @@ KILN_Q8_AVX2 void dot_rows_q4_avx2(const int8_t* xq, int64_t ldq, const float* x
   }
 }
 
+// Q4_K, VNNI: each 32 bytes of codes are a pair of sub-blocks, [low nibbles | high nibbles] in one 512-bit
+// vector against 64 activations (the codes are unsigned: no correction), the pair's two d s_j x xd spread over
+// their 8 lanes each; the mins go to a separate sum, dmin m_j x xs[b], eight sub-blocks at once.
+template <int R>
+KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd,
+                                    const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+  const __m512i spread[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                             _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+                             _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
+                             _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t row = 0; row < nw; ++row, w += nsb * kQ4KBytes, out += 1) {
+    __m512 acc[R];
+    __m256 mins[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; ++s) {
+      const uint8_t* blk = w + s * kQ4KBytes;
+      alignas(32) float dsc[8], dmn[8];
+      q4k_factors(blk, dsc, dmn);
+      const __m256 vsc = _mm256_load_ps(dsc), vmn = _mm256_load_ps(dmn);
+      __m512i cv[4];
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+        cv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
+                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
+      }
+      for (int r = 0; r < R; ++r) {
+        const float* d = xd + r * ldd + s * 8;
+        const __m512 sc = _mm512_castps256_ps512(_mm256_mul_ps(vsc, _mm256_loadu_ps(d)));
+        mins[r] = _mm256_fmadd_ps(vmn, _mm256_loadu_ps(xs + r * ldd + s * 8), mins[r]);
+        for (int c = 0; c < 4; ++c) {
+          const __m512i xv = _mm512_loadu_si512(xq + r * ldq + s * kQ4KBlock + 64 * c);
+          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), cv[c], xv));
+          acc[r] = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(spread[c], sc), acc[r]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 lo = _mm512_castps512_ps256(acc[r]), hi = _mm512_extractf32x8_ps(acc[r], 1);
+      out[r * ldo] = hsum256(_mm256_add_ps(lo, hi)) - hsum256(mins[r]);
+    }
+  }
+}
+
+// Q4_K, AVX2: one sub-block (32 codes) per step, vpmaddubsw on the unsigned codes and signed x.
+template <int R>
+KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd,
+                                    const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int64_t row = 0; row < nw; ++row, w += nsb * kQ4KBytes, out += 1) {
+    __m256 acc[R], mins[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; ++s) {
+      const uint8_t* blk = w + s * kQ4KBytes;
+      alignas(32) float dsc[8], dmn[8];
+      q4k_factors(blk, dsc, dmn);
+      const __m256 vmn = _mm256_load_ps(dmn);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
+        const __m256i codes[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * c + h;
+          const int64_t b = s * 8 + j;
+          for (int r = 0; r < R; ++r) {
+            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
+            const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(codes[h], xv), ones));
+            acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(dsc[j] * xd[r * ldd + b]), acc[r]);
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) mins[r] = _mm256_fmadd_ps(vmn, _mm256_loadu_ps(xs + r * ldd + s * 8), mins[r]);
+    }
+    for (int r = 0; r < R; ++r) out[r * ldo] = hsum256(acc[r]) - hsum256(mins[r]);
+  }
+}
+
 enum class Isa { Scalar, Avx2, Vnni };
 Isa detect() {
   __builtin_cpu_init();
@@ -363,6 +494,148 @@ void q4_unpack_row(const uint8_t* q, const uint16_t* d, int64_t K, float* out) {
     unpack_block<WFormat::Q4>(q, b, wb);
     const float s = f16_bits_to_f32(d[b]);
     for (int i = 0; i < kQ8Block; ++i) out[b * kQ8Block + i] = s * wb[i];
+  }
+}
+
+void q4k_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
+                  const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+#if KILN_Q8_X86
+  const Isa i = isa();
+  if (i == Isa::Vnni && with_rows(rows, [&](auto r) {
+        q4k_dot_rows_vnni<decltype(r)::value>(xq, ldq, xd, xs, ldd, w, nsb, nw, out, ldo);
+      }))
+    return;
+  if (i == Isa::Avx2 && with_rows(rows, [&](auto r) {
+        q4k_dot_rows_avx2<decltype(r)::value>(xq, ldq, xd, xs, ldd, w, nsb, nw, out, ldo);
+      }))
+    return;
+#endif
+  q4k_dot_rows_scalar(xq, ldq, xd, xs, ldd, rows, w, nsb, nw, out, ldo);
+}
+
+void q4k_row_sums(const int8_t* xq, const float* xd, int64_t K, float* xs) {
+  for (int64_t b = 0; b < K / kQ8Block; ++b) {
+    int32_t s = 0;
+    for (int64_t i = 0; i < kQ8Block; ++i) s += xq[b * kQ8Block + i];
+    xs[b] = xd[b] * static_cast<float>(s);
+  }
+}
+
+namespace {
+// round to nearest, ties to even (ggml's nearest_int)
+inline int nearest(float v) { return static_cast<int>(std::nearbyint(v)); }
+
+// ggml's make_qkx2_quants: codes L in [0, nmax] and a scale and min (returned as -min in the_min) minimising
+// the weighted squared error, over the grids iscale = (nmax + rmin + rdelta i) / (max - min), i = 0..nstep.
+float qkx2_quants(int n, int nmax, const float* x, const float* wt, uint8_t* L, float* the_min, uint8_t* Laux,
+                  float rmin, float rdelta, int nstep) {
+  float min = x[0], max = x[0], sum_w = wt[0], sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    min = std::min(min, x[i]);
+    max = std::max(max, x[i]);
+    sum_w += wt[i];
+    sum_x += wt[i] * x[i];
+  }
+  if (min > 0) min = 0;
+  if (max == min) {
+    std::fill(L, L + n, uint8_t{0});
+    *the_min = -min;
+    return 0.f;
+  }
+  float iscale = static_cast<float>(nmax) / (max - min), scale = 1 / iscale, best = 0;
+  for (int i = 0; i < n; ++i) {
+    L[i] = static_cast<uint8_t>(std::clamp(nearest(iscale * (x[i] - min)), 0, nmax));
+    const float diff = scale * L[i] + min - x[i];
+    best += wt[i] * diff * diff;
+  }
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::clamp(nearest(iscale * (x[i] - min)), 0, nmax);
+      Laux[i] = static_cast<uint8_t>(l);
+      sum_l += wt[i] * static_cast<float>(l);
+      sum_l2 += wt[i] * static_cast<float>(l * l);
+      sum_xl += wt[i] * static_cast<float>(l) * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D, this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float err = 0;
+      for (int i = 0; i < n; ++i) {
+        const float diff = this_scale * Laux[i] + this_min - x[i];
+        err += wt[i] * diff * diff;
+      }
+      if (err < best) {
+        std::copy(Laux, Laux + n, L);
+        best = err;
+        scale = this_scale;
+        min = this_min;
+      }
+    }
+  }
+  *the_min = -min;
+  return scale;
+}
+}  // namespace
+
+void q4k_quantize_row(const float* x, int64_t K, uint8_t* out) {
+  for (int64_t s = 0; s < K / kQ4KBlock; ++s, x += kQ4KBlock, out += kQ4KBytes) {
+    uint8_t L[kQ4KBlock], Laux[32];
+    float weights[32], scales[8], mins[8], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+      const float av_x = std::sqrt(sum_x2 / 32);
+      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
+      scales[j] = qkx2_quants(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, -1.f, 0.1f, 20);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f, inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    uint8_t* sc = out + 4;
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t ls = static_cast<uint8_t>(std::min(63, nearest(inv_scale * scales[j])));
+      const uint8_t lm = static_cast<uint8_t>(std::min(63, nearest(inv_min * mins[j])));
+      if (j < 4) {
+        sc[j] = ls;
+        sc[j + 4] = lm;
+      } else {
+        sc[j + 4] = static_cast<uint8_t>((ls & 0x0F) | ((lm & 0x0F) << 4));
+        sc[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+        sc[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+      }
+    }
+    const uint16_t dh = f32_to_f16_bits(max_scale / 63.f), mh = f32_to_f16_bits(max_min / 63.f);
+    std::memcpy(out, &dh, 2);
+    std::memcpy(out + 2, &mh, 2);
+    for (int j = 0; j < 8; ++j) {
+      int s6, m6;
+      q4k_scale_min(j, sc, s6, m6);
+      const float d = f16_bits_to_f32(dh) * static_cast<float>(s6);
+      if (d == 0.f) continue;
+      const float dm = f16_bits_to_f32(mh) * static_cast<float>(m6);
+      for (int l = 0; l < 32; ++l) L[32 * j + l] = static_cast<uint8_t>(std::clamp(nearest((x[32 * j + l] + dm) / d), 0, 15));
+    }
+    uint8_t* q = out + 16;
+    for (int j = 0; j < kQ4KBlock; j += 64, q += 32)
+      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+  }
+}
+
+void q4k_unpack_row(const uint8_t* w, int64_t K, float* out) {
+  for (int64_t s = 0; s < K / kQ4KBlock; ++s, w += kQ4KBytes, out += kQ4KBlock) {
+    float dsc[8], dmn[8];
+    q4k_factors(w, dsc, dmn);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t c[32];
+      q4k_codes(w, j, c);
+      for (int l = 0; l < 32; ++l) out[32 * j + l] = dsc[j] * static_cast<float>(c[l]) - dmn[j];
+    }
   }
 }
 

@@ -36,6 +36,18 @@ void q4_quantize_weight_row(const float* x, int64_t K, uint8_t* q, uint16_t* d);
 // The row's values in f32.
 void q4_unpack_row(const uint8_t* q, const uint16_t* d, int64_t K, float* out);
 
+// Q4_K weights (Q4KWeight): super-blocks of 256 values in 144 bytes, GGUF's layout (kiln/nn.h). A row of nsb
+// super-blocks against activation rows quantised per block of 32 (q8_quantize_row) with, per block b, xs[b] =
+// xd[b] x (the sum of its quantised values), for the mins (q4k_row_sums). Arguments as q4_dot_rows'.
+inline constexpr int64_t kQ4KBlock = 256, kQ4KBytes = 144;
+void q4k_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
+                  const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo);
+void q4k_row_sums(const int8_t* xq, const float* xd, int64_t K, float* xs);
+// x [K] -> K / 256 super-blocks (llama.cpp's quantize_row_q4_K_ref).
+void q4k_quantize_row(const float* x, int64_t K, uint8_t* out);
+// The row's values in f32.
+void q4k_unpack_row(const uint8_t* w, int64_t K, float* out);
+
 // The instruction set the dot products use: "avx512-vnni", "avx2" or "scalar".
 const char* q8_isa();
 // Caps it at "avx2" or "scalar" ("avx512-vnni": no cap), so that tests reach every path on one CPU.
@@ -54,4 +66,7 @@ inline constexpr int64_t kQ8DotRows = 16;
 void linear_q8(const Tensor& out, const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor* bias);
 // out [N, K] f32 = the weight's values x scales (Q8_0 or, for uint8 values, Q4_0).
 void dequantize_q8(const Tensor& out, const Tensor& values, const Tensor& scales);
+// The same for a Q4_K weight (blocks uint8 [N, K / 256 x 144], contiguous).
+void linear_q4k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias);
+void dequantize_q4k(const Tensor& out, const Tensor& blocks);
 }  // namespace kiln::cpu

@@ -20,15 +20,19 @@ void dequantize_rows(const int8_t* q, const uint16_t* d, int64_t rows, int64_t K
     }
 }
 
-// Q4: the weight rows are packed 4-bit codes (K / 2 bytes each).
-template <class X, bool Q4>
+enum class Fmt { Q8, Q4, Q4K };
+
+// Q4: the weight rows are packed 4-bit codes (K / 2 bytes each); Q4K: super-blocks of 256 in 144 bytes (no
+// separate scales).
+template <class X, Fmt F>
 void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, const Tensor& scales,
                       const Tensor* bias) {
+  constexpr bool Q4 = F == Fmt::Q4;
   const int64_t M = x.size(0), K = x.size(1), N = values.size(0), nb = K / kQ8Block;
   const X* xp = x.data<const X>();
   const auto* wq = static_cast<const uint8_t*>(values.data_ptr());
-  const int64_t row_bytes = Q4 ? K / 2 : K;
-  const auto* wd = static_cast<const uint16_t*>(scales.data_ptr());
+  const int64_t row_bytes = F == Fmt::Q4K ? K / kQ4KBlock * kQ4KBytes : Q4 ? K / 2 : K;
+  const auto* wd = F == Fmt::Q4K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
   X* op = out.data<X>();
   std::vector<float> xf(static_cast<size_t>(M * K)), bias_f(static_cast<size_t>(N), 0.0f);
   for (int64_t i = 0; i < M * K; ++i) xf[static_cast<size_t>(i)] = convert<float>(xp[i]);
@@ -39,9 +43,11 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
   std::vector<int8_t> xq(static_cast<size_t>(M * K));
   std::vector<float> xd(static_cast<size_t>(M * nb));
   std::vector<int32_t> xn(Q4 ? static_cast<size_t>(M * K / 4) : 0);
+  std::vector<float> xs(F == Fmt::Q4K ? static_cast<size_t>(M * nb) : 0);
   for (int64_t m = 0; m < M; ++m) {
     q8_quantize_row(xf.data() + m * K, K, xq.data() + m * K, xd.data() + m * nb);
     if constexpr (Q4) q4_row_corrections(xq.data() + m * K, K, xn.data() + m * (K / 4));
+    if constexpr (F == Fmt::Q4K) q4k_row_sums(xq.data() + m * K, xd.data() + m * nb, K, xs.data() + m * nb);
   }
   // Chunks of 64 weight rows, each multiplied against every activation row (4 at a time) in one kernel call.
   constexpr int64_t kChunk = 64;
@@ -52,7 +58,10 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
     for (int64_t m0 = 0; m0 < M; m0 += 4) {
       const int rows = static_cast<int>(std::min<int64_t>(4, M - m0));
       float* o = acc.data() + m0 * N + n0;
-      if constexpr (Q4)
+      if constexpr (F == Fmt::Q4K)
+        q4k_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xs.data() + m0 * nb, nb, rows, wq + n0 * row_bytes,
+                     K / kQ4KBlock, nw, o, N);
+      else if constexpr (Q4)
         q4_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xn.data() + m0 * (K / 4), nb, rows,
                     wq + n0 * row_bytes, wd + n0 * nb, nb, nw, o, N);
       else
@@ -72,9 +81,25 @@ void linear_q8(const Tensor& out, const Tensor& x, const Tensor& values, const T
   const bool q4 = values.dtype() == DType::U8;
   visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "linear(q8_0)", [&](auto tag) {
     using X = typename decltype(tag)::type;
-    if (q4) linear_q8_kernel<X, true>(out, x, values, scales, bias);
-    else linear_q8_kernel<X, false>(out, x, values, scales, bias);
+    if (q4) linear_q8_kernel<X, Fmt::Q4>(out, x, values, scales, bias);
+    else linear_q8_kernel<X, Fmt::Q8>(out, x, values, scales, bias);
   });
+}
+
+void linear_q4k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias) {
+  if (out.numel() == 0) return;
+  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "linear(q4_k)", [&](auto tag) {
+    using X = typename decltype(tag)::type;
+    linear_q8_kernel<X, Fmt::Q4K>(out, x, blocks, Tensor(), bias);
+  });
+}
+
+void dequantize_q4k(const Tensor& out, const Tensor& blocks) {
+  const int64_t rows = blocks.size(0), K = out.size(1), row_bytes = K / kQ4KBlock * kQ4KBytes;
+  const uint8_t* q = blocks.data<const uint8_t>();
+  float* o = out.data<float>();
+#pragma omp parallel for schedule(static) if (rows * K >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) q4k_unpack_row(q + r * row_bytes, K, o + r * K);
 }
 
 void dequantize_q8(const Tensor& out, const Tensor& values, const Tensor& scales) {

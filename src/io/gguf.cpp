@@ -439,4 +439,17 @@ Tensor GgufFile::get(std::string_view name, DType dtype) const {
   return dtype == DType::F32 ? out : out.to(dtype);
 }
 
+Tensor GgufFile::raw(std::string_view name) const {
+  const GgufTensorInfo& t = info(name);
+  const int64_t cols = t.shape.empty() ? 1 : t.shape.back();
+  const int64_t rows = cols == 0 ? 0 : checked_numel(t.shape) / cols;
+  const int64_t row_bytes = rows == 0 ? 0 : static_cast<int64_t>(t.nbytes) / rows;
+  KILN_CHECK(rows * row_bytes == static_cast<int64_t>(t.nbytes), "gguf file '", s_->path, "': tensor '", t.name,
+             "' of ", t.nbytes, " bytes does not split into ", rows, " rows");
+  // In range: parse_gguf_header checked every tensor's byte range against the file.
+  auto storage = wrap_host_memory(const_cast<uint8_t*>(s_->bytes + t.offset), static_cast<size_t>(t.nbytes), s_);
+  const Shape shape{rows, row_bytes};
+  return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, DType::U8);
+}
+
 }  // namespace kiln

@@ -1,8 +1,9 @@
-// Q8_0 and Q4_0 weights (kiln/nn.h: Q8Weight, Q4Weight): quantisation, dequantisation and linear. The CPU
+// Q8_0, Q4_0 and Q4_K weights (kiln/nn.h: Q8Weight, Q4Weight, Q4KWeight): quantisation, dequantisation and linear. The CPU
 // kernels are in src/cpu/q8_dot.cpp and q8_linear.cpp. CUDA tensors are quantised through a host copy (a load-time step) and
 // dequantised on the device (kiln's elementwise ops, no host round trip), then multiplied as the dense weight.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -95,17 +96,53 @@ Tensor dequantize(const W& w, DType dtype, const char* op) {
   return out.to(w.values.device()).to(dtype);
 }
 
+// Q4_K: raw GGUF super-blocks, no separate scales.
+int64_t in_features(const Q4KWeight& w) { return w.blocks.size(1) / cpu::kQ4KBytes * cpu::kQ4KBlock; }
+
+void check_weight(const Q4KWeight& w, const char* op) {
+  KILN_CHECK(w.blocks.dim() == 2 && w.blocks.dtype() == DType::U8 && w.blocks.size(1) % cpu::kQ4KBytes == 0, op,
+             ": blocks must be uint8 [N, K / 256 x 144] (144 bytes per 256 values), got ", w.blocks.meta());
+}
+
+Tensor dequantize(const Q4KWeight& w, DType dtype, const char* op) {
+  check_weight(w, op);
+  KILN_CHECK(dset(dtype) & kWeightTypes, op, ": dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
+  // Through the host (a load-time or fallback step): the bit fields are unpacked by the CPU kernel.
+  const Tensor blocks = w.blocks.to(kCPU).contiguous();
+  Tensor out = empty({blocks.size(0), in_features(w)}, DType::F32);
+  cpu::dequantize_q4k(out, blocks);
+  return out.to(w.blocks.device()).to(dtype);
+}
+
+template <class W>
+W rows_of(const W& w, int64_t n0, int64_t R) {
+  if constexpr (std::is_same_v<W, Q4KWeight>) return W{w.blocks.narrow(0, n0, R)};
+  else return W{w.values.narrow(0, n0, R), w.scales.narrow(0, n0, R)};
+}
+
+template <class W>
+const Tensor& values_of(const W& w) {
+  if constexpr (std::is_same_v<W, Q4KWeight>) return w.blocks;
+  else return w.values;
+}
+
+template <class W>
+const char* name_of() {
+  if constexpr (std::is_same_v<W, Q4KWeight>) return "q4_k";
+  else return Format<W>::name;
+}
+
 template <class W>
 Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>& bias) {
-  const std::string op = str("linear(", Format<W>::name, ")");
+  const std::string op = str("linear(", name_of<W>(), ")");
   check_weight(w, op.c_str());
   KILN_CHECK(x.dim() >= 1 && (dset(x.dtype()) & kWeightTypes), op, ": x must be f32/f16/bf16 [..., K], got ",
              x.meta());
-  const int64_t N = w.values.size(0), K = in_features(w);
-  KILN_CHECK(x.size(-1) == K, op, ": x ", x.meta(), " has K = ", x.size(-1), " but the weight ", w.values.meta(),
+  const Tensor& wv = values_of(w);
+  const int64_t N = wv.size(0), K = in_features(w);
+  KILN_CHECK(x.size(-1) == K, op, ": x ", x.meta(), " has K = ", x.size(-1), " but the weight ", wv.meta(),
              " expects ", K);
-  KILN_CHECK(w.values.device() == x.device(), op, ": the weight ", w.values.meta(), " is not on x's device ",
-             x.device().str());
+  KILN_CHECK(wv.device() == x.device(), op, ": the weight ", wv.meta(), " is not on x's device ", x.device().str());
   if (bias)
     KILN_CHECK(bias->dim() == 1 && bias->size(0) == N && bias->dtype() == x.dtype() && bias->device() == x.device(),
                op, ": bias must be [", N, "] in x's dtype on x's device, got ", bias->meta());
@@ -117,7 +154,10 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
   Tensor out = empty({M, N}, x.dtype(), x.device());
   if (M <= cpu::kQ8DotRows) {
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
-    cpu::linear_q8(out, x2, w.values.contiguous(), w.scales.contiguous(), bias ? &bias_c : nullptr);
+    if constexpr (std::is_same_v<W, Q4KWeight>)
+      cpu::linear_q4k(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
+    else
+      cpu::linear_q8(out, x2, w.values.contiguous(), w.scales.contiguous(), bias ? &bias_c : nullptr);
     return out.view(out_shape);
   }
   // More rows: slices of the weight dequantised to x's dtype (8M elements at a time) through the dense product
@@ -125,7 +165,7 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
   const int64_t slice = std::clamp<int64_t>((int64_t{1} << 23) / std::max<int64_t>(K, 1), 1, std::max<int64_t>(N, 1));
   for (int64_t n0 = 0; n0 < N; n0 += slice) {
     const int64_t R = std::min(slice, N - n0);
-    const Tensor wr = dequantize(W{w.values.narrow(0, n0, R), w.scales.narrow(0, n0, R)}, x.dtype(), op.c_str());
+    const Tensor wr = dequantize(rows_of(w, n0, R), x.dtype(), op.c_str());
     const std::optional<Tensor> br = bias ? std::optional<Tensor>(bias->narrow(0, n0, R)) : std::nullopt;
     out.narrow(1, n0, R).copy_(linear(x2, wr, br));
   }
@@ -144,5 +184,24 @@ Tensor dequantize_q8_0(const Q8Weight& w, DType dtype) { return dequantize(w, dt
 Tensor dequantize_q4_0(const Q4Weight& w, DType dtype) { return dequantize(w, dtype, "dequantize_q4_0"); }
 Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
 Tensor linear(const Tensor& x, const Q4Weight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
+
+Q4KWeight quantize_q4_k(const Tensor& w) {
+  KILN_CHECK(w.dim() == 2 && (dset(w.dtype()) & kWeightTypes), "quantize_q4_k: expected an f32/f16/bf16 weight [N, K], ",
+             "got ", w.meta());
+  const int64_t N = w.size(0), K = w.size(1);
+  KILN_CHECK(K % cpu::kQ4KBlock == 0, "quantize_q4_k: K = ", K, " is not a multiple of the super-block size ",
+             cpu::kQ4KBlock);
+  const Tensor wf = w.to(kCPU).to(DType::F32).contiguous();
+  KILN_CHECK(all(isfinite(wf)).item<bool>(), "quantize_q4_k: the weight ", w.meta(), " holds NaN or infinite values");
+  const int64_t row_bytes = K / cpu::kQ4KBlock * cpu::kQ4KBytes;
+  Tensor blocks = empty({N, row_bytes}, DType::U8);
+  const float* src = wf.data<const float>();
+  uint8_t* q = blocks.data<uint8_t>();
+#pragma omp parallel for schedule(dynamic, 16) if (N * K >= (int64_t{1} << 16))
+  for (int64_t n = 0; n < N; ++n) cpu::q4k_quantize_row(src + n * K, K, q + n * row_bytes);
+  return {blocks.to(w.device())};
+}
+Tensor dequantize_q4_k(const Q4KWeight& w, DType dtype) { return dequantize(w, dtype, "dequantize_q4_k"); }
+Tensor linear(const Tensor& x, const Q4KWeight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
 
 }  // namespace kiln

@@ -1,12 +1,16 @@
-// Q8_0 and Q4_0 weights (kiln/nn.h: Q8Weight, Q4Weight): quantisation against the formats' definitions written
-// here, dequantisation, and linear on every instruction-set path against double-precision references.
+// Q8_0, Q4_0 and Q4_K weights (kiln/nn.h: Q8Weight, Q4Weight, Q4KWeight): quantisation against the formats'
+// definitions written here, dequantisation (Q4_K: against gguf-py's reading of a GGUF file), and linear on every
+// instruction-set path against double-precision references.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "cpu/q8_dot.h"
+#include "kiln/gguf.h"
+#include "kiln/io.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
 #include "test_util.h"
@@ -99,9 +103,11 @@ TEST(Q8, RequantisingTheDequantisedWeightIsLossless) {
 // instruction-set path this CPU has, odd block counts (the 512-bit kernels' tails), 1 to 40 rows, 70 weight
 // rows, with and without bias, f32 and bf16 activations.
 template <class W, class Quantize, class Dequantize>
-void check_linear_paths(Quantize quantize, Dequantize dequantize) {
+void check_linear_paths(Quantize quantize, Dequantize dequantize,
+                        // 352: 11 blocks (the 8-block step, then a pair, then the tail)
+                        std::vector<int64_t> Ks = {32, 96, 352, 1024}) {
   const int64_t N = 70;  // more than one 64-row chunk of a kernel call
-  for (int64_t K : {32, 96, 352, 1024}) {  // 11 blocks: the 8-block step, then a pair, then the tail
+  for (int64_t K : Ks) {
     const std::vector<float> w = random_values(N * K, 2 + K, 0.05f);
     const W q = quantize(from(w, {N, K}));
     const Tensor wd = dequantize(q);
@@ -273,4 +279,98 @@ TEST(Q4, BadArgumentsAreErrors) {
   wrong.scales = q.scales.narrow(1, 0, 1);
   EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(64, 37), {1, 64}), wrong); }, {"scales must be f16 [4, 2]"}));
   EXPECT_TRUE(test::throws_error([&] { (void)quantize_q4_0(from(random_values(4 * 40, 38), {4, 40})); }, {"multiple of the block size"}));
+}
+
+namespace {
+// Q4_K's definition: per super-block, d and dmin (f16) and eight 6-bit (scale, min) pairs; value =
+// d scale_j q - dmin min_j, sub-block j's codes in the low (even j) or high (odd j) nibbles of bytes 16 +
+// 32 (j / 2) ..
+double ref_q4k_value(const uint8_t* blk, int i) {
+  const int j = i / 32, l = i % 32;
+  const uint8_t* sc = blk + 4;
+  int s, m;
+  if (j < 4) {
+    s = sc[j] & 63;
+    m = sc[j + 4] & 63;
+  } else {
+    s = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+    m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+  const uint8_t byte = blk[16 + 32 * (j / 2) + l];
+  const int q = j % 2 == 0 ? byte & 15 : byte >> 4;
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk, 2);
+  std::memcpy(&mh, blk + 2, 2);
+  return double(f16_bits_to_f32(dh)) * s * q - double(f16_bits_to_f32(mh)) * m;
+}
+}  // namespace
+
+// GGUF's Q4_K bytes (tests/data/gguf/types.gguf, whose values gguf-py read into types.ref.safetensors) are a
+// Q4KWeight as they are: dequantise_q4_k gives those values.
+TEST(Q4K, GgufBlocksDequantiseAsGgufPyReadsThem) {
+  const std::string dir = std::string(KILN_TEST_DATA_DIR) + "/gguf/";
+  const GgufFile f = GgufFile::open(dir + "types.gguf");
+  const Tensor raw = f.raw("t.q4_k");
+  ASSERT_EQ(raw.sizes(), Shape({2, 144}));
+  const Tensor ref = SafetensorsFile::open(dir + "types.ref.safetensors").get("t.q4_k").to(DType::F32);
+  EXPECT_TRUE(test::equal(dequantize_q4_k(Q4KWeight{raw}), ref.reshape({2, 256})));
+  EXPECT_TRUE(test::equal(dequantize_q4_k(Q4KWeight{raw}, DType::BF16), ref.reshape({2, 256}).to(DType::BF16)));
+}
+
+TEST(Q4K, QuantiseGivesTheFormatAndStaysClose) {
+  const int64_t N = 6, K = 512;
+  std::vector<float> w = random_values(N * K, 41, 0.5f);
+  for (int i = 0; i < 256; ++i) w[static_cast<size_t>(K + i)] = 0.f;               // a super-block of zeros
+  for (int i = 0; i < 32; ++i) w[static_cast<size_t>(2 * K + i)] = 3.f + 0.01f * i;  // a positive sub-block
+  w[static_cast<size_t>(3 * K + 7)] = -40.f;                                          // one large value
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor wt = from(w, {N, K}).to(dt), wf = wt.to(DType::F32);
+    const Q4KWeight q = quantize_q4_k(wt);
+    ASSERT_EQ(q.blocks.dtype(), DType::U8);
+    ASSERT_EQ(q.blocks.sizes(), Shape({N, K / 256 * 144}));
+    const Tensor deq = dequantize_q4_k(q);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t sb = 0; sb < K / 256; ++sb) {
+        const uint8_t* blk = q.blocks.data<uint8_t>() + n * (K / 256 * 144) + sb * 144;
+        double max_err = 0, amax = 0;
+        for (int i = 0; i < 256; ++i) {
+          const double v = ref_q4k_value(blk, i), x = wf.data<float>()[n * K + sb * 256 + i];
+          ASSERT_NEAR(deq.data<float>()[n * K + sb * 256 + i], v, 1e-5 * std::fabs(v) + 1e-6);
+          max_err = std::max(max_err, std::fabs(v - x));
+          amax = std::max(amax, std::fabs(x));
+        }
+        // 15 steps per sub-block, scales and mins at 6 bits: within a fifth of the super-block's largest |x|
+        // (the block holding -40 is the widest).
+        EXPECT_LE(max_err, 0.2 * amax + 1e-6) << "row " << n << " super-block " << sb;
+      }
+    // The zero super-block is exactly zero. A sub-block of positive values has min 0 (the format's mins only
+    // subtract), so its 15 steps span [0, 3.31]: each value within about half a step (0.11) of its own.
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(deq.data<float>()[K + i], 0.f);
+    for (int i = 0; i < 32; ++i) EXPECT_NEAR(deq.data<float>()[2 * K + i], 3.f + 0.01f * i, 0.13f);
+  }
+  // Typical weights: the root-mean-square error is a small fraction of the weights' (4.5 bits).
+  const Tensor g = from(random_values(64 * 1024, 42, 0.02f), {64, 1024});
+  const Tensor e = sub(dequantize_q4_k(quantize_q4_k(g)), g);
+  const double rms_e = std::sqrt(mean(mul(e, e)).item<double>()), rms = std::sqrt(mean(mul(g, g)).item<double>());
+  EXPECT_LT(rms_e, 0.1 * rms);
+  EXPECT_GT(rms_e, 0.0);
+}
+
+TEST(Q4K, LinearMatchesReferencesOnEveryPath) {
+  check_linear_paths<Q4KWeight>([](const Tensor& w) { return quantize_q4_k(w); },
+                                [](const Q4KWeight& q) { return dequantize_q4_k(q); }, {256, 768, 2816});
+}
+
+TEST(Q4K, BadArgumentsAreErrors) {
+  const Q4KWeight q = quantize_q4_k(from(random_values(4 * 256, 43), {4, 256}));
+  EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(2 * 512, 44), {2, 512}), q); },
+                                 {"linear(q4_k)", "expects 256"}));
+  EXPECT_TRUE(test::throws_error([&] { (void)dequantize_q4_k(Q4KWeight{q.blocks.narrow(1, 0, 100)}); },
+                                 {"blocks must be uint8 [N, K / 256 x 144]"}));
+  EXPECT_TRUE(test::throws_error([&] { (void)dequantize_q4_k(Q4KWeight{q.blocks.to(DType::I8)}); }, {"blocks must be uint8"}));
+  EXPECT_TRUE(test::throws_error([&] { (void)quantize_q4_k(from(random_values(4 * 96, 45), {4, 96})); },
+                                 {"multiple of the super-block size 256"}));
+  std::vector<float> bad = random_values(256, 46);
+  bad[5] = NAN;
+  EXPECT_TRUE(test::throws_error([&] { (void)quantize_q4_k(from(bad, {1, 256})); }, {"NaN or infinite"}));
 }
