@@ -76,7 +76,20 @@ void bind_nn(nb::module_& m, nb::module_& F) {
         "scale = m / -8 (f16), code = min(15, trunc(w / scale + 8.5)).");
   m.def("dequantize_q4_0", &dequantize_q4_0, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
         "(codes - 8) x scales [N, K] in dtype.");
+  nb::class_<Q4KWeight>(m, "Q4KWeight",
+                        "A linear layer's weight [N, K] in Q4_K (llama.cpp's format, GGUF's bytes): blocks uint8 "
+                        "[N, K / 256 x 144], each 144 bytes f16 d and dmin, eight 6-bit (scale, min) pairs and 256 "
+                        "4-bit codes; value = d scale q - dmin min. Made by quantize_q4_k.")
+      .def("__init__", [](Q4KWeight* w, const Tensor& blocks) { new (w) Q4KWeight{blocks}; }, nb::arg("blocks"))
+      .def_ro("blocks", &Q4KWeight::blocks);
+  m.def("quantize_q4_k", &quantize_q4_k, nb::arg("weight"), release_gil(),
+        "Q4_K of a float weight [N, K] (K a multiple of 256) with llama.cpp's reference quantiser.");
+  m.def("dequantize_q4_k", &dequantize_q4_k, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
+        "d scale q - dmin min [N, K] in dtype.");
   for (nb::module_* mod : {&m, &F}) {
+    mod->def("linear", [](const Tensor& x, const Q4KWeight& w, std::optional<Tensor> b) { return linear(x, w, b); },
+             nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
+             "input @ dequant(weight).T + bias for a Q4_K weight (as for Q8_0).");
     mod->def("linear", [](const Tensor& x, const Q8Weight& w, std::optional<Tensor> b) { return linear(x, w, b); },
              nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
              "input @ dequant(weight).T + bias for a Q8_0 weight (CPU: int8 dot products on the input quantised "

@@ -61,6 +61,7 @@ void for_each_weight(const ModelWeights& w, F&& f) {
     if (l.fp8) f(l.fp8->values), f(l.fp8->scales);
     if (l.q8) f(l.q8->values), f(l.q8->scales);
     if (l.q4) f(l.q4->values), f(l.q4->scales);
+    if (l.q4k) f(l.q4k->blocks);
     if (l.bias) f(*l.bias);
   };
   f(w.embed), f(w.final_norm), linear(w.lm_head);
@@ -125,23 +126,25 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
 }
 
 void Model::quantize_linears(const std::string& format) {
-  KILN_CHECK(format == "q8_0" || format == "q4_0", "model: quantisation '", format, "' is not available (q8_0, q4_0)");
+  KILN_CHECK(format == "q8_0" || format == "q4_0" || format == "q4_k", "model: quantisation '", format,
+             "' is not available (q8_0, q4_0, q4_k)");
   // CUDA has no product of its own for these yet: linear would dequantise every weight on every call.
   KILN_CHECK(!options_.device.is_cuda(), "model: --quant ", format, " runs on the CPU only; on ", options_.device.str(),
              " load the weights in bf16 (docs/quantization.md)");
-  // q4_0 keeps the output layer in Q8_0 (as llama.cpp's Q4_0 files keep theirs at 6 bits or more): the logits
-  // are the most sensitive product.
-  auto q = [](Linear& l, bool four) {
+  // q4_0 and q4_k keep the output layer in Q8_0 (as llama.cpp's 4-bit files keep theirs at 6 bits or more):
+  // the logits are the most sensitive product. A q4_k layer whose K is not a multiple of 256 takes Q8_0 (as
+  // llama.cpp falls back to a format of 32-value blocks there).
+  auto q = [](Linear& l, const std::string& f) {
     if (!l.weight.defined() || l.in_features() % 32 != 0) return;
-    if (four) l.q4 = quantize_q4_0(l.weight);
+    if (f == "q4_k" && l.in_features() % 256 == 0) l.q4k = quantize_q4_k(l.weight);
+    else if (f == "q4_0") l.q4 = quantize_q4_0(l.weight);
     else l.q8 = quantize_q8_0(l.weight);
     l.weight = Tensor();  // a tied lm_head leaves the embedding as it is
   };
-  const bool four = format == "q4_0";
-  q(weights_.lm_head, false);
+  q(weights_.lm_head, "q8_0");
   for (LayerWeights& L : weights_.layers) {
-    q(L.attn.qkv, four), q(L.attn.o, four);
-    if (L.mlp) q(L.mlp->gate_up, four), q(L.mlp->down, four);
+    q(L.attn.qkv, format), q(L.attn.o, format);
+    if (L.mlp) q(L.mlp->gate_up, format), q(L.mlp->down, format);
   }
 }
 

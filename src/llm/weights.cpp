@@ -13,6 +13,7 @@ Tensor Linear::operator()(const Tensor& x) const {
   if (fp8) return linear(x, *fp8, bias);
   if (q8) return linear(x, *q8, bias);
   if (q4) return linear(x, *q4, bias);
+  if (q4k) return linear(x, *q4k, bias);
   return linear(x, weight, bias);
 }
 

@@ -11,8 +11,9 @@
 namespace kiln::llm {
 namespace {
 
-ModelConfig tiny_config(const std::string& arch) {
-  std::string j = R"({"architectures": [")" + arch + R"("], "hidden_size": 64, "intermediate_size": 96,
+ModelConfig tiny_config(const std::string& arch, int64_t hidden = 64, int64_t intermediate = 96) {
+  std::string j = R"({"architectures": [")" + arch + R"("], "hidden_size": )" + std::to_string(hidden) +
+                  R"(, "intermediate_size": )" + std::to_string(intermediate) + R"(,
     "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
     "rms_norm_eps": 1e-6, "vocab_size": 97, "max_position_embeddings": 512, "rope_theta": 10000.0,
     "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true,
@@ -103,8 +104,13 @@ void check_quantised_model(const ModelConfig& c, const std::string& format, int6
   Model f(c, random_weights(c, kCPU, DType::F32, 7), o);
   o.quant = format;
   Model q(c, random_weights(c, kCPU, DType::F32, 7), o);
-  const bool four = format == "q4_0";
-  auto holds = [&](const Linear& l) { return (four ? l.q4.has_value() : l.q8.has_value()) && !l.weight.defined(); };
+  // q4_k: the layers whose K is a multiple of 256 (the others Q8_0).
+  auto holds = [&](const Linear& l) {
+    const bool in_format = format == "q4_0"                                  ? l.q4.has_value()
+                           : format == "q4_k" && l.in_features() % 256 == 0 ? l.q4k.has_value()
+                                                                             : l.q8.has_value();
+    return in_format && !l.weight.defined();
+  };
   for (const LayerWeights& L : q.weights().layers) {
     EXPECT_TRUE(holds(L.attn.qkv) && holds(L.attn.o));
     EXPECT_EQ(L.attn.qkv.in_features(), c.hidden_size);
@@ -124,14 +130,34 @@ void check_quantised_model(const ModelConfig& c, const std::string& format, int6
   EXPECT_TRUE(test::all_close(last, lq.select(0, 11), test::Tolerance{1e-4, 1e-4}));
 }
 
+// The layers of a q4_k model of `c` that hold Q4_K.
+int64_t q4k_layers(const ModelConfig& c) {
+  ModelOptions o;
+  o.dtype = DType::F32;
+  o.max_context = 8;
+  o.quant = "q4_k";
+  const Model m(c, random_weights(c, kCPU, DType::F32, 7), o);
+  int64_t n = 0;
+  for (const LayerWeights& L : m.weights().layers) {
+    n += L.attn.qkv.q4k.has_value() + L.attn.o.q4k.has_value();
+    if (L.mlp) n += L.mlp->gate_up.q4k.has_value() + L.mlp->down.q4k.has_value();
+  }
+  return n;
+}
+
 TEST_P(Engine, QuantisedWeightsStayNearTheFloatModel) {
   const ModelConfig c = tiny_config(GetParam());
   check_quantised_model(c, "q8_0", 3, 0.05f);
   // 4-bit layers: a step of max|w| / 8 per block (this random tiny model's logits move by up to a fifth).
   check_quantised_model(c, "q4_0", 4, 0.3f);
+  // Q4_K needs K a multiple of 256: a wider model, whose o_proj (K = 128) takes Q8_0.
+  const ModelConfig wide = tiny_config(GetParam(), 256, 256);
+  check_quantised_model(wide, "q4_k", 3, 0.3f);
+  EXPECT_TRUE(q4k_layers(wide) > 0);
   ModelOptions o;
   o.quant = "q4_z";
-  EXPECT_TRUE(test::throws_error([&] { Model bad(c, random_weights(c, kCPU, DType::F32, 7), o); }, {"q4_z", "q8_0", "q4_0"}));
+  EXPECT_TRUE(test::throws_error([&] { Model bad(c, random_weights(c, kCPU, DType::F32, 7), o); },
+                                 {"q4_z", "q8_0", "q4_0", "q4_k"}));
 }
 
 TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {

@@ -520,8 +520,8 @@ void add_llm_commands(CLI::App& app, CLI::App& bench, LlmOptions& o) {
     c->add_option("--dtype", o.dtype, "Activations and weights: bf16, f16 or f32 (default: bf16 on CUDA, f32 on the CPU)")
         ->check(CLI::IsMember({"bf16", "f16", "f32"}));
     c->add_option("--quant", o.quant,
-                  "Quantise the linear layers' weights when loading: q8_0, q4_0 (docs/quantization.md)")
-        ->check(CLI::IsMember({"q8_0", "q4_0"}));
+                  "Quantise the linear layers' weights when loading: q8_0, q4_0, q4_k (docs/quantization.md)")
+        ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k"}));
     c->add_flag("--no-graph", o.no_graph, "Do not capture the decode step as a CUDA graph");
   };
   o.generate = app.add_subcommand("generate", "Generate text with a model");

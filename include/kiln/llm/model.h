@@ -29,7 +29,8 @@ struct ModelOptions {
   int64_t max_context = 4096;  // KV cache length (prompt + generated tokens)
   bool use_graph = true;       // CUDA: capture the decode step as a graph
   // "q8_0": the linear layers' float weights (lm_head included; K a multiple of 32) quantised to Q8_0 when the
-  // model is made; "q4_0": the layers' to Q4_0, lm_head to Q8_0 (docs/quantization.md); "": as loaded.
+  // model is made; "q4_0" / "q4_k": the layers' to Q4_0 / Q4_K (a layer whose K is not a multiple of 256: Q8_0),
+  // lm_head to Q8_0 (docs/quantization.md); "": as loaded.
   std::string quant;
 };
 
