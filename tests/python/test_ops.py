@@ -413,6 +413,32 @@ def test_fp8_quantise_and_products(rng, device):
     assert_close(to_numpy(kiln.linear(x, fw)), exact, kiln.float32, rtol=1e-4, atol=1e-4)
 
 
+def test_q4_k_weights(rng, device):
+    # GGUF's Q4_K bytes: numpy's reading of the format (gguf-py's dequantisation, written out) equals kiln's.
+    w = (rng.standard_normal((24, 512)) * 0.1).astype(np.float32)
+    q = kiln.quantize_q4_k(kiln.tensor(w, device=device))
+    assert q.blocks.dtype == kiln.uint8 and q.blocks.shape == (24, 2 * 144)
+    b = to_numpy(q.blocks).reshape(24, 2, 144)
+    d = b[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    dmin = b[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    sc = b[..., 4:16].astype(np.int32)
+    s = np.concatenate([sc[..., 0:4] & 63, (sc[..., 8:12] & 15) | ((sc[..., 0:4] >> 6) << 4)], -1)
+    m = np.concatenate([sc[..., 4:8] & 63, (sc[..., 8:12] >> 4) | ((sc[..., 4:8] >> 6) << 4)], -1)
+    qs = b[..., 16:].reshape(24, 2, 4, 32)
+    codes = np.stack([qs & 15, qs >> 4], 3).reshape(24, 2, 8, 32).astype(np.float32)
+    ref_deq = (d[..., None, None] * s[..., None] * codes - dmin[..., None, None] * m[..., None]).reshape(24, 512)
+    deq = to_numpy(kiln.dequantize_q4_k(q))
+    np.testing.assert_allclose(deq, ref_deq, rtol=1e-6, atol=1e-7)
+    assert np.abs(deq - w).max() < 0.25 * np.abs(w).max()
+    for rows in (1, 5, 40):
+        x = rng.standard_normal((rows, 512)).astype(np.float32)
+        y = to_numpy(kiln.nn.functional.linear(kiln.tensor(x, device=device), q))
+        ref = x.astype(np.float64) @ deq.T.astype(np.float64)
+        np.testing.assert_allclose(y, ref, rtol=0, atol=0.02 * np.abs(ref).max())
+    with pytest.raises(kiln.KilnError, match="multiple of the super-block size 256"):
+        kiln.quantize_q4_k(kiln.tensor(w[:, :96], device=device))
+
+
 def test_sampling_probs_is_the_distribution_sample_draws_from(rng, device):
     logits, nl = make(rng, (3, 50), kiln.float32, device, -3, 3)
     # temperature then top_k: softmax(l / T) over the k largest, renormalised
