@@ -131,24 +131,54 @@ INSTANTIATE_TEST_SUITE_P(Models, SpeculativeGreedy, ::testing::ValuesIn(kModels)
   return s;
 });
 
-// On CUDA (bf16, verify steps as captured graphs): identical to plain greedy decoding there.
+// Plain greedy decoding step by step, with the gap between the two largest logits at each step.
+std::vector<int64_t> greedy_with_gaps(Model& m, const std::vector<int64_t>& prompt, int64_t n, std::vector<float>& gaps) {
+  m.reset();
+  Tensor logits = m.prefill(prompt);
+  std::vector<int64_t> out;
+  gaps.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto [v, idx] = topk(logits.to(kCPU).to(DType::F32), 2);
+    gaps.push_back(v.data<float>()[0] - v.data<float>()[1]);
+    out.push_back(idx.data<int64_t>()[0]);
+    if (i + 1 < n) logits = m.step(out.back());
+  }
+  return out;
+}
+
+// On CUDA, verify steps as captured graphs. In f32 the output is plain greedy output. In bf16 the verify step's
+// few-row products round differently from the one-row decode kernels (another split of K, and the decode step's
+// gate/up product is not rounded before its SiLU), so the two may resolve a near-tie differently: the output
+// must equal plain greedy output up to the first step where plain decoding's top-2 gap is below bf16's
+// resolution of these logits (0.05); the reference checkpoints' random weights have such near-ties.
 TEST(SpeculativeGreedyCuda, EqualsPlainGreedy) {
   KILN_REQUIRE_CUDA();
-  for (const std::string& name : kModels) {
-    SCOPED_TRACE(name);
-    Model m = load(name, cuda_device(), DType::BF16, 128);
-    Model draft = load(name == "llama-tiny" ? "qwen3-tiny" : "llama-tiny", cuda_device(), DType::BF16, 128);
-    const std::vector<int64_t> prompt{10, 20, 30, 40, 50, 10, 20, 30, 40, 50, 10, 20};
-    const std::vector<int64_t> plain = run(m, prompt, 64, kGreedy, 0);
-    for (int64_t k : {2, 4, 8}) {
-      SpeculativeOptions lookup;
-      lookup.lookup = 3;
-      lookup.num_draft = k;
-      EXPECT_EQ(run(m, prompt, 64, kGreedy, 0, lookup), plain) << "lookup k " << k;
-      SpeculativeOptions with_draft;
-      with_draft.draft = &draft;
-      with_draft.num_draft = k;
-      EXPECT_EQ(run(m, prompt, 64, kGreedy, 0, with_draft), plain) << "draft k " << k;
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    for (const std::string& name : kModels) {
+      SCOPED_TRACE(name + " " + dtype_name(dt));
+      Model m = load(name, cuda_device(), dt, 128);
+      Model draft = load(name == "llama-tiny" ? "qwen3-tiny" : "llama-tiny", cuda_device(), dt, 128);
+      const std::vector<int64_t> prompt{10, 20, 30, 40, 50, 10, 20, 30, 40, 50, 10, 20};
+      std::vector<float> gaps;
+      const std::vector<int64_t> plain = greedy_with_gaps(m, prompt, 64, gaps);
+      EXPECT_EQ(run(m, prompt, 64, kGreedy, 0), plain);
+      auto check = [&](const std::vector<int64_t>& got, const std::string& what) {
+        size_t same = 0;
+        while (same < got.size() && got[same] == plain[same]) ++same;
+        if (same == plain.size()) return;
+        if (dt == DType::F32) ADD_FAILURE() << what << " differs from plain greedy at step " << same;
+        else EXPECT_LT(gaps[same], 0.05f) << what << " differs at step " << same << " where the top-2 gap is " << gaps[same];
+      };
+      for (int64_t k : {2, 4, 8}) {
+        SpeculativeOptions lookup;
+        lookup.lookup = 3;
+        lookup.num_draft = k;
+        check(run(m, prompt, 64, kGreedy, 0, lookup), "lookup k " + std::to_string(k));
+        SpeculativeOptions with_draft;
+        with_draft.draft = &draft;
+        with_draft.num_draft = k;
+        check(run(m, prompt, 64, kGreedy, 0, with_draft), "draft k " + std::to_string(k));
+      }
     }
   }
 }
