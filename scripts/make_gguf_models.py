@@ -4,7 +4,7 @@ tensor names from gguf-py's own name map, Llama's q/k rows permuted per head, ex
 
 - models/<name>-f32.gguf and models/<name>-q8_0.gguf from tests/data/models/<name> (qwen3-tiny, llama-tiny,
   qwen3-moe-tiny), and models/qwen3-tiny-q4_0.gguf: kiln's GGUF loader must give the safetensors model's
-  logits (exactly from f32);
+  logits (exactly from f32); models/qwen3-wide-q4_k.gguf (random weights, Q4_K layers, write_q4_k_model);
 - tokenizers/qwen2.gguf and tokenizers/llama3.gguf from tests/data/tokenizers/*.json: the tokenizer metadata
   (tokens, token types, merges, pre-tokenizer name, bos/eos, add_bos), which kiln must turn back into the same
   tokenizer.
@@ -145,12 +145,71 @@ def write_tokenizer(name, pre, add_bos):
     w.close()
 
 
+def write_q4_k_model():
+    """models/qwen3-wide-q4_k.gguf: a random Qwen3 of hidden size 256 (Q4_K's super-block) whose linear layers are
+    Q4_K, quantised by kiln (gguf-py has no Q4_K quantiser; its dequantisation is checked against kiln's here),
+    except attn_v in Q8_0 (a stacked q/k/v of mixed formats, as llama.cpp's Q4_K_M files have). Needs the kiln
+    Python module (PYTHONPATH=build/python)."""
+    import kiln
+    from gguf.quants import dequantize
+    rng = np.random.default_rng(11)
+    H, I, L, heads, kv, D, V = 256, 512, 2, 4, 2, 64, 384
+    w = gguf.GGUFWriter(os.path.join(OUT, "models", "qwen3-wide-q4_k.gguf"), arch="qwen3")
+    w.add_block_count(L)
+    w.add_context_length(512)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(I)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1000000.0)
+    w.add_file_type(15)  # MOSTLY_Q4_K_M
+    w.add_eos_token_id(2)
+
+    def norm(n):
+        return (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    def mat(rows, cols):
+        return (0.05 * rng.standard_normal((rows, cols))).astype(np.float32)
+
+    def q4_k(t):
+        blocks = np.asarray(kiln.quantize_q4_k(kiln.tensor(t)).blocks.numpy())
+        assert np.array_equal(dequantize(blocks, gguf.GGMLQuantizationType.Q4_K),
+                              kiln.dequantize_q4_k(kiln.Q4KWeight(kiln.tensor(blocks))).numpy())
+        return blocks
+
+    w.add_tensor("token_embd.weight", mat(V, H))
+    w.add_tensor("output_norm.weight", norm(H))
+    w.add_tensor("output.weight", mat(V, H))
+    for i in range(L):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(H))
+        w.add_tensor(p + "ffn_norm.weight", norm(H))
+        w.add_tensor(p + "attn_q_norm.weight", norm(D))
+        w.add_tensor(p + "attn_k_norm.weight", norm(D))
+        w.add_tensor(p + "attn_q.weight", q4_k(mat(heads * D, H)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        w.add_tensor(p + "attn_k.weight", q4_k(mat(kv * D, H)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        w.add_tensor(p + "attn_v.weight", quantize(mat(kv * D, H), gguf.GGMLQuantizationType.Q8_0),
+                     raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        w.add_tensor(p + "attn_output.weight", q4_k(mat(H, heads * D)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        w.add_tensor(p + "ffn_gate.weight", q4_k(mat(I, H)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        w.add_tensor(p + "ffn_up.weight", q4_k(mat(I, H)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        w.add_tensor(p + "ffn_down.weight", q4_k(mat(H, I)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     for name in ("qwen3-tiny", "llama-tiny", "qwen3-moe-tiny"):
         write_model(name, gguf.GGMLQuantizationType.Q8_0)
     write_model("qwen3-tiny", gguf.GGMLQuantizationType.F32)
     write_model("qwen3-tiny", gguf.GGMLQuantizationType.Q4_0)
     write_model("llama-tiny", gguf.GGMLQuantizationType.F32)
+    write_q4_k_model()
     write_tokenizer("qwen2", "qwen2", False)
     write_tokenizer("llama3", "llama-bpe", True)
 

@@ -119,6 +119,22 @@ class GgufWeightSource : public WeightSource {
     return t;
   }
 
+  std::optional<BlockTensor> blocks(const std::string& name) const override {
+    const auto it = map_.find(name);
+    if (it == map_.end() || it->second.expert >= 0) return std::nullopt;
+    const GgufTensorInfo& info = f_.info(it->second.gguf);
+    constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12;
+    const char* format = info.type == kQ8_0 ? "q8_0" : info.type == kQ4_0 ? "q4_0" : info.type == kQ4_K ? "q4_k" : nullptr;
+    if (!format || info.shape.size() != 2) return std::nullopt;
+    Tensor t = f_.raw(it->second.gguf);
+    // Llama's q and k rows back to the Hugging Face order: whole rows of blocks move.
+    if (c_.arch == Arch::Llama) {
+      const bool q = name.ends_with("self_attn.q_proj.weight"), k = name.ends_with("self_attn.k_proj.weight");
+      if (q || k) t = unpermute(t, q ? c_.num_heads : c_.num_kv_heads, name);
+    }
+    return BlockTensor{format, t};
+  }
+
  private:
   struct Entry {
     std::string gguf;

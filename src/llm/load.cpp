@@ -40,17 +40,18 @@ Model load_model(const std::string& dir, const ModelOptions& options,
       KILN_CHECK(need <= free_bytes, dir, ": the weights need ", need / (1 << 20), " MiB on ", options.device.str(),
                  " but only ", free_bytes / (1 << 20), " MiB are free");
     }
-    // On the CPU in f32, a Q8_0 or Q4_0 file's linear layers stay in that format (ggml types 8 and 2): its blocks
-    // dequantise exactly to f32, and a block made by llama.cpp's reference quantiser (Q8_0: its largest |q| is
-    // 127; Q4_0: its largest magnitude has code 0) quantises back to the same scale and codes. A block whose
-    // scale was searched (an importance-matrix file) is re-derived from its values instead: within half a step.
-    // (In bf16 or f16 the dequantised values are rounded first.)
-    constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8;
+    // On the CPU, the linear layers stored in Q8_0, Q4_0 or Q4_K (ggml types 8, 2, 12) are read into those
+    // formats from the file's blocks as they are (LoadOptions::keep_blocks; q/k/v and gate/up when their parts
+    // share a format). The other linear weights of a block-quantised file (another k-quant, or parts of
+    // different formats) are dequantised and, with lm_head, quantised to Q8_0 when the model is made.
+    constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12;
     ModelOptions mo = options;
-    if (mo.quant.empty() && !options.device.is_cuda() && *lo.dtype == DType::F32 && f.contains("blk.0.attn_q.weight")) {
-      const uint32_t type = f.info("blk.0.attn_q.weight").type;
-      if (type == kQ8_0) mo.quant = "q8_0";
-      if (type == kQ4_0) mo.quant = "q4_0";
+    if (!options.device.is_cuda()) {
+      lo.keep_blocks = true;
+      if (mo.quant.empty() && f.contains("blk.0.attn_q.weight")) {
+        const uint32_t type = f.info("blk.0.attn_q.weight").type;
+        if (type == kQ8_0 || type == kQ4_0 || type == kQ4_K) mo.quant = "q8_0";
+      }
     }
     const std::unique_ptr<WeightSource> source = gguf_weight_source(std::move(f), config);
     ModelWeights w = load_weights(config, *source, lo);

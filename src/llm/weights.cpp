@@ -3,6 +3,7 @@
 #include "kiln/llm/weights.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "core/dispatch.h"
@@ -271,9 +272,59 @@ class Loader {
     return stack_rows(b, dtype);
   }
 
+  // The stored blocks of `weights` stacked along N as one kept-format Linear, when each has blocks of one format
+  // (LoadOptions::keep_blocks); nothing otherwise. Q8_0 (34 bytes a block: f16 d, 32 int8) and Q4_0 (18: f16 d,
+  // 16 bytes of codes) are split into values and scales; Q4_K stays as stored.
+  std::optional<Linear> blocks_of(const std::vector<std::string>& weights) {
+    std::vector<BlockTensor> parts;
+    for (const auto& w : weights) {
+      std::optional<BlockTensor> b = src_.blocks(w);
+      if (!b || (!parts.empty() && (b->format != parts[0].format || b->data.size(1) != parts[0].data.size(1))))
+        return std::nullopt;
+      parts.push_back(std::move(*b));
+    }
+    std::vector<Tensor> rows;
+    for (const BlockTensor& b : parts) rows.push_back(b.data);
+    const Tensor all = rows.size() == 1 ? rows[0].contiguous() : cat(rows, 0);
+    const int64_t N = all.size(0), row_bytes = all.size(1);
+    Linear l;
+    const std::string& f = parts[0].format;
+    if (f == "q4_k") {
+      l.q4k = Q4KWeight{all};
+      account(all);
+      return l;
+    }
+    const int64_t block = f == "q8_0" ? 34 : 18, nb = row_bytes / block, qbytes = block - 2;
+    KILN_CHECK(row_bytes % block == 0, src_.describe(), ": ", weights[0], " rows of ", row_bytes, " bytes are not ",
+               block, "-byte ", f, " blocks");
+    Tensor values = empty({N, nb * qbytes}, f == "q8_0" ? DType::I8 : DType::U8), scales = empty({N, nb}, DType::F16);
+    const uint8_t* src = all.data<const uint8_t>();
+    auto* v = static_cast<uint8_t*>(values.data_ptr());
+    auto* d = static_cast<uint8_t*>(scales.data_ptr());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = src + n * row_bytes + b * block;
+        std::memcpy(d + (n * nb + b) * 2, blk, 2);
+        std::memcpy(v + (n * nb + b) * qbytes, blk + 2, static_cast<size_t>(qbytes));
+      }
+    if (f == "q8_0") l.q8 = Q8Weight{values, scales};
+    else l.q4 = Q4Weight{values, scales};
+    account(values);
+    account(scales);
+    return l;
+  }
+
   // Modules `names` (without ".weight") stacked along N into one Linear: FP8 (values and block scales stacked;
-  // every part must fill whole blocks) or plain.
+  // every part must fill whole blocks), the stored blocks of a kept format, or plain.
   Linear linear_of(const std::vector<std::string>& names) {
+    if (o_.keep_blocks && !o_.device.is_cuda()) {
+      std::vector<std::string> w;
+      for (const auto& s : names) w.push_back(s + ".weight");
+      if (std::optional<Linear> l = blocks_of(w)) {
+        l->bias = stack_bias(names, o_.dtype.value_or(DType::F32));
+        return *l;
+      }
+    }
     Linear l;
     std::vector<std::string> w;
     for (const auto& s : names) w.push_back(s + ".weight");

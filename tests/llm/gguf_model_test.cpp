@@ -101,6 +101,39 @@ TEST(GgufModel, Q4FilesKeepTheirLinearLayersInQ4) {
   EXPECT_GT(amax(abs(sub(a, b))).item<float>(), 0.f);
 }
 
+// A Q4_K file (random weights, scripts/make_gguf_models.py): its Q4_K layers hold the file's blocks as they are,
+// q/k/v of mixed formats (v in Q8_0) are dequantised and
+// run in Q8_0, and the logits are those of the same model with every kept weight dequantised, within the
+// activations' 8-bit quantisation.
+TEST(GgufModel, Q4KFilesKeepTheirBlocks) {
+  const std::string path = data("gguf/models/qwen3-wide-q4_k.gguf");
+  ModelOptions o;
+  o.max_context = 16;
+  Model m = load_model(path, o);
+  const GgufFile f = GgufFile::open(path);
+  const LayerWeights& L = m.weights().layers[0];
+  ASSERT_TRUE(L.attn.o.q4k.has_value());
+  ASSERT_TRUE(L.mlp && L.mlp->gate_up.q4k.has_value() && L.mlp->down.q4k.has_value());
+  EXPECT_TRUE(L.attn.qkv.q8.has_value());  // q, k in Q4_K and v in Q8_0: requantised to one format
+  EXPECT_TRUE(test::equal(L.attn.o.q4k->blocks, f.raw("blk.0.attn_output.weight")));
+  EXPECT_TRUE(test::equal(dequantize_q4_k(*L.mlp->down.q4k), f.get("blk.0.ffn_down.weight")));
+  EXPECT_TRUE(m.weights().lm_head.q8.has_value());
+  // The float model of the same values: every Q4_K weight dequantised.
+  ModelWeights w = m.weights();
+  for (LayerWeights& l : w.layers)
+    for (Linear* lin : {&l.attn.o, &l.mlp->gate_up, &l.mlp->down}) {
+      lin->weight = dequantize_q4_k(*lin->q4k);
+      lin->q4k.reset();
+    }
+  ModelOptions fo = o;
+  fo.quant.clear();
+  Model fm(m.config(), std::move(w), fo);
+  const Tensor a = m.prefill({1, 2, 3, 4, 5}, true), b = fm.prefill({1, 2, 3, 4, 5}, true);
+  const float scale = amax(abs(b)).item<float>(), diff = amax(abs(sub(a, b))).item<float>();
+  EXPECT_LT(diff, 0.05f * scale);
+  EXPECT_GT(diff, 0.f);
+}
+
 TEST(GgufModel, ConfigComesFromTheMetadata) {
   for (const char* name : {"qwen3-tiny", "llama-tiny", "qwen3-moe-tiny"}) {
     SCOPED_TRACE(name);

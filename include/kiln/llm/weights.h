@@ -74,8 +74,16 @@ struct ModelWeights {
   int64_t bytes = 0;  // bytes held (tied tensors once)
 };
 
+// A weight stored in one of llama.cpp's block formats that kiln multiplies in place: "q8_0", "q4_0" or "q4_k",
+// its bytes as ggml lays them out, uint8 [rows, bytes per row] (a CPU view of the file).
+struct BlockTensor {
+  std::string format;
+  Tensor data;
+};
+
 // Where named tensors come from: a checkpoint on disk, or tensors in memory (presets, tests). get() returns
-// the tensor as stored (a CPU view for a checkpoint).
+// the tensor as stored (a CPU view for a checkpoint); blocks() the stored blocks of a block-quantised 2-d
+// weight of a kept format (GGUF), or nothing.
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
@@ -83,6 +91,7 @@ class WeightSource {
   virtual bool contains(const std::string& name) const = 0;
   virtual Tensor get(const std::string& name) const = 0;
   virtual std::string describe() const = 0;  // for errors: the checkpoint's path, or "in-memory weights"
+  virtual std::optional<BlockTensor> blocks(const std::string&) const { return std::nullopt; }
 };
 
 // Named tensors held in memory.
@@ -106,6 +115,10 @@ struct LoadOptions {
   std::optional<DType> dtype;
   // FP8 checkpoints: keep the weights in FP8 with their scales (true) or dequantise them to `dtype` (false).
   bool keep_fp8 = true;
+  // CPU: linear weights the source has in a kept block format (WeightSource::blocks: GGUF's Q8_0, Q4_0, Q4_K)
+  // become Q8Weight / Q4Weight / Q4KWeight from their stored bytes, when every part of a stacked weight (q/k/v,
+  // gate/up) has the same format; the others are dequantised as usual.
+  bool keep_blocks = false;
   // Called after each tensor is placed: (bytes done, bytes in all).
   std::function<void(int64_t, int64_t)> progress;
 };
