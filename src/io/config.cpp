@@ -230,14 +230,14 @@ void parse_fp8(const Fields& top, ModelConfig& c) {
   const std::string method = f.string("quant_method");
   if (method == "kiln") {  // `kiln quantize`'s block formats
     const std::string format = f.string("format");
-    if (format != "q8_0" && format != "q4_0")
-      unsupported(top.source(), "quantization_config.format", "\"" + format + "\"", "kiln writes q8_0 and q4_0");
+    if (format != "q8_0" && format != "q4_0" && format != "q4_k")
+      unsupported(top.source(), "quantization_config.format", "\"" + format + "\"", "kiln writes q8_0, q4_0 and q4_k");
     c.block_quant = format;
     return;
   }
   if (method != "fp8")
     unsupported(top.source(), "quantization_config.quant_method", "\"" + method + "\"",
-                "kiln reads fp8 checkpoints and its own q8_0 / q4_0 ones only");
+                "kiln reads fp8 checkpoints and its own q8_0 / q4_0 / q4_k ones only");
   const std::string fmt = f.string("fmt", "e4m3");
   if (fmt != "e4m3") unsupported(top.source(), "quantization_config.fmt", "\"" + fmt + "\"", "kiln reads e4m3 weights");
   const std::string scheme = f.string("activation_scheme", "dynamic");

@@ -70,9 +70,11 @@ Model load_model(const std::string& dir, const ModelOptions& options,
     for (const std::string& n : source.names()) {
       const Tensor t = source.get(n);
       const bool fp8 = t.itemsize() == 1 && config.fp8.has_value();
-      // Q4_0 values pack two weights a byte; packed weights are dequantised to the dtype on CUDA.
-      const int64_t per = t.dtype() == DType::U8 && config.block_quant == "q4_0" ? 2 : 1;
-      need += static_cast<int64_t>(t.numel()) * per * static_cast<int64_t>(fp8 ? 1 : itemsize(*lo.dtype));
+      // Q4_0 values pack two weights a byte, Q4_K 256 weights in 144 bytes; packed weights are dequantised to the
+      // dtype on CUDA.
+      const bool packed = t.dtype() == DType::U8 && !config.block_quant.empty();
+      const int64_t elements = !packed ? t.numel() : config.block_quant == "q4_k" ? t.numel() / 144 * 256 : t.numel() * 2;
+      need += elements * static_cast<int64_t>(fp8 ? 1 : itemsize(*lo.dtype));
     }
     const MemoryStats m = memory_stats(options.device);
     // Free = what the driver does not use, plus what kiln's allocator holds cached but unused.

@@ -69,6 +69,11 @@ bool is_block_module(const ModelConfig& c, const std::string& weight_name) {
 void add_linear(std::vector<std::pair<std::string, Shape>>& out, const ModelConfig& c, const std::string& name,
                 int64_t n, int64_t k, bool bias) {
   const std::string w = name + ".weight";
+  if (is_block_module(c, w) && c.block_quant == "q4_k") {  // super-blocks of 256 in 144 bytes, no scales
+    out.push_back({w, {n, k / 256 * 144}});
+    if (bias) out.push_back({name + ".bias", {n}});
+    return;
+  }
   if (is_block_module(c, w)) {  // values [n, k] int8 or [n, k / 2] uint8, f16 scales per block of 32
     out.push_back({w, {n, c.block_quant == "q4_0" ? k / 2 : k}});
     out.push_back({name + ".weight_scales", {n, k / 32}});
@@ -171,7 +176,7 @@ class Loader {
       const bool fp8 = is_fp8_module(c_, n) && !scale;
       const bool block_scale = n.size() > 14 && n.compare(n.size() - 14, 14, ".weight_scales") == 0;
       const bool block = is_block_module(c_, n);
-      const DType packed = c_.block_quant == "q4_0" ? DType::U8 : DType::I8;
+      const DType packed = c_.block_quant == "q8_0" ? DType::I8 : DType::U8;
       const bool dtype_ok = scale         ? t.dtype() == DType::F32
                             : block_scale ? t.dtype() == DType::F16
                             : block       ? t.dtype() == packed
@@ -334,16 +339,21 @@ class Loader {
     if (is_block_module(c_, w[0])) {
       // Packed values and f16 scales stacked along N as they are. The CPU multiplies them in place; CUDA has no
       // product of its own for them yet, so they are dequantised once here.
-      std::vector<std::string> sc;
-      for (const auto& s : names) sc.push_back(s + ".weight_scales");
-      const Tensor values = stack_rows(w, stored), scales = stack_rows(sc, DType::F16);
-      if (c_.block_quant == "q4_0") l.q4 = Q4Weight{values, scales};
-      else l.q8 = Q8Weight{values, scales};
+      if (c_.block_quant == "q4_k") {
+        l.q4k = Q4KWeight{stack_rows(w, stored)};
+      } else {
+        std::vector<std::string> sc;
+        for (const auto& s : names) sc.push_back(s + ".weight_scales");
+        const Tensor values = stack_rows(w, stored), scales = stack_rows(sc, DType::F16);
+        if (c_.block_quant == "q4_0") l.q4 = Q4Weight{values, scales};
+        else l.q8 = Q8Weight{values, scales};
+      }
       if (o_.device.is_cuda()) {
-        l.weight = l.q4 ? dequantize_q4_0(*l.q4, o_.dtype.value_or(DType::BF16))
-                        : dequantize_q8_0(*l.q8, o_.dtype.value_or(DType::BF16));
+        const DType dt = o_.dtype.value_or(DType::BF16);
+        l.weight = l.q4k ? dequantize_q4_k(*l.q4k, dt) : l.q4 ? dequantize_q4_0(*l.q4, dt) : dequantize_q8_0(*l.q8, dt);
         l.q4.reset();
         l.q8.reset();
+        l.q4k.reset();
       }
       l.bias = stack_bias(names, o_.dtype.value_or(DType::F32));
       return l;

@@ -174,7 +174,7 @@ TEST(Config, UnsupportedSettingsAreErrorsNamingTheField) {
       {"rope_scaling", {{"rope_type", "longrope"}}, "longrope"},
       // A negative beta has no YaRN correction range (its inverse frequencies would be NaN; found by fuzzing).
       {"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}, {"beta_fast", -16}, {"beta_slow", 2}}, "beta_fast and beta_slow > 0"},
-      {"quantization_config", {{"quant_method", "kiln"}, {"format", "q4_k"}}, "quantization_config.format"},
+      {"quantization_config", {{"quant_method", "kiln"}, {"format", "q5_k"}}, "quantization_config.format"},
       {"quantization_config", {{"quant_method", "awq"}}, "quant_method"},
       {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e5m2"}, {"weight_block_size", {128, 128}}}, "fmt"},
       {"quantization_config", {{"quant_method", "fp8"}, {"activation_scheme", "static"}, {"weight_block_size", {128, 128}}}, "activation_scheme"},

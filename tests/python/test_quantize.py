@@ -58,6 +58,24 @@ def test_quantized_checkpoint_decodes_as_quantising_at_load(model, tmp_path, fmt
 
     assert perplexity("-m", out) == perplexity("-m", model, "--quant", fmt)
 
+def test_q4_k_checkpoint_decodes_as_quantising_at_load(tmp_path):
+    # Q4_K's super-blocks need every K a multiple of 256: a model of hidden size 256 (intermediate 768).
+    data = os.environ.get("KILN_TEST_DATA", os.path.join(os.path.dirname(__file__), "..", "data"))
+    model = str(tmp_path / "wide")
+    run("init-model", model, "--layers", "2", "--hidden", "256", "--seed", "5", "--tokenizer",
+        os.path.join(data, "tokenizers", "qwen2.json"))
+    out = str(tmp_path / "q4_k")
+    run("quantize", model, out, "--type", "q4_k")
+    assert json.load(open(os.path.join(out, "config.json")))["quantization_config"] == {"quant_method": "kiln",
+                                                                                          "format": "q4_k"}
+    h, src = header(os.path.join(out, "model.safetensors")), header(os.path.join(model, "model.safetensors"))
+    q = "model.layers.1.mlp.down_proj.weight"
+    n, k = src[q]["shape"]
+    assert h[q]["dtype"] == "U8" and h[q]["shape"] == [n, k // 256 * 144] and q + "_scales" not in h
+    gen = ["-p", "The quick brown fox", "-n", "16", "--temp", "0", "--ids", "--ignore-eos", "--device", "cpu"]
+    assert run("generate", "-m", out, *gen).stdout == run("generate", "-m", model, "--quant", "q4_k", *gen).stdout
+
+
 def test_quantize_refuses_what_it_cannot_do(model, tmp_path):
     out = str(tmp_path / "q")
     run("quantize", model, out, "--type", "q4_0")
@@ -66,6 +84,8 @@ def test_quantize_refuses_what_it_cannot_do(model, tmp_path):
     r = run("quantize", model, model, check=False)
     assert r.returncode != 0 and "OUT must not be IN" in r.stderr
     r = run("quantize", model, str(tmp_path / "x"), "--type", "q4_k", check=False)
+    assert r.returncode != 0 and "a multiple of 256" in r.stderr
+    r = run("quantize", model, str(tmp_path / "x"), "--type", "q5_k", check=False)
     assert r.returncode != 0
     r = run("quantize", str(tmp_path / "missing"), str(tmp_path / "y"), check=False)
     assert r.returncode != 0 and "not a checkpoint directory" in r.stderr

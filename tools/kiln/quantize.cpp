@@ -1,6 +1,6 @@
-// `kiln quantize IN OUT --type q8_0|q4_0`: a Hugging Face checkpoint directory rewritten with its layers'
+// `kiln quantize IN OUT --type q8_0|q4_0|q4_k`: a Hugging Face checkpoint directory rewritten with its layers'
 // linear weights in a block format (docs/quantization.md): each such weight's packed values under its own name
-// and its f16 scales under name + "_scales", everything else as stored, config.json with
+// and (q8_0, q4_0) its f16 scales under name + "_scales", everything else as stored, config.json with
 // quantization_config {"quant_method": "kiln", "format": TYPE}, and the tokenizer, generation config and chat
 // template files copied. `kiln generate -m OUT` and load_model read it without a float copy
 // of those weights.
@@ -21,7 +21,8 @@ namespace kiln::cli {
 
 int run_quantize(const std::string& in, const std::string& out, const std::string& type) {
   namespace fs = std::filesystem;
-  KILN_CHECK(type == "q8_0" || type == "q4_0", "quantize: --type must be q8_0 or q4_0, got '", type, "'");
+  KILN_CHECK(type == "q8_0" || type == "q4_0" || type == "q4_k", "quantize: --type must be q8_0, q4_0 or q4_k, got '",
+             type, "'");
   KILN_CHECK(fs::is_directory(in), "quantize: ", in, " is not a checkpoint directory");
   const llm::ModelConfig config = llm::load_config(in);
   KILN_CHECK(!config.fp8 && config.block_quant.empty(), "quantize: ", in,
@@ -37,8 +38,15 @@ int run_quantize(const std::string& in, const std::string& out, const std::strin
       kept += static_cast<int64_t>(t.nbytes());
       continue;
     }
-    KILN_CHECK(t.dim() == 2 && t.size(1) % 32 == 0, "quantize: ", name, " ", t.meta(),
-               " cannot be stored in blocks of 32 along K");
+    const int64_t block = type == "q4_k" ? 256 : 32;
+    KILN_CHECK(t.dim() == 2 && t.size(1) % block == 0, "quantize: ", name, " ", t.meta(), " cannot be stored in blocks of ",
+               block, " along K", type == "q4_k" ? " (q4_k needs every layer's K a multiple of 256: use q4_0 or q8_0)" : "");
+    if (type == "q4_k") {
+      const Q4KWeight q = quantize_q4_k(t);
+      packed += static_cast<int64_t>(q.blocks.nbytes());
+      tensors.emplace_back(name, q.blocks);
+      continue;
+    }
     Tensor values, scales;
     if (type == "q4_0") {
       const Q4Weight q = quantize_q4_0(t);
