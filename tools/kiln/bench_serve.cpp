@@ -74,9 +74,12 @@ Sample one_request(const std::string& host, int port, const std::string& key, co
       if (j.contains("usage") && j["usage"].is_object()) s.tokens = j["usage"].value("completion_tokens", int64_t{0});
       if (!j.contains("choices") || j["choices"].empty()) continue;
       const json& c = j["choices"][0];
-      const bool piece = (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) ||
-                         (c.contains("delta") && c["delta"].contains("content") && c["delta"]["content"].is_string() &&
-                          !c["delta"]["content"].get<std::string>().empty());
+      // A piece: a chunk of text, or (a model without a tokenizer) a token's empty chunk; not the last chunk,
+      // which carries the finish reason, nor a chat stream's opening role chunk.
+      const bool open = c.contains("delta") && c["delta"].contains("role");
+      const bool piece = !open && c.contains("finish_reason") && c["finish_reason"].is_null() &&
+                         ((c.contains("text") && c["text"].is_string()) ||
+                          (c.contains("delta") && c["delta"].contains("content") && c["delta"]["content"].is_string()));
       if (!piece) continue;
       const auto now = clock_type::now();
       if (first) s.ttft_ms = ms_since(t0, now);

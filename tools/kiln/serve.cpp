@@ -509,6 +509,7 @@ void respond(Engine& e, const std::shared_ptr<Job>& job, bool chat, bool stream,
   };
   auto started = std::make_shared<bool>(false);
   auto offset = std::make_shared<size_t>(0);  // completions' text_offset so far
+  auto seen = std::make_shared<int64_t>(0);     // tokens the client has heard of (models without a tokenizer)
   const Tokenizer* tok = e.tokenizer();
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -523,15 +524,21 @@ void respond(Engine& e, const std::shared_ptr<Job>& job, bool chat, bool stream,
         }
         std::string piece;
         std::vector<TokenLogprob> lps;
-        bool done = false;
+        bool done = false, tokens = false;
         {
+          // A model without a tokenizer (a preset) has no text: each new token is an empty piece, so that
+          // clients still see tokens arrive (kiln bench serve's TTFT and ITL).
           std::unique_lock<std::mutex> lock(job->mu);
-          job->cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return job->done || !job->pending.empty(); });
+          job->cv.wait_for(lock, std::chrono::milliseconds(200), [&] {
+            return job->done || !job->pending.empty() || (!tok && job->generated > *seen);
+          });
           piece.swap(job->pending);
           lps.swap(job->pending_logprobs);
           done = job->done;
+          tokens = !tok && job->generated > *seen && !done;
+          *seen = job->generated;
         }
-        if (!piece.empty() || !lps.empty()) {
+        if (!piece.empty() || !lps.empty() || tokens) {
           json lp = nullptr;
           if (job->top_logprobs >= 0) lp = chat ? chat_logprobs(lps, tok) : completion_logprobs(lps, tok, *offset);
           if (!send(chunk(chat ? json{{"content", piece}} : json(piece), nullptr, lp))) return false;
@@ -619,6 +626,11 @@ int run_serve(const ServeOptions& options, const LlmOptions& model_options) {
   Engine engine(open_model_for(model_options, dev, o.ctx), std::move(tok), std::move(chat), o);
 
   httplib::Server svr;
+  // A streamed request holds a worker thread until its last token: one for every sequence that may run and every
+  // request that may wait, and a few for /health, /metrics and requests being refused. (cpp-httplib's default,
+  // the core count less one, would cap the running batch there.)
+  const size_t workers = static_cast<size_t>(o.max_batch + o.max_queue + 8);
+  svr.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   svr.set_payload_max_length(o.max_body);
   // A client that stalls mid-request (slow-loris) holds a worker thread this long at most.
   svr.set_read_timeout(5, 0);
