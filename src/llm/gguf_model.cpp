@@ -119,6 +119,18 @@ class GgufWeightSource : public WeightSource {
     return t;
   }
 
+  // get()'s shape (an expert's slice of its stacked tensor) and dtype (f32), from the header alone.
+  Meta meta(const std::string& name) const override {
+    const auto it = map_.find(name);
+    KILN_CHECK(it != map_.end(), f_.path(), ": no tensor for \"", name, "\"");
+    const GgufTensorInfo& info = f_.info(it->second.gguf);
+    if (it->second.expert < 0) return {info.shape, DType::F32, static_cast<int64_t>(info.nbytes)};
+    KILN_CHECK(info.shape.size() == 3 && info.shape[0] == c_.num_experts, f_.path(), ": ", it->second.gguf, " is ",
+               shape_str(info.shape), "; expected [", c_.num_experts, ", rows, cols]");
+    return {Shape(info.shape.begin() + 1, info.shape.end()), DType::F32,
+            static_cast<int64_t>(info.nbytes) / c_.num_experts};
+  }
+
   std::optional<BlockTensor> blocks(const std::string& name) const override {
     const auto it = map_.find(name);
     if (it == map_.end() || it->second.expert >= 0) return std::nullopt;

@@ -171,19 +171,19 @@ class Loader {
         missing.push_back(n);
         continue;
       }
-      const Tensor t = src_.get(n);
+      const WeightSource::Meta t = src_.meta(n);
       const bool scale = n.size() > 10 && n.compare(n.size() - 10, 10, "_scale_inv") == 0;
       const bool fp8 = is_fp8_module(c_, n) && !scale;
       const bool block_scale = n.size() > 14 && n.compare(n.size() - 14, 14, ".weight_scales") == 0;
       const bool block = is_block_module(c_, n);
       const DType packed = c_.block_quant == "q8_0" ? DType::I8 : DType::U8;
-      const bool dtype_ok = scale         ? t.dtype() == DType::F32
-                            : block_scale ? t.dtype() == DType::F16
-                            : block       ? t.dtype() == packed
-                            : fp8         ? (dset(t.dtype()) & kFloat8Types) != 0
-                                          : (dset(t.dtype()) & kWeightTypes) != 0;
-      if (t.sizes() != s || !dtype_ok)
-        bad.push_back(str(n, ": ", t.meta(), ", expected ", shape_str(s), " ",
+      const bool dtype_ok = scale         ? t.dtype == DType::F32
+                            : block_scale ? t.dtype == DType::F16
+                            : block       ? t.dtype == packed
+                            : fp8         ? (dset(t.dtype) & kFloat8Types) != 0
+                                          : (dset(t.dtype) & kWeightTypes) != 0;
+      if (t.shape != s || !dtype_ok)
+        bad.push_back(str(n, ": ", dtype_name(t.dtype), shape_str(t.shape), ", expected ", shape_str(s), " ",
                           scale         ? "float32"
                           : block_scale ? "float16"
                           : block       ? dtype_name(packed)
@@ -199,8 +199,8 @@ class Loader {
                                                                            {p + "down_proj", {E, H, I}}}) {
         expected.insert(n);
         if (!src_.contains(n)) missing.push_back(n);
-        else if (src_.get(n).sizes() != s || !(dset(src_.get(n).dtype()) & kWeightTypes))
-          bad.push_back(str(n, ": ", src_.get(n).meta(), ", expected ", shape_str(s)));
+        else if (const WeightSource::Meta t = src_.meta(n); t.shape != s || !(dset(t.dtype) & kWeightTypes))
+          bad.push_back(str(n, ": ", dtype_name(t.dtype), shape_str(t.shape), ", expected ", shape_str(s)));
       }
     }
     std::vector<std::string> unexpected;
@@ -243,7 +243,7 @@ class Loader {
   int64_t total_bytes() const {
     if (total_ < 0) {
       int64_t n = 0;
-      for (const std::string& name : src_.names()) n += static_cast<int64_t>(src_.get(name).nbytes());
+      for (const std::string& name : src_.names()) n += src_.meta(name).stored_bytes;
       total_ = n;
     }
     return total_;
@@ -256,9 +256,9 @@ class Loader {
 
   // Several checkpoint tensors [n_i, ...] stacked along dim 0 into one destination, converted on the way.
   Tensor stack_rows(const std::vector<std::string>& names, DType dtype) {
-    Shape shape = src_.get(names[0]).sizes();
+    Shape shape = src_.meta(names[0]).shape;
     shape[0] = 0;
-    for (const auto& s : names) shape[0] += src_.get(s).size(0);
+    for (const auto& s : names) shape[0] += src_.meta(s).shape[0];
     Tensor out = empty(shape, dtype, o_.device);
     int64_t row = 0;
     for (const auto& s : names) {
@@ -333,7 +333,7 @@ class Loader {
     Linear l;
     std::vector<std::string> w;
     for (const auto& s : names) w.push_back(s + ".weight");
-    const DType stored = src_.get(w[0]).dtype();
+    const DType stored = src_.meta(w[0]).dtype;
     const bool fp8 = is_fp8_module(c_, w[0]);
     const DType act = o_.dtype.value_or(DType::BF16);
     if (is_block_module(c_, w[0])) {
@@ -412,7 +412,7 @@ class Loader {
     }
     const std::string e0 = p + "mlp.experts.0.";
     const bool fp8 = is_fp8_module(c_, e0 + "gate_proj.weight");
-    const DType stored = src_.get(e0 + "gate_proj.weight").dtype();
+    const DType stored = src_.meta(e0 + "gate_proj.weight").dtype;
     const DType dt = fp8 && o_.keep_fp8 ? stored : fp8 ? o_.dtype.value_or(DType::BF16) : target(stored);
     m.gate_up = empty({E, 2 * I, H}, dt, o_.device);
     m.down = empty({E, H, I}, dt, o_.device);

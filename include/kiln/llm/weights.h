@@ -92,6 +92,16 @@ class WeightSource {
   virtual Tensor get(const std::string& name) const = 0;
   virtual std::string describe() const = 0;  // for errors: the checkpoint's path, or "in-memory weights"
   virtual std::optional<BlockTensor> blocks(const std::string&) const { return std::nullopt; }
+  // The shape and dtype get() returns and the bytes stored, without reading the data (the default asks get()).
+  struct Meta {
+    Shape shape;
+    DType dtype;
+    int64_t stored_bytes;
+  };
+  virtual Meta meta(const std::string& name) const {
+    const Tensor t = get(name);
+    return {t.sizes(), t.dtype(), static_cast<int64_t>(t.nbytes())};
+  }
 };
 
 // Named tensors held in memory.
