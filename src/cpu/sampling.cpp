@@ -141,13 +141,15 @@ void topk(const Tensor& x, int64_t n, int64_t k, Tensor& values, Tensor& indices
   });
 }
 
-void sample(const Tensor& logits, int64_t vocab, const SamplingParams& params, uint64_t seed, uint64_t offset,
-            Tensor& out) {
-  const int64_t rows = out.numel();
-  int64_t* tokens = out.data<int64_t>();
-  // Rows as f32 (one row at a time for half types, so a big batch costs no f32 copy of the whole tensor).
+namespace {
+// Calls row(r, l, e, order, keep) for each of the `rows` rows of logits [rows, vocab] as f32 (half types converted
+// one row at a time, so a big batch costs no f32 copy of the whole tensor), rows in parallel, each thread with its
+// own buffers; a row for which it returns false has an undefined distribution: the first such is reported.
+template <class F>
+void for_each_row(const Tensor& logits, int64_t vocab, int64_t rows, const char* op, const SamplingParams& params,
+                  F row) {
   std::atomic<int64_t> bad_row{-1};
-  visit_dtypes<kSampleTypes>(logits.dtype(), "sample", [&](auto tag) {
+  visit_dtypes<kSampleTypes>(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = logits.data<const T>();
 #pragma omp parallel if (rows > 1 && rows * vocab >= 32768)
@@ -157,71 +159,53 @@ void sample(const Tensor& logits, int64_t vocab, const SamplingParams& params, u
       std::vector<char> keep;
 #pragma omp for schedule(dynamic, 1)
       for (int64_t r = 0; r < rows; ++r) {
-        const float* l = row_f32(src + r * vocab, vocab, buf);
-        if (params.temperature == 0.0) {
-          tokens[r] = greedy_row(l, vocab);
-          continue;
-        }
-        const float u = sample_uniform(seed, offset, static_cast<uint64_t>(r));
-        const int64_t tok = sample_row(l, vocab, params, u, e, order, keep);
-        if (tok < 0) {
-          int64_t expected = -1;
-          bad_row.compare_exchange_strong(expected, r);
-          tokens[r] = 0;
-        } else {
-          tokens[r] = tok;
-        }
+        if (row(r, row_f32(src + r * vocab, vocab, buf), e, order, keep)) continue;
+        int64_t expected = -1;
+        bad_row.compare_exchange_strong(expected, r);
       }
     }
   });
   const int64_t r = bad_row.load();
-  KILN_CHECK(r < 0, "sample: row ", r, " of logits ", logits.meta(),
+  KILN_CHECK(r < 0, op, ": row ", r, " of logits ", logits.meta(),
              " has NaN, +inf or only -inf logits, so its distribution is undefined (temperature ",
              params.temperature, ")");
 }
+}  // namespace
 
-}  // namespace kiln::cpu
-
-namespace kiln::cpu {
+void sample(const Tensor& logits, int64_t vocab, const SamplingParams& params, uint64_t seed, uint64_t offset,
+            Tensor& out) {
+  int64_t* tokens = out.data<int64_t>();
+  for_each_row(logits, vocab, out.numel(), "sample", params,
+               [&](int64_t r, const float* l, std::vector<float>& e, std::vector<int64_t>& order, std::vector<char>& keep) {
+                 if (params.temperature == 0.0) {
+                   tokens[r] = greedy_row(l, vocab);
+                   return true;
+                 }
+                 const float u = sample_uniform(seed, offset, static_cast<uint64_t>(r));
+                 const int64_t tok = sample_row(l, vocab, params, u, e, order, keep);
+                 tokens[r] = tok < 0 ? 0 : tok;
+                 return tok >= 0;
+               });
+}
 
 void sampling_probs(const Tensor& logits, int64_t vocab, const SamplingParams& params, Tensor& out) {
-  const int64_t rows = vocab == 0 ? 0 : logits.numel() / vocab;
   float* probs = out.data<float>();
-  std::atomic<int64_t> bad_row{-1};
-  visit_dtypes<kSampleTypes>(logits.dtype(), "sampling_probs", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* src = logits.data<const T>();
-#pragma omp parallel if (rows > 1 && rows * vocab >= 32768)
-    {
-      std::vector<float> buf, e;
-      std::vector<int64_t> order;
-      std::vector<char> keep;
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* l = row_f32(src + r * vocab, vocab, buf);
-        float* p = probs + r * vocab;
-        std::fill(p, p + vocab, 0.0f);
-        if (params.temperature == 0.0) {
-          p[greedy_row(l, vocab)] = 1.0f;
-          continue;
-        }
-        if (!kept_weights(l, vocab, params, e, order, keep)) {
-          int64_t expected = -1;
-          bad_row.compare_exchange_strong(expected, r);
-          continue;
-        }
-        double w = 0.0;
-        for (int64_t i = 0; i < vocab; ++i)
-          if (keep[i]) w += e[i];
-        for (int64_t i = 0; i < vocab; ++i)
-          if (keep[i]) p[i] = static_cast<float>(e[i] / w);
-      }
-    }
-  });
-  const int64_t r = bad_row.load();
-  KILN_CHECK(r < 0, "sampling_probs: row ", r, " of logits ", logits.meta(),
-             " has NaN, +inf or only -inf logits, so its distribution is undefined (temperature ",
-             params.temperature, ")");
+  for_each_row(logits, vocab, vocab == 0 ? 0 : logits.numel() / vocab, "sampling_probs", params,
+               [&](int64_t r, const float* l, std::vector<float>& e, std::vector<int64_t>& order, std::vector<char>& keep) {
+                 float* p = probs + r * vocab;
+                 std::fill(p, p + vocab, 0.0f);
+                 if (params.temperature == 0.0) {
+                   p[greedy_row(l, vocab)] = 1.0f;
+                   return true;
+                 }
+                 if (!kept_weights(l, vocab, params, e, order, keep)) return false;
+                 double w = 0.0;
+                 for (int64_t i = 0; i < vocab; ++i)
+                   if (keep[i]) w += e[i];
+                 for (int64_t i = 0; i < vocab; ++i)
+                   if (keep[i]) p[i] = static_cast<float>(e[i] / w);
+                 return true;
+               });
 }
 
 }  // namespace kiln::cpu

@@ -334,6 +334,23 @@ struct OnModelStream {
   Stream model, caller;
   std::optional<StreamGuard> guard;
 };
+
+// Runs `body` once eagerly (the first call of an op may allocate workspaces or choose algorithms; it writes
+// what a replay writes again) and captures it into `graph` on `stream`. False, with `graph` empty, when the
+// capture failed (an op that synchronises): the caller runs the work eagerly instead.
+template <class F>
+bool warm_up_and_capture(Graph& graph, const Stream& stream, Device dev, F&& body) {
+  synchronize(dev);
+  body();
+  synchronize(dev);
+  try {
+    graph.capture(stream, body);
+    return true;
+  } catch (const Error&) {
+    graph = Graph();
+    return false;
+  }
+}
 }  // namespace
 
 Tensor Model::prefill(const std::vector<int64_t>& ids, bool all_logits, Trace* trace) {
@@ -478,16 +495,7 @@ Tensor Model::verify(const std::vector<int64_t>& tokens) {
                                       cache_attention(config_, *s_, in, s_->k_cache, s_->v_cache));
           g.logits = weights_.lm_head(h).to(DType::F32);
         };
-        // Warm-up outside the capture; the replay below writes the same cache entries again.
-        synchronize(dev);
-        body();
-        synchronize(dev);
-        try {
-          g.graph.capture(s_->stream, body);
-        } catch (const Error&) {
-          g.failed = true;
-          g.graph = Graph();
-        }
+        g.failed = !warm_up_and_capture(g.graph, s_->stream, dev, body);
       }
       if (g.graph.captured()) {
         g.graph.replay(s_->stream);
@@ -694,16 +702,9 @@ std::optional<Tensor> Model::step_graph(KVPool& pool, const std::vector<Sequence
       g.logits = weights_.lm_head(run_layers(config_, weights_, g.ids, dtype_, nullptr, paged_attention(config_, *s_, pool, in)))
                      .to(DType::F32);
     };
-    // Warm-up outside the capture (first calls may allocate workspaces or choose algorithms). It runs this very
-    // step; the replay below runs it again on the same inputs, which writes the same cache entries.
-    synchronize(dev);
-    body();
-    synchronize(dev);
-    try {
-      g.graph.capture(s_->stream, body);
-    } catch (const Error&) {
+    // The warm-up runs this very step; the replay below runs it again on the same inputs.
+    if (!warm_up_and_capture(g.graph, s_->stream, dev, body)) {
       g.failed = true;
-      g.graph = Graph();
       return std::nullopt;
     }
   }
