@@ -281,10 +281,25 @@ class Engine {
     std::string error;
     try {
       const Tensor logits = model_.step(seqs, tokens);
+      // The greedy rows' tokens from one argmax and one read back (a draw per row would launch and wait once a
+      // row); each greedy sequence's generator still advances by one, as sample() advances it.
+      std::vector<int64_t> greedy, chosen(batch.size(), -1);
+      for (size_t r = 0; r < batch.size(); ++r)
+        if (batch[r].job->options.sampling.temperature == 0.0) greedy.push_back(static_cast<int64_t>(r));
+      if (!greedy.empty()) {
+        const Tensor rows = greedy.size() == batch.size()
+                                ? logits
+                                : index_select(logits, 0, from_vector<int64_t>(greedy).to(logits.device()));
+        const std::vector<int64_t> best = argmax(rows, 1).to(kCPU).to_vector<int64_t>();
+        for (size_t i = 0; i < greedy.size(); ++i) {
+          chosen[static_cast<size_t>(greedy[i])] = best[i];
+          batch[static_cast<size_t>(greedy[i])].gen.next_offset();
+        }
+      }
       for (size_t r = 0; r < batch.size(); ++r) {
         Active& a = batch[r];
         const Tensor row = logits.select(0, static_cast<int64_t>(r));
-        const int64_t t = sample(row, a.job->options.sampling, &a.gen).item<int64_t>();
+        const int64_t t = chosen[r] >= 0 ? chosen[r] : sample(row, a.job->options.sampling, &a.gen).item<int64_t>();
         record_logprob(a, row, t);
         more[r] = accept(a, t);
       }
