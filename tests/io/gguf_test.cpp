@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -46,6 +47,22 @@ TEST(Gguf, EveryTypeDequantisesAsGgmlDoes) {
   }
   EXPECT_EQ(gguf_type_name(f.info("t.q4_k").type), "Q4_K");
   EXPECT_TRUE(test::throws_error([&] { f.get("missing"); }, {"types.gguf", "no tensor 'missing'"}));
+}
+
+// raw(): a tensor's stored bytes, one row per row of its shape, as they lie in the file.
+TEST(Gguf, RawGivesTheStoredBytesByRow) {
+  const std::vector<uint8_t> bytes = read_bytes(kDir + "types.gguf");
+  const GgufFile f = GgufFile::open(kDir + "types.gguf");
+  for (const auto& [name, rows, row_bytes] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
+           {"t.f32", 3, 20}, {"t.q8_0", 3, 68}, {"t.q4_k", 2, 144}, {"t.q6_k", 3, 210}}) {
+    SCOPED_TRACE(name);
+    const Tensor r = f.raw(name);
+    ASSERT_EQ(r.dtype(), DType::U8);
+    ASSERT_EQ(r.sizes(), Shape({rows, row_bytes}));
+    const GgufTensorInfo& info = f.info(name);
+    EXPECT_EQ(std::memcmp(r.data<uint8_t>(), bytes.data() + info.offset, static_cast<size_t>(rows * row_bytes)), 0);
+  }
+  EXPECT_TRUE(test::throws_error([&] { f.raw("missing"); }, {"types.gguf", "no tensor 'missing'"}));
 }
 
 TEST(Gguf, MetadataOfEveryValueType) {
