@@ -166,6 +166,16 @@ inline int64_t ulp_distance(uint64_t a, uint64_t b, int bits) {
   return ka > kb ? ka - kb : kb - ka;
 }
 
+// A view of a fresh buffer shaped [rows, cols] starting `offset` elements in (offset 1: misaligned rows),
+// holding `values` (a contiguous [rows, cols] tensor), on `device`.
+inline Tensor placed(const Tensor& values, int64_t offset, Device device) {
+  const int64_t rows = values.size(0), cols = values.size(1);
+  Tensor base = empty({rows * cols + offset}, values.dtype(), device);
+  Tensor v = base.as_strided({rows, cols}, {cols, 1}, base.storage_offset() + offset);
+  v.copy_(values.to(device));
+  return v;
+}
+
 // Skips a CUDA test with a visible reason when no GPU can be used.
 #define KILN_REQUIRE_CUDA()                                                        \
   do {                                                                             \

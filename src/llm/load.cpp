@@ -40,18 +40,16 @@ Model load_model(const std::string& dir, const ModelOptions& options,
       KILN_CHECK(need <= free_bytes, dir, ": the weights need ", need / (1 << 20), " MiB on ", options.device.str(),
                  " but only ", free_bytes / (1 << 20), " MiB are free");
     }
-    // On the CPU, the linear layers stored in Q8_0, Q4_0 or Q4_K (ggml types 8, 2, 12) are read into those
-    // formats from the file's blocks as they are (LoadOptions::keep_blocks; q/k/v and gate/up when their parts
-    // share a format). The other linear weights of a block-quantised file (another k-quant, or parts of
-    // different formats) are dequantised and, with lm_head, quantised to Q8_0 when the model is made.
+    // The linear layers stored in Q8_0, Q4_0 or Q4_K (ggml types 8, 2, 12) are read into those formats from the
+    // file's blocks as they are (LoadOptions::keep_blocks; q/k/v and gate/up when their parts share a format).
+    // The other linear weights of a block-quantised file (another k-quant, or parts of different formats) are
+    // dequantised and, with lm_head, quantised to Q8_0 when the model is made.
     constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12;
     ModelOptions mo = options;
-    if (!options.device.is_cuda()) {
-      lo.keep_blocks = true;
-      if (mo.quant.empty() && f.contains("blk.0.attn_q.weight")) {
-        const uint32_t type = f.info("blk.0.attn_q.weight").type;
-        if (type == kQ8_0 || type == kQ4_0 || type == kQ4_K) mo.quant = "q8_0";
-      }
+    lo.keep_blocks = true;
+    if (mo.quant.empty() && f.contains("blk.0.attn_q.weight")) {
+      const uint32_t type = f.info("blk.0.attn_q.weight").type;
+      if (type == kQ8_0 || type == kQ4_0 || type == kQ4_K) mo.quant = "q8_0";
     }
     const std::unique_ptr<WeightSource> source = gguf_weight_source(std::move(f), config);
     ModelWeights w = load_weights(config, *source, lo);
@@ -70,11 +68,10 @@ Model load_model(const std::string& dir, const ModelOptions& options,
     for (const std::string& n : source.names()) {
       const Tensor t = source.get(n);
       const bool fp8 = t.itemsize() == 1 && config.fp8.has_value();
-      // Q4_0 values pack two weights a byte, Q4_K 256 weights in 144 bytes; packed weights are dequantised to the
-      // dtype on CUDA.
-      const bool packed = t.dtype() == DType::U8 && !config.block_quant.empty();
-      const int64_t elements = !packed ? t.numel() : config.block_quant == "q4_k" ? t.numel() / 144 * 256 : t.numel() * 2;
-      need += elements * static_cast<int64_t>(fp8 ? 1 : itemsize(*lo.dtype));
+      // Packed weights (Q8_0 / Q4_0 values and f16 scales, Q4_K blocks) stay as stored.
+      const bool packed = (t.dtype() == DType::U8 || t.dtype() == DType::I8 || n.ends_with("_scales")) &&
+                          !config.block_quant.empty();
+      need += packed ? static_cast<int64_t>(t.nbytes()) : t.numel() * static_cast<int64_t>(fp8 ? 1 : itemsize(*lo.dtype));
     }
     const MemoryStats m = memory_stats(options.device);
     // Free = what the driver does not use, plus what kiln's allocator holds cached but unused.
@@ -83,9 +80,9 @@ Model load_model(const std::string& dir, const ModelOptions& options,
                free_bytes / (1 << 20), " MiB are free (", m.driver_used / (1 << 20), " MiB in use)");
   }
   ModelWeights w = load_weights(config, source, lo);
-  // A `kiln quantize` checkpoint: on the CPU the model treats the rest as that format does (lm_head in Q8_0).
+  // A `kiln quantize` checkpoint: the model treats the rest as that format does (lm_head in Q8_0).
   ModelOptions mo = options;
-  if (mo.quant.empty() && !options.device.is_cuda() && !config.block_quant.empty()) mo.quant = config.block_quant;
+  if (mo.quant.empty() && !config.block_quant.empty()) mo.quant = config.block_quant;
   return Model(std::move(config), std::move(w), mo);
 }
 

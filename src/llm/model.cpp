@@ -128,9 +128,6 @@ Model::Model(ModelConfig config, ModelWeights weights, const ModelOptions& optio
 void Model::quantize_linears(const std::string& format) {
   KILN_CHECK(format == "q8_0" || format == "q4_0" || format == "q4_k", "model: quantisation '", format,
              "' is not available (q8_0, q4_0, q4_k)");
-  // CUDA has no product of its own for these yet: linear would dequantise every weight on every call.
-  KILN_CHECK(!options_.device.is_cuda(), "model: --quant ", format, " runs on the CPU only; on ", options_.device.str(),
-             " load the weights in bf16 (docs/quantization.md)");
   // q4_0 and q4_k keep the output layer in Q8_0 (as llama.cpp's 4-bit files keep theirs at 6 bits or more):
   // the logits are the most sensitive product. A q4_k layer whose K is not a multiple of 256 takes Q8_0 (as
   // llama.cpp falls back to a format of 32-value blocks there).

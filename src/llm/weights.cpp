@@ -295,8 +295,8 @@ class Loader {
     Linear l;
     const std::string& f = parts[0].format;
     if (f == "q4_k") {
-      l.q4k = Q4KWeight{all};
-      account(all);
+      l.q4k = Q4KWeight{all.to(o_.device)};
+      account(l.q4k->blocks);
       return l;
     }
     const int64_t block = f == "q8_0" ? 34 : 18, nb = row_bytes / block, qbytes = block - 2;
@@ -312,6 +312,8 @@ class Loader {
         std::memcpy(d + (n * nb + b) * 2, blk, 2);
         std::memcpy(v + (n * nb + b) * qbytes, blk + 2, static_cast<size_t>(qbytes));
       }
+    values = values.to(o_.device);
+    scales = scales.to(o_.device);
     if (f == "q8_0") l.q8 = Q8Weight{values, scales};
     else l.q4 = Q4Weight{values, scales};
     account(values);
@@ -322,7 +324,7 @@ class Loader {
   // Modules `names` (without ".weight") stacked along N into one Linear: FP8 (values and block scales stacked;
   // every part must fill whole blocks), the stored blocks of a kept format, or plain.
   Linear linear_of(const std::vector<std::string>& names) {
-    if (o_.keep_blocks && !o_.device.is_cuda()) {
+    if (o_.keep_blocks) {
       std::vector<std::string> w;
       for (const auto& s : names) w.push_back(s + ".weight");
       if (std::optional<Linear> l = blocks_of(w)) {
@@ -337,8 +339,7 @@ class Loader {
     const bool fp8 = is_fp8_module(c_, w[0]);
     const DType act = o_.dtype.value_or(DType::BF16);
     if (is_block_module(c_, w[0])) {
-      // Packed values and f16 scales stacked along N as they are. The CPU multiplies them in place; CUDA has no
-      // product of its own for them yet, so they are dequantised once here.
+      // Packed values and f16 scales stacked along N as they are, multiplied in place on either device.
       if (c_.block_quant == "q4_k") {
         l.q4k = Q4KWeight{stack_rows(w, stored)};
       } else {
@@ -347,13 +348,6 @@ class Loader {
         const Tensor values = stack_rows(w, stored), scales = stack_rows(sc, DType::F16);
         if (c_.block_quant == "q4_0") l.q4 = Q4Weight{values, scales};
         else l.q8 = Q8Weight{values, scales};
-      }
-      if (o_.device.is_cuda()) {
-        const DType dt = o_.dtype.value_or(DType::BF16);
-        l.weight = l.q4k ? dequantize_q4_k(*l.q4k, dt) : l.q4 ? dequantize_q4_0(*l.q4, dt) : dequantize_q8_0(*l.q8, dt);
-        l.q4.reset();
-        l.q8.reset();
-        l.q4k.reset();
       }
       l.bias = stack_bias(names, o_.dtype.value_or(DType::F32));
       return l;

@@ -1,6 +1,6 @@
 // Q8_0, Q4_0 and Q4_K weights (kiln/nn.h: Q8Weight, Q4Weight, Q4KWeight): quantisation, dequantisation and linear. The CPU
-// kernels are in src/cpu/q8_dot.cpp and q8_linear.cpp. CUDA tensors are quantised through a host copy (a load-time step) and
-// dequantised on the device (kiln's elementwise ops, no host round trip), then multiplied as the dense weight.
+// kernels are in src/cpu/q8_dot.cpp and q8_linear.cpp, the CUDA ones in src/cuda/quant.cu. CUDA tensors are quantised through a
+// host copy (a load-time step); their dequantisation and products run on the device.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -10,6 +10,9 @@
 #include "cpu/q8_dot.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
+#if KILN_HAVE_CUDA
+#include "cuda/quant.h"
+#endif
 
 namespace kiln {
 
@@ -77,19 +80,15 @@ template <class W>
 Tensor dequantize(const W& w, DType dtype, const char* op) {
   check_weight(w, op);
   KILN_CHECK(dset(dtype) & kWeightTypes, op, ": dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
-  const int64_t N = w.values.size(0), K = in_features(w), nb = K / cpu::kQ8Block;
+  const int64_t N = w.values.size(0), K = in_features(w);
+#if KILN_HAVE_CUDA
   if (w.values.is_cuda()) {
-    // Composed device ops; the integer values times the f16 scale are exact in f32, then one rounding to dtype.
-    Tensor v;
-    if constexpr (Format<W>::per_byte == 2) {
-      const Tensor bytes = w.values.reshape({N, nb, cpu::kQ8Block / 2});
-      const Tensor mask = full({}, 15, DType::U8, w.values.device()), four = full({}, 4, DType::U8, w.values.device());
-      v = sub(cat({bitwise_and(bytes, mask), bitwise_right_shift(bytes, four)}, 2).to(DType::F32), 8.0);
-    } else {
-      v = w.values.to(DType::F32).reshape({N, nb, cpu::kQ8Block});
-    }
-    return mul(v, w.scales.to(DType::F32).reshape({N, nb, 1})).reshape({N, K}).to(dtype);
+    Tensor out = empty({N, K}, dtype, w.values.device());
+    cuda::dequantize_quantized(Format<W>::per_byte == 2 ? cuda::QuantFormat::Q4_0 : cuda::QuantFormat::Q8_0,
+                               w.values.contiguous(), w.scales.contiguous(), out);
+    return out;
   }
+#endif
   const Tensor values = w.values.to(kCPU).contiguous(), scales = w.scales.to(kCPU).contiguous();
   Tensor out = empty({N, K}, DType::F32);
   cpu::dequantize_q8(out, values, scales);
@@ -107,7 +106,13 @@ void check_weight(const Q4KWeight& w, const char* op) {
 Tensor dequantize(const Q4KWeight& w, DType dtype, const char* op) {
   check_weight(w, op);
   KILN_CHECK(dset(dtype) & kWeightTypes, op, ": dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
-  // Through the host (a load-time or fallback step): the bit fields are unpacked by the CPU kernel.
+#if KILN_HAVE_CUDA
+  if (w.blocks.is_cuda()) {
+    Tensor out = empty({w.blocks.size(0), in_features(w)}, dtype, w.blocks.device());
+    cuda::dequantize_quantized(cuda::QuantFormat::Q4_K, w.blocks.contiguous(), Tensor(), out);
+    return out;
+  }
+#endif
   const Tensor blocks = w.blocks.to(kCPU).contiguous();
   Tensor out = empty({blocks.size(0), in_features(w)}, DType::F32);
   cpu::dequantize_q4k(out, blocks);
@@ -146,12 +151,22 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
   if (bias)
     KILN_CHECK(bias->dim() == 1 && bias->size(0) == N && bias->dtype() == x.dtype() && bias->device() == x.device(),
                op, ": bias must be [", N, "] in x's dtype on x's device, got ", bias->meta());
-  if (x.is_cuda()) return linear(x, dequantize(w, x.dtype(), op.c_str()), bias);
   Shape out_shape = x.sizes();
   out_shape.back() = N;
   const Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
   Tensor out = empty({M, N}, x.dtype(), x.device());
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    const Tensor bias_c = bias ? bias->contiguous() : Tensor();
+    if constexpr (std::is_same_v<W, Q4KWeight>)
+      cuda::linear_quantized(out, x2, cuda::QuantFormat::Q4_K, w.blocks, Tensor(), bias ? &bias_c : nullptr);
+    else
+      cuda::linear_quantized(out, x2, std::is_same_v<W, Q4Weight> ? cuda::QuantFormat::Q4_0 : cuda::QuantFormat::Q8_0,
+                             w.values, w.scales, bias ? &bias_c : nullptr);
+    return out.view(out_shape);
+  }
+#endif
   if (M <= cpu::kQ8DotRows) {
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
     if constexpr (std::is_same_v<W, Q4KWeight>)

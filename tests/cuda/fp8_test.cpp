@@ -25,15 +25,7 @@ const ScaleRecipe kRecipes[] = {ScaleRecipe::TensorWise, ScaleRecipe::RowWise, S
 
 std::string rname(ScaleRecipe r) { return scale_recipe_name(r); }
 
-// A view of a fresh buffer shaped [rows, cols] starting `offset` elements in (offset 1: misaligned rows),
-// holding `values` (a contiguous [rows, cols] tensor), on `device`.
-Tensor placed(const Tensor& values, int64_t offset, Device device) {
-  const int64_t rows = values.size(0), cols = values.size(1);
-  Tensor base = empty({rows * cols + offset}, values.dtype(), device);
-  Tensor v = base.as_strided({rows, cols}, {cols, 1}, base.storage_offset() + offset);
-  v.copy_(values.to(device));
-  return v;
-}
+using test::placed;
 
 // Float8 values whose magnitudes span the e4m3 range (normals and subnormals), from random reals.
 Tensor random_fp8(const Shape& s, double lo = -448, double hi = 448) {

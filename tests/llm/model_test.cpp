@@ -285,6 +285,32 @@ TEST(EngineCuda, Fp8ExpertsMatchDequantisedExperts) {
   }
 }
 
+// CUDA, quantised linear layers (ModelOptions::quant, f32 activations): the logits of the prompt (12 rows: the
+// int8 kernel) and of graph-replayed decode steps equal the CPU model's with the same weights up to the order of
+// f32 sums (both quantise x per block of 32 the same way; a sum-order difference can still move one of x's
+// codes by a step), and the layers stay quantised on the device.
+TEST_P(Engine, CudaQuantisedModelMatchesTheCpu) {
+  KILN_REQUIRE_CUDA();
+  const Device dev(DeviceType::CUDA, 0);
+  const ModelConfig c = tiny_config(GetParam(), 256, 256);
+  for (const char* format : {"q8_0", "q4_0", "q4_k"}) {
+    SCOPED_TRACE(format);
+    ModelOptions o;
+    o.max_context = 64;
+    o.dtype = DType::F32;
+    o.quant = format;
+    Model cpu(c, random_weights(c, kCPU, DType::F32, 7), o);
+    o.device = dev;
+    Model gpu(c, random_weights(c, dev, DType::F32, 7), o);  // the same values (counter-based generator)
+    const Linear& qkv = gpu.weights().layers[0].attn.qkv;
+    EXPECT_TRUE((qkv.q8 || qkv.q4 || qkv.q4k) && !qkv.weight.defined() && qkv.values().is_cuda());
+    // 1e-3: a sum-order difference can move one of x's codes by a step (a few 1e-4 of a logit).
+    const test::Tolerance tol{1e-3, 1e-3};
+    EXPECT_TRUE(test::all_close(gpu.prefill(kPrompt, true).cpu(), cpu.prefill(kPrompt, true), tol));
+    for (int64_t tok : {5, 9, 33}) EXPECT_TRUE(test::all_close(gpu.step(tok).cpu(), cpu.step(tok), tol)) << tok;
+  }
+}
+
 TEST(EngineErrors, VocabularyAndContext) {
   Model m = tiny_model("Qwen3ForCausalLM", 16);
   EXPECT_TRUE(test::throws_error([&] { m.prefill({1, 97}); }, {"token id 97", "[0, 97)"}));

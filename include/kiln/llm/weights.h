@@ -125,7 +125,7 @@ struct LoadOptions {
   std::optional<DType> dtype;
   // FP8 checkpoints: keep the weights in FP8 with their scales (true) or dequantise them to `dtype` (false).
   bool keep_fp8 = true;
-  // CPU: linear weights the source has in a kept block format (WeightSource::blocks: GGUF's Q8_0, Q4_0, Q4_K)
+  // Linear weights the source has in a kept block format (WeightSource::blocks: GGUF's Q8_0, Q4_0, Q4_K)
   // become Q8Weight / Q4Weight / Q4KWeight from their stored bytes, when every part of a stacked weight (q/k/v,
   // gate/up) has the same format; the others are dequantised as usual.
   bool keep_blocks = false;

@@ -1,0 +1,320 @@
+// Device code of the products with llama.cpp-format quantised weights (linear(x, Q8Weight | Q4Weight |
+// Q4KWeight) on CUDA): the activations' quantisation to int8 per block of 32, the matrix-vector kernel on int8
+// dot products, and the dequantisation to a float type. Raw pointers, sizes and strides in; the launchers are
+// in src/cuda/quant.cu.
+//
+// Formats (kiln/nn.h; the CPU kernels in src/cpu/q8_dot.cpp are the reference):
+//   Q8_0  values int8 [n, k], scales f16 [n, k / 32]             value = q x d
+//   Q4_0  values uint8 [n, k / 2], scales f16 [n, k / 32]        value = (code - 8) x d; byte j of a block's 16
+//                                                                holds code j (low nibble) and j + 16 (high)
+//   Q4_K  blocks uint8 [n, k / 256 x 144]: per 256 values f16 d, f16 dmin, 12 bytes of 6-bit scales s_j and
+//         mins m_j of 8 sub-blocks of 32, 128 bytes of codes (32 bytes per pair of sub-blocks: 2c in the low
+//         nibbles, 2c + 1 in the high ones)                       value = d s_j code - dmin m_j
+//
+// The product (as the CPU's, and llama.cpp's): x is quantised to int8 per block of 32 (x_q, its scale x_d =
+// max|x| / 127 and the sum of its codes x_s), so that each block's dot product is an exact integer sum of
+// dp4a instructions (four int8 products each), scaled once:
+//   Q8_0: d x_d sum(q x_q);  Q4_0: d x_d (sum(code x_q) - 8 x_s);
+//   Q4_K: d s_j x_d sum(code x_q) - dmin m_j x_d x_s   per sub-block j.
+// A block of x holding NaN or an infinity gets a NaN scale: the rows it meets come out NaN.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "cuda/kernels/gemv.cuh"
+#include "cuda/kernels/pdl.cuh"
+
+namespace kiln::cuda::kernels {
+
+enum QFormat : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2 };
+inline constexpr int kQBlock = 32;                      // values per block of x (and of Q8_0 / Q4_0 weights)
+inline constexpr int kQ4KValues = 256, kQ4KBytes = 144;  // a Q4_K super-block
+
+// Output (and bias) element types of the launches: one kernel instance serves all three.
+enum QOut : int { kQOutF32 = 0, kQOutF16 = 1, kQOutBF16 = 2 };
+
+__device__ __forceinline__ float q_load_as_f32(const void* p, int64_t i, int type) {
+  if (type == kQOutF32) return static_cast<const float*>(p)[i];
+  if (type == kQOutF16) return gemv_to_f32(static_cast<const Half*>(p)[i]);
+  return gemv_to_f32(static_cast<const BFloat16*>(p)[i]);
+}
+__device__ __forceinline__ void q_store_f32_as(void* p, int64_t i, int type, float v) {
+  if (type == kQOutF32) static_cast<float*>(p)[i] = v;
+  else if (type == kQOutF16) static_cast<Half*>(p)[i] = gemv_from_f32<Half>(v);
+  else static_cast<BFloat16*>(p)[i] = gemv_from_f32<BFloat16>(v);
+}
+
+__device__ __forceinline__ float q_f16(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<unsigned short>(bits))); }
+
+// Loads of the activations' scales and code sums, which the quantisation kernel just before writes: coherent
+// and kept after the dependent-launch wait (kernels/pdl.cuh).
+__device__ __forceinline__ float q_ld_f32_after_wait(const float* p) {
+  return __int_as_float(ld_after_wait(reinterpret_cast<const int*>(p)));
+}
+
+// ---- activations -----------------------------------------------------------------------------------------
+
+// One warp per block of 32 values of x (rows x k, row stride ldx, unit inner stride), as the CPU's
+// q8_quantize_row step for step (so the codes and scales are the same bits): d = max|x| / 127, q = round(x x
+// (1 / d)) half away from zero, zeros when d is below the smallest normal float; a block holding NaN or an
+// infinity gives zero codes and a NaN scale. Out: q [rows, k] int8, d and s (the sum of the codes) [rows, k / 32],
+// contiguous. Launched as a dependent: x is read after the wait.
+template <class T>
+__global__ void __launch_bounds__(256) quantize_x_q8_kernel(const T* x, int64_t ldx, int rows, int k, int8_t* q,
+                                                            float* d, int* s) {
+  pdl_allow_dependents();
+  pdl_wait();
+  const int64_t nb = k / kQBlock;
+  const int64_t blk = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  if (blk >= rows * nb) return;  // the whole warp
+  const int64_t m = blk / nb, b = blk % nb;
+  const float v = gemv_to_f32(x[m * ldx + b * kQBlock + lane]);
+  float a = fabsf(v);
+  const bool finite = __all_sync(0xFFFFFFFFu, isfinite(v)) != 0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, o));
+  int code = 0;
+  float dd = __int_as_float(0x7FC00000);  // NaN
+  if (finite) {
+    dd = __fdiv_rn(a, 127.f);
+    const float id = dd >= FLT_MIN ? __fdiv_rn(1.f, dd) : 0.f;
+    code = static_cast<int>(roundf(__fmul_rn(v, id)));
+  }
+  q[m * k + b * kQBlock + lane] = static_cast<int8_t>(code);
+  int sum = code;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+  if (lane == 0) {
+    d[m * nb + b] = dd;
+    s[m * nb + b] = sum;
+  }
+}
+
+// ---- matrix-vector -----------------------------------------------------------------------------------------
+//
+// The work split is the bf16 GEMV's (gemv.cuh) with one weight row per warp group: `split` warps stride over
+// the row's 16-byte chunks of codes together, partials are summed over the warp by shuffles and over the
+// group's warps in shared memory in warp order (the same bits on every run for a launch shape). A chunk is
+// 16 values of Q8_0, one block of 32 of Q4_0, or half of a Q4_K sub-block pair's 32 bytes (bytes 16h..16h + 15
+// of pair p: 16 values of sub-block 2p and 16 of 2p + 1), which its thread reads with the super-block's 16-byte
+// head (d, dmin, the packed scales: one sector shared by the eight threads of the super-block).
+//
+// Loads: each thread issues the loads of up to U chunks (codes, head or scale) before using any; a thread's
+// first ones go out before the dependent-launch wait (the weights are constant: the launcher makes the kernel
+// a dependent only then), the activations' codes, scales and sums after it.
+
+template <int F>
+__host__ __device__ constexpr int q_chunks_per_row(int k) {
+  return F == kQ8_0 ? k / 16 : k / 32;
+}
+
+// Sub-block j's 6-bit scale and min from a Q4_K head (words: h1 = bytes 4..7, h2 = 8..11, h3 = 12..15 of the
+// super-block; the packed bytes q[0..11] are bytes 4..15), as ggml's get_scale_min_k4.
+__device__ __forceinline__ void q4k_scale_min(int j, uint32_t h1, uint32_t h2, uint32_t h3, int& sc, int& mn) {
+  const uint64_t lo = static_cast<uint64_t>(h1) | (static_cast<uint64_t>(h2) << 32);  // q[0..7]
+  auto qb = [&](int i) -> int {
+    return i < 8 ? static_cast<int>((lo >> (8 * i)) & 0xFFu) : static_cast<int>((h3 >> (8 * (i - 8))) & 0xFFu);
+  };
+  if (j < 4) {
+    sc = qb(j) & 63;
+    mn = qb(j + 4) & 63;
+  } else {
+    sc = (qb(j + 4) & 0xF) | ((qb(j - 4) >> 6) << 4);
+    mn = (qb(j + 4) >> 4) | ((qb(j) >> 6) << 4);
+  }
+}
+
+__device__ __forceinline__ int q_dot16(const uint4& a, const uint4& b, int acc) {
+  acc = __dp4a(static_cast<int>(a.x), static_cast<int>(b.x), acc);
+  acc = __dp4a(static_cast<int>(a.y), static_cast<int>(b.y), acc);
+  acc = __dp4a(static_cast<int>(a.z), static_cast<int>(b.z), acc);
+  return __dp4a(static_cast<int>(a.w), static_cast<int>(b.w), acc);
+}
+__device__ __forceinline__ uint4 q_low_nibbles(const uint4& v) {
+  return make_uint4(v.x & 0x0F0F0F0Fu, v.y & 0x0F0F0F0Fu, v.z & 0x0F0F0F0Fu, v.w & 0x0F0F0F0Fu);
+}
+__device__ __forceinline__ uint4 q_high_nibbles(const uint4& v) {
+  return make_uint4((v.x >> 4) & 0x0F0F0F0Fu, (v.y >> 4) & 0x0F0F0F0Fu, (v.z >> 4) & 0x0F0F0F0Fu,
+                    (v.w >> 4) & 0x0F0F0F0Fu);
+}
+
+// Chunks per thread per step.
+template <int MT>
+constexpr int qgemv_unroll() {
+  return MT <= 4 ? 4 : 2;
+}
+
+// xq [rows, k] int8, xd / xs [rows, k / 32] (the activations' codes, scales and code sums; contiguous).
+// w: the weight's bytes, row stride ldw bytes; ws: Q8_0 / Q4_0's f16 scales (as bits), row stride ldws; n
+// weight rows. bias (nullable) and y in `otype`; y row stride ldy. 1 <= rows <= MT; k a multiple of 32 (Q4_K:
+// 256); w, ldw, xq 16-byte aligned. grid = ceil(n / (kGemvWarps / split)) blocks of kGemvThreads.
+template <int F, int MT>
+__global__ void __launch_bounds__(kGemvThreads)
+    qgemv_kernel(const int8_t* xq, const float* xd, const int* xs, int rows, int k, const uint8_t* __restrict__ w,
+                 int64_t ldw, const uint16_t* __restrict__ ws, int64_t ldws, int64_t n,
+                 const void* __restrict__ bias, int otype, void* __restrict__ y, int64_t ldy, int split) {
+  constexpr int U = qgemv_unroll<MT>();
+  __shared__ float partial[kGemvWarps * MT];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int groups = kGemvWarps / split, group = warp / split;
+  const int t = (warp % split) * 32 + lane, group_threads = 32 * split;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * groups + group;
+  const int64_t wrow = row < n ? row : n - 1;  // rows past n load the last one and store nothing
+  const uint8_t* wr = w + wrow * ldw;
+  const uint16_t* sr = F == kQ4_K ? nullptr : ws + wrow * ldws;
+  const int chunks = q_chunks_per_row<F>(k);
+  const int nb = k / kQBlock;
+
+  float acc[1][MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[0][m] = 0.f;
+
+  pdl_allow_dependents();
+  bool waited = false;
+  for (int c0 = t; c0 < chunks; c0 += U * group_threads) {
+    uint4 wv[U], hv[U];
+    float dw[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * group_threads;
+      if (c >= chunks) break;
+      const uint4* p;
+      if constexpr (F == kQ4_K) {
+        const uint8_t* blk = wr + static_cast<int64_t>(c >> 3) * kQ4KBytes;
+        p = reinterpret_cast<const uint4*>(blk + 16 + 16 * (c & 7));
+        const uint4* h = reinterpret_cast<const uint4*>(blk);
+        hv[u] = waited ? gemv_load_stream(h) : gemv_load_stream_early(h);
+      } else {
+        p = reinterpret_cast<const uint4*>(wr) + c;
+        dw[u] = q_f16(__ldg(sr + (F == kQ8_0 ? c >> 1 : c)));
+      }
+      wv[u] = waited ? gemv_load_stream(p) : gemv_load_stream_early(p);
+    }
+    if (!waited) {
+      pdl_wait();
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * group_threads;
+      if (c >= chunks) break;
+      if constexpr (F == kQ8_0) {
+        const int b = c >> 1;
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m >= rows) break;
+          const uint4 xv = ld_after_wait(reinterpret_cast<const uint4*>(xq + static_cast<int64_t>(m) * k) + c);
+          const int si = q_dot16(wv[u], xv, 0);
+          acc[0][m] = fmaf(static_cast<float>(si), dw[u] * q_ld_f32_after_wait(xd + m * nb + b), acc[0][m]);
+        }
+      } else if constexpr (F == kQ4_0) {
+        const uint4 lo = q_low_nibbles(wv[u]), hi = q_high_nibbles(wv[u]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m >= rows) break;
+          const uint4* xp = reinterpret_cast<const uint4*>(xq + static_cast<int64_t>(m) * k + c * kQBlock);
+          const int si = q_dot16(hi, ld_after_wait(xp + 1), q_dot16(lo, ld_after_wait(xp), 0)) -
+                         8 * ld_after_wait(xs + m * nb + c);
+          acc[0][m] = fmaf(static_cast<float>(si), dw[u] * q_ld_f32_after_wait(xd + m * nb + c), acc[0][m]);
+        }
+      } else {
+        const int sb = c >> 3, pair = (c >> 1) & 3, hf = c & 1;
+        const float d = q_f16(hv[u].x & 0xFFFFu), dmin = q_f16(hv[u].x >> 16);
+        int sc0, m0, sc1, m1;
+        q4k_scale_min(2 * pair, hv[u].y, hv[u].z, hv[u].w, sc0, m0);
+        q4k_scale_min(2 * pair + 1, hv[u].y, hv[u].z, hv[u].w, sc1, m1);
+        const float f0 = d * static_cast<float>(sc0), f1 = d * static_cast<float>(sc1);
+        const float g0 = dmin * static_cast<float>(m0), g1 = dmin * static_cast<float>(m1);
+        const uint4 lo = q_low_nibbles(wv[u]), hi = q_high_nibbles(wv[u]);
+        const int b0 = sb * 8 + 2 * pair;  // the x blocks of sub-blocks 2 pair and 2 pair + 1
+        const int v0 = sb * kQ4KValues + 64 * pair + 16 * hf;
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m >= rows) break;
+          const int8_t* xr = xq + static_cast<int64_t>(m) * k;
+          const int s0 = q_dot16(lo, ld_after_wait(reinterpret_cast<const uint4*>(xr + v0)), 0);
+          const int s1 = q_dot16(hi, ld_after_wait(reinterpret_cast<const uint4*>(xr + v0 + 32)), 0);
+          const float d0 = q_ld_f32_after_wait(xd + m * nb + b0), d1 = q_ld_f32_after_wait(xd + m * nb + b0 + 1);
+          float a = fmaf(f0 * d0, static_cast<float>(s0), acc[0][m]);
+          a = fmaf(f1 * d1, static_cast<float>(s1), a);
+          if (hf == 0) {  // the sub-blocks' mins, once per sub-block (by its first half's thread)
+            a -= g0 * d0 * static_cast<float>(ld_after_wait(xs + m * nb + b0));
+            a -= g1 * d1 * static_cast<float>(ld_after_wait(xs + m * nb + b0 + 1));
+          }
+          acc[0][m] = a;
+        }
+      }
+    }
+  }
+  if (!waited) pdl_wait();  // a thread with no chunk
+
+  gemv_publish_warp_sums<1, MT>(acc, partial, warp, lane);
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < groups * MT; i += kGemvThreads) {
+    const int m = i / groups, g = i % groups;
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * groups + g;
+    if (m >= rows || r >= n) continue;
+    float s = partial[(g * split) * MT + m];
+    for (int q = 1; q < split; ++q) s += partial[(g * split + q) * MT + m];
+    if (bias != nullptr) s += q_load_as_f32(bias, r, otype);
+    q_store_f32_as(y, static_cast<int64_t>(m) * ldy + r, otype, s);
+  }
+}
+
+// ---- dequantisation ----------------------------------------------------------------------------------------
+
+// out [n, k] (contiguous, T) = the weight's values, with the CPU's arithmetic (Q8_0 / Q4_0: code x d, exact in
+// f32; Q4_K: (d s_j) x code - (dmin m_j), each product and the difference rounded in f32), then one rounding
+// to T. One thread per chunk (q_chunks_per_row), grid-stride. Q4_K: w and ldw 16-byte aligned.
+template <int F, class T>
+__global__ void __launch_bounds__(256) dequantize_q_kernel(const uint8_t* __restrict__ w, int64_t ldw,
+                                                           const uint16_t* __restrict__ ws, int64_t ldws, int64_t n,
+                                                           int k, T* __restrict__ out) {
+  const int chunks = q_chunks_per_row<F>(k);
+  const int64_t total = n * chunks;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / chunks;
+    const int c = static_cast<int>(i % chunks);
+    const uint8_t* wr = w + row * ldw;
+    T* o = out + row * k;
+    if constexpr (F == kQ8_0) {
+      const float d = q_f16(ws[row * ldws + (c >> 1)]);
+      const int8_t* q = reinterpret_cast<const int8_t*>(wr) + 16 * c;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) o[16 * c + e] = gemv_from_f32<T>(__fmul_rn(static_cast<float>(q[e]), d));
+    } else if constexpr (F == kQ4_0) {
+      const float d = q_f16(ws[row * ldws + c]);
+      const uint8_t* q = wr + 16 * c;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        o[32 * c + e] = gemv_from_f32<T>(__fmul_rn(static_cast<float>((q[e] & 0xF) - 8), d));
+        o[32 * c + 16 + e] = gemv_from_f32<T>(__fmul_rn(static_cast<float>((q[e] >> 4) - 8), d));
+      }
+    } else {
+      const uint8_t* blk = wr + static_cast<int64_t>(c >> 3) * kQ4KBytes;
+      const int pair = (c >> 1) & 3, hf = c & 1;
+      const uint4 h = *reinterpret_cast<const uint4*>(blk);
+      const float d = q_f16(h.x & 0xFFFFu), dmin = q_f16(h.x >> 16);
+      int sc0, m0, sc1, m1;
+      q4k_scale_min(2 * pair, h.y, h.z, h.w, sc0, m0);
+      q4k_scale_min(2 * pair + 1, h.y, h.z, h.w, sc1, m1);
+      const float f0 = __fmul_rn(d, static_cast<float>(sc0)), f1 = __fmul_rn(d, static_cast<float>(sc1));
+      const float g0 = __fmul_rn(dmin, static_cast<float>(m0)), g1 = __fmul_rn(dmin, static_cast<float>(m1));
+      const uint8_t* q = blk + 16 + 16 * (c & 7);
+      const int v0 = (c >> 3) * kQ4KValues + 64 * pair + 16 * hf;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        o[v0 + e] = gemv_from_f32<T>(__fsub_rn(__fmul_rn(f0, static_cast<float>(q[e] & 0xF)), g0));
+        o[v0 + 32 + e] = gemv_from_f32<T>(__fsub_rn(__fmul_rn(f1, static_cast<float>(q[e] >> 4)), g1));
+      }
+    }
+  }
+}
+
+}  // namespace kiln::cuda::kernels

@@ -1,0 +1,185 @@
+// CUDA launchers of the llama.cpp-format weights (kernels in src/cuda/kernels/qgemv.cuh): the activations'
+// int8 quantisation and the matrix-vector kernel for few rows, the dequantisation kernel, and the sliced
+// dequantise-then-multiply path for many rows.
+#include "cuda/quant.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <optional>
+
+#include "core/dispatch.h"
+#include "cuda/kernels/qgemv.cuh"
+#include "cuda/launch.h"
+#include "cuda/linear.h"
+#include "kiln/nn.h"
+#include "kiln/ops.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr DTypeSet kActTypes = dset(DType::F32, DType::F16, DType::BF16);
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+std::atomic<int64_t>& slice_elements() {
+  static std::atomic<int64_t> n{int64_t{1} << 25};
+  return n;
+}
+
+// The weight's bytes as the kernels read them: rows with unit inner stride, 16-byte aligned base and row
+// stride (a fresh copy otherwise), and scales with unit inner stride.
+bool kernel_layout(const Tensor& values) {
+  return values.stride(1) == 1 && aligned16(values.data_ptr()) && (values.size(0) <= 1 || values.stride(0) % 16 == 0);
+}
+Tensor kernel_values(const Tensor& values) {
+  if (kernel_layout(values)) return values;
+  const Tensor c = values.contiguous();  // a fresh buffer unless already contiguous (then misaligned: copied)
+  return kernel_layout(c) ? c : c.clone();
+}
+Tensor kernel_scales(const Tensor& scales) {
+  return !scales.defined() || scales.stride(1) == 1 ? scales : scales.contiguous();
+}
+
+int out_type(DType t) {
+  return t == DType::F32 ? kernels::kQOutF32 : t == DType::F16 ? kernels::kQOutF16 : kernels::kQOutBF16;
+}
+
+// Calls fn(integral_constant<int, F>) for the format.
+template <class Fn>
+void with_format(QuantFormat f, Fn&& fn) {
+  switch (f) {
+    case QuantFormat::Q8_0: fn(std::integral_constant<int, kernels::kQ8_0>{}); break;
+    case QuantFormat::Q4_0: fn(std::integral_constant<int, kernels::kQ4_0>{}); break;
+    case QuantFormat::Q4_K: fn(std::integral_constant<int, kernels::kQ4_K>{}); break;
+  }
+}
+
+// Warps per weight row: doubled while the grid stays under 32 warps per multiprocessor and every thread keeps
+// at least one full step of U chunks.
+int split_for(int64_t n, int chunks, int unroll, int device) {
+  const int64_t sms = multiprocessor_count(device);
+  int split = 1;
+  while (split < kernels::kGemvWarps && n * split * 2 <= sms * 32 && chunks >= 32 * split * 2 * unroll) split *= 2;
+  return split;
+}
+
+template <int F, int MT>
+void launch_gemv(const int8_t* xq, const float* xd, const int* xs, int rows, int k, const Tensor& values,
+                 const Tensor& scales, const void* bias, int otype, void* y, int64_t ldy, bool dependent, int device,
+                 cudaStream_t stream) {
+  const int64_t n = values.size(0);
+  const int split = split_for(n, kernels::q_chunks_per_row<F>(k), kernels::qgemv_unroll<MT>(), device);
+  const int64_t per_block = kernels::kGemvWarps / split;
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  KILN_CHECK(blocks <= INT_MAX, "linear(quantized): N = ", n, " needs too many blocks");
+  const uint16_t* ws = F == kernels::kQ4_K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
+  const int64_t ldws = F == kernels::kQ4_K ? 0 : (n > 1 ? scales.stride(0) : 0);
+  const int64_t ldw = n > 1 ? values.stride(0) : 0;
+  launch_dependent_if(dependent, kernels::qgemv_kernel<F, MT>, dim3(static_cast<unsigned>(blocks)),
+                      dim3(kernels::kGemvThreads), 0, stream, device, "linear(quantized)", xq, xd, xs, rows, k,
+                      static_cast<const uint8_t*>(values.data_ptr()), ldw, ws, ldws, n, bias, otype, y, ldy, split);
+}
+
+// The weight dequantised to x's dtype in slices of rows (slice_elements() values at most at a time), each
+// multiplied by the dense product.
+void linear_sliced(const Tensor& y, const Tensor& x2, QuantFormat f, const Tensor& values, const Tensor& scales,
+                   const Tensor* bias) {
+  const int64_t n = values.size(0), k = x2.size(1);
+  const int64_t slice = std::clamp<int64_t>(slice_elements().load(std::memory_order_relaxed) / std::max<int64_t>(k, 1), 1,
+                                            std::max<int64_t>(n, 1));
+  for (int64_t n0 = 0; n0 < n; n0 += slice) {
+    const int64_t r = std::min(slice, n - n0);
+    Tensor wd = empty({r, k}, x2.dtype(), x2.device());
+    dequantize_quantized(f, values.narrow(0, n0, r), f == QuantFormat::Q4_K ? scales : scales.narrow(0, n0, r), wd);
+    if (r == n) {
+      if (linear_cublaslt(y, x2, wd, bias)) return;
+      Tensor(y).copy_(kiln::linear(x2, wd, bias ? std::optional<Tensor>(*bias) : std::nullopt));
+      return;
+    }
+    const std::optional<Tensor> br = bias ? std::optional<Tensor>(bias->narrow(0, n0, r)) : std::nullopt;
+    y.narrow(1, n0, r).copy_(kiln::linear(x2, wd, br));
+  }
+}
+
+}  // namespace
+
+void set_quant_slice_elements(int64_t n) {
+  KILN_CHECK(n >= 1, "quant slice elements must be >= 1, got ", n);
+  slice_elements().store(n, std::memory_order_relaxed);
+}
+int64_t quant_slice_elements() { return slice_elements().load(std::memory_order_relaxed); }
+
+void dequantize_quantized(QuantFormat f, const Tensor& values_in, const Tensor& scales_in, const Tensor& out) {
+  const int64_t n = values_in.size(0), k = out.size(1);
+  if (n == 0 || k == 0) return;
+  const Tensor values = kernel_values(values_in), scales = kernel_scales(scales_in);
+  const Device dev = out.device();
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  const int64_t ldw = values.stride(0);
+  const uint16_t* ws = f == QuantFormat::Q4_K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
+  const int64_t ldws = f == QuantFormat::Q4_K ? 0 : scales.stride(0);
+  with_format(f, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    const int64_t total = n * kernels::q_chunks_per_row<F>(static_cast<int>(k));
+    visit_dtypes<kActTypes>(out.dtype(), "dequantize(quantized)", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      kernels::dequantize_q_kernel<F, T><<<grid_for(total, 256, dev.index), 256, 0, stream>>>(
+          static_cast<const uint8_t*>(values.data_ptr()), ldw, ws, ldws, n, static_cast<int>(k), out.data<T>());
+      check_launch("dequantize(quantized)");
+    });
+  });
+}
+
+void linear_quantized(const Tensor& y, const Tensor& x2, QuantFormat f, const Tensor& values_in,
+                      const Tensor& scales_in, const Tensor* bias) {
+  const int64_t m = x2.size(0), k = x2.size(1), n = values_in.size(0);
+  if (m == 0 || n == 0) return;
+  KILN_CHECK(k <= INT_MAX / 2, "linear(quantized): K = ", k, " is too large");
+  if (m > kQuantGemvRows || k == 0) {
+    linear_sliced(y, x2, f, values_in, scales_in, bias);
+    return;
+  }
+  const Tensor values = kernel_values(values_in), scales = kernel_scales(scales_in);
+  const Device dev = y.device();
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  const Tensor x = x2.stride(1) == 1 ? x2 : x2.contiguous();
+  const int64_t nb = k / kernels::kQBlock;
+  // The activations' codes, scales and code sums (a few KB; fresh buffers, so 16-byte aligned).
+  Tensor xq = empty({m, k}, DType::I8, dev), xd = empty({m, nb}, DType::F32, dev), xs = empty({m, nb}, DType::I32, dev);
+  visit_dtypes<kActTypes>(x.dtype(), "linear(quantized)", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t blocks = (m * nb + 7) / 8;
+    launch_dependent(kernels::quantize_x_q8_kernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream,
+                     dev.index, "linear(quantized)", static_cast<const T*>(x.data_ptr()), m > 1 ? x.stride(0) : k,
+                     static_cast<int>(m), static_cast<int>(k), xq.data<int8_t>(), xd.data<float>(), xs.data<int32_t>());
+  });
+  Tensor bias_c;
+  if (bias) bias_c = bias->contiguous();
+  const bool dependent = constant_input(values) && constant_input(scales) && constant_input(bias_c);
+  const int otype = out_type(y.dtype());
+  with_format(f, [&](auto fc) {
+    constexpr int F = decltype(fc)::value;
+    for (int64_t m0 = 0; m0 < m; m0 += 8) {
+      const int rows = static_cast<int>(std::min<int64_t>(8, m - m0));
+      const int8_t* q = xq.data<int8_t>() + m0 * k;
+      const float* d = xd.data<float>() + m0 * nb;
+      const int* s = xs.data<int32_t>() + m0 * nb;
+      char* yp = static_cast<char*>(y.data_ptr()) + m0 * n * static_cast<int64_t>(itemsize(y.dtype()));
+      const void* bp = bias ? bias_c.data_ptr() : nullptr;
+      const int ik = static_cast<int>(k);
+      // A launch after the first reads x's codes written two kernels back: its wait covers them.
+      switch (rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8) {
+        case 1: launch_gemv<F, 1>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream); break;
+        case 2: launch_gemv<F, 2>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream); break;
+        case 4: launch_gemv<F, 4>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream); break;
+        default: launch_gemv<F, 8>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream); break;
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cuda

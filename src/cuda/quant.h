@@ -1,0 +1,34 @@
+// CUDA side of the llama.cpp-format weights (linear and dequantisation with Q8Weight, Q4Weight, Q4KWeight;
+// kiln/nn.h). Only in KILN_HAVE_CUDA builds. The op layer (src/ops/quant.cpp) has checked shapes, dtypes and
+// devices. Kernels in src/cuda/kernels/qgemv.cuh.
+#pragma once
+
+#include "kiln/tensor.h"
+
+namespace kiln::cuda {
+
+enum class QuantFormat { Q8_0, Q4_0, Q4_K };
+
+// linear takes up to this many rows of x through the int8 matrix-vector kernel (launches of up to 8 rows, each
+// reading the weight once); more rows multiply the weight dequantised to x's dtype, a slice at a time.
+inline constexpr int64_t kQuantGemvRows = 32;
+
+// y [M, N] (contiguous, x's dtype) = x2 [M, K] (unit inner stride; f32, f16 or bf16) @ dequant(w)^T + bias [N].
+// values: Q8_0 int8 [N, K], Q4_0 uint8 [N, K / 2], Q4_K uint8 [N, K / 256 x 144], unit inner stride; scales:
+// f16 [N, K / 32] with unit inner stride (Q8_0, Q4_0), undefined for Q4_K. Up to kQuantGemvRows rows x is
+// quantised to int8 per block of 32 as the CPU does (the same codes and scales) and every block's dot product
+// is an exact integer sum, so results differ from the CPU's only in how the f32 sums and scalings are ordered.
+// Weights that are not 16-byte aligned, or whose rows are not contiguous, are copied to a fresh buffer first.
+void linear_quantized(const Tensor& y, const Tensor& x2, QuantFormat f, const Tensor& values, const Tensor& scales,
+                      const Tensor* bias);
+
+// out [N, K] (contiguous f32, f16 or bf16) = the weight's values, computed as the CPU computes them (f32 out
+// is the same bits), rounded once to out's dtype. Any strides and alignment.
+void dequantize_quantized(QuantFormat f, const Tensor& values, const Tensor& scales, const Tensor& out);
+
+// The values per slice of the dequantised weight on the many-rows path (default 2^25), process-wide: tests
+// make it small to cover several slices.
+void set_quant_slice_elements(int64_t n);
+int64_t quant_slice_elements();
+
+}  // namespace kiln::cuda
