@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -90,6 +92,29 @@ class GgufFile {
   struct State;
   std::shared_ptr<const State> s_;
 };
+
+// ---- writing ---------------------------------------------------------------------------------------------
+
+// A tensor to write: its name, PyTorch-order shape, ggml type and a function that gives its stored bytes
+// (gguf_type_bytes(type, elements) of them, asked for once, while the file is written, so that a converter
+// holds one tensor at a time).
+struct GgufTensorToWrite {
+  std::string name;
+  Shape shape;
+  uint32_t type = 0;
+  std::function<std::vector<uint8_t>()> bytes;
+};
+
+// Writes a GGUF (version 3) file: the metadata in the order given, the tensor table, then each tensor's bytes
+// at an offset aligned to `alignment` (written as general.alignment when it is not 32). Checks every size
+// against the type and throws, naming the file and the tensor, before the file is complete; the file is
+// written to path + ".tmp" and renamed at the end, so a failure leaves no partial file under `path`.
+void write_gguf(const std::string& path, const std::vector<std::pair<std::string, GgufValue>>& metadata,
+                const std::vector<GgufTensorToWrite>& tensors, uint64_t alignment = 32);
+
+// The name llama.cpp gives a byte-level BPE pre-tokenizer's split regex (tokenizer.ggml.pre: "qwen2",
+// "llama-bpe", "gpt-2"), the inverse of what gguf_tokenizer_json reads; nothing for a regex it does not know.
+std::optional<std::string> gguf_pre_tokenizer_name(const std::string& regex);
 
 // Whether `path` names a GGUF file (a regular file whose name ends in .gguf): model-directory arguments accept one.
 bool is_gguf_file(const std::string& path);

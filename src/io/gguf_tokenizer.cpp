@@ -123,6 +123,12 @@ std::string gguf_tokenizer_json(const GgufFile& f) {
   }
 }
 
+std::optional<std::string> gguf_pre_tokenizer_name(const std::string& regex) {
+  for (const char* name : {"qwen2", "llama-bpe", "gpt-2"})
+    if (pre_regex(name) == regex) return std::string(name);
+  return std::nullopt;
+}
+
 bool is_gguf_file(const std::string& path) {
   std::error_code ec;
   return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0 && std::filesystem::is_regular_file(path, ec);

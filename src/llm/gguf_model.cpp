@@ -5,9 +5,14 @@
 #include "kiln/llm/gguf_model.h"
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "kiln/io.h"
+#include "kiln/nn.h"
 #include "kiln/ops.h"
 
 namespace kiln::llm {
@@ -257,6 +262,263 @@ int64_t gguf_weight_elements(const GgufFile& f) {
     n += e;
   }
   return n;
+}
+
+}  // namespace kiln::llm
+
+// ---- writing ---------------------------------------------------------------------------------------------------
+
+namespace kiln::llm {
+
+namespace {
+
+using KV = std::vector<std::pair<std::string, GgufValue>>;
+
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kBF16 = 30;
+
+GgufValue u32(int64_t v) { return {GgufValue::Type::U32, static_cast<uint64_t>(v)}; }
+GgufValue f32(double v) { return {GgufValue::Type::F32, v}; }
+GgufValue text(std::string s) { return {GgufValue::Type::String, std::move(s)}; }
+GgufValue flag(bool b) { return {GgufValue::Type::Bool, b}; }
+GgufValue array(std::vector<GgufValue> a) { return {GgufValue::Type::Array, std::move(a)}; }
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+  return std::vector<uint8_t>(p, p + c.nbytes());
+}
+
+// A float tensor's bytes as ggml type `type` (block types: blocks along the last dim).
+std::vector<uint8_t> encode(const Tensor& t, uint32_t type) {
+  if (type == kF32) return bytes_of(t.to(DType::F32));
+  if (type == kF16) return bytes_of(t.to(DType::F16));
+  if (type == kBF16) return bytes_of(t.to(DType::BF16));
+  const Tensor w = t.to(DType::F32).reshape({-1, t.size(-1)});
+  if (type == kQ4_K) return bytes_of(quantize_q4_k(w).blocks);
+  // Q8_0 / Q4_0: per block of 32, the f16 scale then the codes (ggml's block_q8_0: 34 bytes, block_q4_0: 18).
+  Tensor values, scales;
+  if (type == kQ8_0) {
+    const Q8Weight q = quantize_q8_0(w);
+    values = q.values.contiguous(), scales = q.scales.contiguous();
+  } else {
+    const Q4Weight q = quantize_q4_0(w);
+    values = q.values.contiguous(), scales = q.scales.contiguous();
+  }
+  const int64_t blocks = scales.numel(), qb = values.numel() / std::max<int64_t>(blocks, 1);
+  std::vector<uint8_t> out(static_cast<size_t>(blocks * (2 + qb)));
+  const auto* v = static_cast<const uint8_t*>(values.data_ptr());
+  const auto* d = static_cast<const uint8_t*>(scales.data_ptr());
+  for (int64_t b = 0; b < blocks; ++b) {
+    std::memcpy(out.data() + b * (2 + qb), d + 2 * b, 2);
+    std::memcpy(out.data() + b * (2 + qb) + 2, v + b * qb, static_cast<size_t>(qb));
+  }
+  return out;
+}
+
+// Llama's q/k rows in llama.cpp's order (its RoPE pairs adjacent dims): [heads, 2, half] -> [heads, half, 2].
+Tensor permute_rows(const Tensor& t, int64_t heads, const std::string& name) {
+  const int64_t rows = t.size(0);
+  KILN_CHECK(heads > 0 && rows % (2 * heads) == 0, name, " has ", rows, " rows, not a multiple of 2 x ", heads, " heads");
+  Shape split = {heads, 2, rows / heads / 2};
+  for (int64_t d = 1; d < t.dim(); ++d) split.push_back(t.size(d));
+  return t.reshape(split).transpose(1, 2).contiguous().reshape(t.sizes());
+}
+
+// The tokenizer.json and chat template of `dir` as tokenizer.* metadata (llama.cpp's byte-level BPE keys),
+// padded to the embedding's rows with unused "[PAD<id>]" tokens as llama.cpp's converter pads them. Nothing
+// when the directory has no tokenizer.json.
+void add_tokenizer(const std::string& dir, const ModelConfig& c, KV& kv) {
+  namespace fs = std::filesystem;
+  const fs::path tp = fs::path(dir) / "tokenizer.json";
+  if (!fs::is_regular_file(tp)) return;
+  json t;
+  {
+    std::ifstream is(tp);
+    t = json::parse(is, nullptr, false);
+  }
+  const std::string src = tp.string();
+  KILN_CHECK(t.is_object() && t.contains("model") && t["model"].value("type", "") == "BPE", src,
+             ": only byte-level BPE tokenizers can be written to GGUF");
+  // The pre-tokenizer: a Split by one of the regexes GGUF names, then ByteLevel; or ByteLevel with its own regex.
+  std::string regex;
+  const json& pre = t.value("pre_tokenizer", json());
+  if (pre.is_object() && pre.value("type", "") == "Sequence") {
+    for (const json& p : pre.value("pretokenizers", json::array()))
+      if (p.value("type", "") == "Split" && p.contains("pattern") && p["pattern"].contains("Regex"))
+        regex = p["pattern"]["Regex"].get<std::string>();
+  }
+  std::optional<std::string> pre_name = gguf_pre_tokenizer_name(regex);
+  if (regex.empty() && pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true))
+    pre_name = "gpt-2";
+  KILN_CHECK(pre_name.has_value(), src, ": the pre-tokenizer is not one that GGUF names (qwen2, llama-bpe, gpt-2)");
+  const json& norm = t.value("normalizer", json());
+  const bool nfc = norm.is_object() && norm.value("type", "") == "NFC";
+  KILN_CHECK(nfc == (*pre_name == "qwen2") && (nfc || norm.is_null()), src, ": the normalizer ", norm.dump(),
+             " does not go with the pre-tokenizer ", *pre_name, " in GGUF (qwen2: NFC; others: none)");
+
+  std::map<int64_t, std::pair<std::string, int32_t>> by_id;  // id -> (token, ggml token type)
+  for (const auto& [tok, id] : t["model"]["vocab"].items()) by_id[id.get<int64_t>()] = {tok, 1};
+  for (const json& a : t.value("added_tokens", json::array()))
+    by_id[a["id"].get<int64_t>()] = {a["content"].get<std::string>(), a.value("special", false) ? 3 : 4};
+  KILN_CHECK(!by_id.empty() && by_id.begin()->first >= 0 && by_id.rbegin()->first < c.vocab_size, src,
+             ": token ids must lie in [0, vocab_size = ", c.vocab_size, ")");
+  std::vector<GgufValue> tokens, types, merges;
+  for (int64_t i = 0; i < c.vocab_size; ++i) {
+    const auto it = by_id.find(i);
+    tokens.push_back(text(it != by_id.end() ? it->second.first : "[PAD" + std::to_string(i) + "]"));
+    types.push_back({GgufValue::Type::I32, int64_t{it != by_id.end() ? it->second.second : 5}});  // 5: unused
+  }
+  for (const json& m : t["model"].value("merges", json::array()))
+    merges.push_back(text(m.is_string() ? m.get<std::string>() : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>()));
+  kv.emplace_back("tokenizer.ggml.model", text("gpt2"));
+  kv.emplace_back("tokenizer.ggml.pre", text(*pre_name));
+  kv.emplace_back("tokenizer.ggml.tokens", array(std::move(tokens)));
+  kv.emplace_back("tokenizer.ggml.token_type", array(std::move(types)));
+  kv.emplace_back("tokenizer.ggml.merges", array(std::move(merges)));
+  if (c.bos_token_id) kv.emplace_back("tokenizer.ggml.bos_token_id", u32(*c.bos_token_id));
+  if (!c.eos_token_ids.empty()) kv.emplace_back("tokenizer.ggml.eos_token_id", u32(c.eos_token_ids[0]));
+  if (c.pad_token_id) kv.emplace_back("tokenizer.ggml.padding_token_id", u32(*c.pad_token_id));
+  // add_bos_token: the post-processor puts a special token before the text (Llama 3's TemplateProcessing).
+  const json& post = t.value("post_processor", json());
+  const bool add_bos = post.is_object() && post.value("type", "") == "TemplateProcessing" &&
+                       !post.value("single", json::array()).empty() && post["single"][0].contains("SpecialToken");
+  kv.emplace_back("tokenizer.ggml.add_bos_token", flag(add_bos));
+  std::string tmpl;
+  if (std::ifstream is(fs::path(dir) / "chat_template.jinja"); is) {
+    tmpl.assign(std::istreambuf_iterator<char>(is), std::istreambuf_iterator<char>());
+  } else if (std::ifstream cfg(fs::path(dir) / "tokenizer_config.json"); cfg) {
+    const json tc = json::parse(cfg, nullptr, false);
+    if (tc.is_object() && tc.contains("chat_template") && tc["chat_template"].is_string())
+      tmpl = tc["chat_template"].get<std::string>();
+  }
+  if (!tmpl.empty()) kv.emplace_back("tokenizer.chat_template", text(tmpl));
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> write_gguf_model(const std::string& dir, const std::string& path, const std::string& type) {
+  const std::map<std::string, std::pair<uint32_t, int64_t>> kTypes = {
+      {"f32", {kF32, 0}}, {"f16", {kF16, 1}}, {"bf16", {kBF16, 32}}, {"q8_0", {kQ8_0, 7}}, {"q4_0", {kQ4_0, 2}}, {"q4_k", {kQ4_K, 14}}};
+  const auto tt = kTypes.find(type);
+  KILN_CHECK(tt != kTypes.end(), "gguf: type must be f32, f16, bf16, q8_0, q4_0 or q4_k, got '", type, "'");
+  const uint32_t base = tt->second.first;
+  const bool quantized = base == kQ8_0 || base == kQ4_0 || base == kQ4_K;
+  const ModelConfig c = load_config(dir);
+  KILN_CHECK(!c.fp8 && c.block_quant.empty(), dir, ": an FP8 or block-quantized checkpoint; start from its f32, f16 or bf16 one");
+  const std::string arch = c.arch == Arch::Qwen3 ? "qwen3" : c.arch == Arch::Qwen3Moe ? "qwen3moe" : "llama";
+  KILN_CHECK(c.rope.partial_rotary_factor == 1.0, dir, ": partial rotary embeddings are not written to GGUF");
+  KILN_CHECK(!c.mlp_bias, dir, ": MLP biases are not written to GGUF");
+  for (int64_t w : c.sliding_window) KILN_CHECK(w == 0, dir, ": sliding-window attention is not written to GGUF");
+  const RopeConfig& r = c.rope;
+  KILN_CHECK(r.type != RopeConfig::Type::Yarn || (r.beta_fast == 32.0 && r.beta_slow == 1.0 && !r.mscale &&
+                                                  !r.mscale_all_dim && !r.attention_factor && r.truncate),
+             dir, ": YaRN with non-default parameters has no GGUF keys");
+
+  KV kv;
+  kv.emplace_back("general.architecture", text(arch));
+  kv.emplace_back("general.name", text(std::filesystem::path(dir).filename().string()));
+  kv.emplace_back("general.file_type", u32(tt->second.second));
+  kv.emplace_back("general.quantization_version", u32(2));
+  const std::string p = arch + ".";
+  kv.emplace_back(p + "context_length", u32(c.max_position_embeddings));
+  kv.emplace_back(p + "embedding_length", u32(c.hidden_size));
+  kv.emplace_back(p + "block_count", u32(c.num_layers));
+  kv.emplace_back(p + "feed_forward_length", u32(c.intermediate_size));
+  kv.emplace_back(p + "attention.head_count", u32(c.num_heads));
+  kv.emplace_back(p + "attention.head_count_kv", u32(c.num_kv_heads));
+  kv.emplace_back(p + "attention.key_length", u32(c.head_dim));
+  kv.emplace_back(p + "attention.value_length", u32(c.head_dim));
+  kv.emplace_back(p + "rope.dimension_count", u32(c.rotary_dim()));
+  kv.emplace_back(p + "rope.freq_base", f32(r.theta));
+  kv.emplace_back(p + "attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
+  if (c.num_experts > 0) {
+    kv.emplace_back(p + "expert_count", u32(c.num_experts));
+    kv.emplace_back(p + "expert_used_count", u32(c.num_experts_per_tok));
+    kv.emplace_back(p + "expert_feed_forward_length", u32(c.moe_intermediate_size));
+    kv.emplace_back(p + "expert_weights_norm", flag(c.norm_topk_prob));
+  }
+  if (r.type == RopeConfig::Type::Linear || r.type == RopeConfig::Type::Yarn) {
+    kv.emplace_back(p + "rope.scaling.type", text(r.type == RopeConfig::Type::Linear ? "linear" : "yarn"));
+    kv.emplace_back(p + "rope.scaling.factor", f32(r.factor));
+    if (r.original_max_position_embeddings > 0)
+      kv.emplace_back(p + "rope.scaling.original_context_length", u32(r.original_max_position_embeddings));
+  }
+  add_tokenizer(dir, c, kv);
+
+  const auto ck = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  std::set<std::string> used;
+  std::vector<GgufTensorToWrite> tensors;
+  // A matrix's type: the format where its K allows (q4_k: Q8_0 where K % 256 != 0), else f16.
+  auto matrix_type = [](uint32_t want, int64_t k) {
+    if (want == kQ4_K && k % 256 != 0) want = kQ8_0;
+    if ((want == kQ8_0 || want == kQ4_0) && k % 32 != 0) return kF16;
+    return want;
+  };
+  auto add = [&](const std::string& hf, const std::string& gg, bool layer_linear) {
+    if (!ck->contains(hf)) return;
+    used.insert(hf);
+    const Shape shape = ck->entry(hf).shape;
+    uint32_t ty = kF32;
+    if (shape.size() >= 2) ty = !quantized ? base : matrix_type(layer_linear ? base : kQ8_0, shape.back());
+    if (gg.find("ffn_gate_inp") != std::string::npos) ty = kF32;  // the router
+    const bool q = c.arch == Arch::Llama && hf.find("self_attn.q_proj.") != std::string::npos;
+    const bool k = c.arch == Arch::Llama && hf.find("self_attn.k_proj.") != std::string::npos;
+    const int64_t heads = q ? c.num_heads : c.num_kv_heads;
+    tensors.push_back({gg, shape, ty, [ck, hf, ty, q, k, heads] {
+                         Tensor t = ck->get(hf).to(DType::F32);
+                         if (q || k) t = permute_rows(t, heads, hf);
+                         return encode(t, ty);
+                       }});
+  };
+  add("model.embed_tokens.weight", "token_embd.weight", false);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string hf = "model.layers." + std::to_string(i) + ".", gg = "blk." + std::to_string(i) + ".";
+    for (const auto& [h, g] : kLayerNames) add(hf + h, gg + g, is_block_quantized_weight(hf + h));
+    if (!c.is_moe_layer(i)) continue;
+    for (const auto& [h, g] : kExpertNames) {
+      const std::string first = hf + "mlp.experts.0." + h;
+      KILN_CHECK(ck->contains(first), dir, ": no ", first);
+      Shape shape = ck->entry(first).shape;
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const std::string n = hf + "mlp.experts." + std::to_string(e) + "." + h;
+        KILN_CHECK(ck->contains(n) && ck->entry(n).shape == shape, dir, ": ", n, " is absent or not shaped as ", first);
+        used.insert(n);
+      }
+      shape.insert(shape.begin(), c.num_experts);
+      const uint32_t ty = !quantized ? base : matrix_type(kQ8_0, shape.back());
+      const std::string prefix = hf + "mlp.experts.", suffix = h;
+      const int64_t E = c.num_experts;
+      tensors.push_back({gg + g, shape, ty, [ck, prefix, suffix, E, ty] {
+                           std::vector<Tensor> parts;
+                           for (int64_t e = 0; e < E; ++e)
+                             parts.push_back(ck->get(prefix + std::to_string(e) + "." + suffix).to(DType::F32).unsqueeze(0));
+                           return encode(cat(parts, 0), ty);
+                         }});
+    }
+  }
+  add("model.norm.weight", "output_norm.weight", false);
+  if (c.tie_word_embeddings) used.insert("lm_head.weight");
+  else add("lm_head.weight", "output.weight", false);
+  // Llama 3's RoPE scaling as llama.cpp stores it: per-frequency divisors of the unscaled frequencies.
+  if (r.type == RopeConfig::Type::Llama3) {
+    ModelConfig plain = c;
+    plain.rope.type = RopeConfig::Type::Default;
+    const std::vector<float> scaled = rope_frequencies(c).inv_freq, unscaled = rope_frequencies(plain).inv_freq;
+    std::vector<float> factors(scaled.size());
+    for (size_t j = 0; j < scaled.size(); ++j) factors[j] = unscaled[j] / scaled[j];
+    tensors.push_back({"rope_freqs.weight", Shape{static_cast<int64_t>(factors.size())}, kF32, [factors] {
+                         std::vector<uint8_t> b(factors.size() * 4);
+                         std::memcpy(b.data(), factors.data(), b.size());
+                         return b;
+                       }});
+  }
+  for (const std::string& n : ck->names())
+    KILN_CHECK(used.count(n) || n.ends_with("rotary_emb.inv_freq"), dir, ": the tensor ", n,
+               " has no place in a GGUF file of a ", arch, " model");
+  write_gguf(path, kv, tensors);
+  std::map<std::string, int64_t> counts;
+  for (const GgufTensorToWrite& t : tensors) ++counts[gguf_type_name(t.type)];
+  return counts;
 }
 
 }  // namespace kiln::llm

@@ -5,8 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
 
 #include "kiln/gguf.h"
+#include "kiln/io.h"
 #include "kiln/llm/config.h"
 #include "kiln/llm/gguf_model.h"
 #include "kiln/llm/model.h"
@@ -201,6 +207,120 @@ TEST(GgufTokenizer, EncodesAndDecodesAsTheTokenizerJsonItCameFrom) {
       }
     }
   }
+}
+
+// ---- writing: write_gguf_model (`kiln quantize IN OUT.gguf`) ----------------------------------------------------
+
+// A file under the test's own temporary directory, removed with it.
+struct TempDir {
+  std::filesystem::path dir;
+  TempDir() {
+    dir = std::filesystem::temp_directory_path() /
+          str("kiln-gguf-write-", ::testing::UnitTest::GetInstance()->current_test_info()->name(), "-", ::getpid());
+    std::filesystem::create_directories(dir);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string file(const std::string& name) const { return (dir / name).string(); }
+};
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+// kiln's files against the ones gguf-py wrote from the same checkpoints (scripts/make_gguf_models.py, llama.cpp's
+// converter layout): every tensor under the same name, shape and bytes (Llama's permuted q/k rows, stacked
+// experts, Q8_0 blocks as ggml's reference quantiser writes them), except the MoE router, which kiln keeps in
+// f32 (gguf-py's file has it in Q8_0); and the same config read back.
+TEST(GgufWrite, TensorsMatchGgufPysFiles) {
+  const TempDir tmp;
+  for (const auto& [name, type] : std::vector<std::pair<std::string, std::string>>{
+           {"qwen3-tiny", "f32"}, {"llama-tiny", "f32"}, {"qwen3-tiny", "q8_0"}, {"llama-tiny", "q8_0"},
+           {"qwen3-moe-tiny", "q8_0"}}) {
+    SCOPED_TRACE(name + " " + type);
+    const std::string out = tmp.file(name + "-" + type + ".gguf");
+    const std::map<std::string, int64_t> counts = write_gguf_model(data("models/" + name), out, type);
+    EXPECT_GT(counts.at(type == "f32" ? "F32" : "Q8_0"), 0);
+    const GgufFile ours = GgufFile::open(out), ref = GgufFile::open(data("gguf/models/" + name + "-" + type + ".gguf"));
+    EXPECT_EQ(ours.header().tensors.size(), ref.header().tensors.size());
+    int64_t compared = 0;
+    for (const GgufTensorInfo& r : ref.header().tensors) {
+      SCOPED_TRACE(r.name);
+      ASSERT_TRUE(ours.contains(r.name));
+      const GgufTensorInfo& o = ours.info(r.name);
+      EXPECT_EQ(o.shape, r.shape);
+      if (r.name.find("ffn_gate_inp") != std::string::npos) {
+        EXPECT_EQ(gguf_type_name(o.type), "F32");
+        EXPECT_TRUE(test::all_close(ours.get(r.name), ref.get(r.name), test::Tolerance{0.02, 0.02}));
+        continue;
+      }
+      EXPECT_EQ(gguf_type_name(o.type), gguf_type_name(r.type));
+      EXPECT_TRUE(same_bytes(ours.raw(r.name), ref.raw(r.name)));
+      ++compared;
+    }
+    EXPECT_GT(compared, 8);
+    const ModelConfig a = gguf_model_config(ours), b = gguf_model_config(ref);
+    EXPECT_EQ(a.architecture, b.architecture);
+    EXPECT_EQ(a.hidden_size, b.hidden_size);
+    EXPECT_EQ(a.num_layers, b.num_layers);
+    EXPECT_EQ(a.num_kv_heads, b.num_kv_heads);
+    EXPECT_EQ(a.head_dim, b.head_dim);
+    EXPECT_EQ(a.num_experts, b.num_experts);
+    EXPECT_EQ(a.rope.theta, b.rope.theta);
+    EXPECT_EQ(a.rope.freq_factors, b.rope.freq_factors);
+    EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
+  }
+}
+
+// The shipped model in Q8_0: the layers load as Q8_0 from the file's blocks, the logits stay near the float
+// model's, and the tokenizer and chat template come back from the metadata as tokenizer.json and the template
+// file give them.
+TEST(GgufWrite, ShippedModelWithItsTokenizer) {
+  const TempDir tmp;
+  const std::string dir = std::string(KILN_TEST_DATA_DIR) + "/../../models/kiln-tiny", out = tmp.file("kiln-tiny-q8_0.gguf");
+  write_gguf_model(dir, out, "q8_0");
+  ModelOptions o;
+  o.max_context = 64;
+  Model g = load_model(out, o), f = load_model(dir, o);
+  EXPECT_TRUE(g.weights().layers[0].attn.qkv.q8.has_value());
+  EXPECT_TRUE(g.weights().layers[0].mlp->down.q8.has_value());
+  const std::vector<int64_t> ids = {1, 200, 3000, 17, 99, 4095, 5};
+  const auto [diff, scale] = compare(f.prefill(ids, true), g.prefill(ids, true));
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LE(diff, 0.05 * scale);
+  const Tokenizer want = Tokenizer::from_model_dir(dir), got = Tokenizer::from_model_dir(out);
+  for (const std::string t : {"The Python interpreter reads 12345 lines.\n\n  def f(x):\treturn x",
+                              "<|im_start|>user\nhi, café 日本語<|im_end|>"}) {
+    EXPECT_EQ(got.encode(t), want.encode(t)) << t;
+    EXPECT_EQ(got.decode(want.encode(t), false), t);
+  }
+  std::ifstream is(dir + "/chat_template.jinja");
+  const std::string tmpl((std::istreambuf_iterator<char>(is)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(gguf_chat_template(GgufFile::open(out)), tmpl);
+}
+
+TEST(GgufWrite, RefusesWhatItCannotWrite) {
+  const TempDir tmp;
+  EXPECT_TRUE(test::throws_error([&] { write_gguf_model(data("models/qwen3-tiny"), tmp.file("a.gguf"), "q5_k"); },
+                                 {"q5_k", "q8_0", "q4_k"}));
+  EXPECT_TRUE(test::throws_error([&] { write_gguf_model(data("models/qwen3-tiny-fp8"), tmp.file("b.gguf"), "q8_0"); },
+                                 {"FP8"}));
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("b.gguf")));
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("b.gguf.tmp")));
+  // A tensor the layout has no name for.
+  std::filesystem::copy(data("models/qwen3-tiny"), tmp.dir / "extra");
+  {
+    Checkpoint ck = Checkpoint::open(data("models/qwen3-tiny"));
+    NamedTensors t;
+    for (const std::string& n : ck.names()) t.emplace_back(n, ck.get(n));
+    t.emplace_back("model.layers.0.mystery.weight", ones({4}));
+    save_safetensors((tmp.dir / "extra" / "model.safetensors").string(), t);
+  }
+  EXPECT_TRUE(test::throws_error([&] { write_gguf_model(tmp.file("extra"), tmp.file("c.gguf"), "f32"); },
+                                 {"model.layers.0.mystery.weight", "no place"}));
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("c.gguf")));
 }
 
 }  // namespace

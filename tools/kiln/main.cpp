@@ -67,13 +67,14 @@ int main(int argc, char** argv) {
   init_model->add_option("--seed", init_opts.seed, "Seed of the random weights")->capture_default_str();
 
   auto* quantize = app.add_subcommand(
-      "quantize", "Rewrite a checkpoint with its layers' linear weights in Q8_0, Q4_0 or Q4_K (docs/quantization.md)");
+      "quantize", "Rewrite a checkpoint with its layers' linear weights in Q8_0, Q4_0 or Q4_K, as a checkpoint "
+                  "directory or a GGUF file (docs/quantization.md)");
   std::string quantize_in, quantize_out, quantize_type = "q8_0";
   quantize->add_option("in", quantize_in, "The checkpoint directory (f32, f16 or bf16 weights)")->required();
-  quantize->add_option("out", quantize_out, "The directory to write")->required();
-  quantize->add_option("--type", quantize_type, "q8_0, q4_0 or q4_k")
+  quantize->add_option("out", quantize_out, "The directory to write, or a file name ending in .gguf")->required();
+  quantize->add_option("--type", quantize_type, "q8_0, q4_0 or q4_k (a .gguf file also f32, f16 or bf16)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k"}));
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k", "f32", "f16", "bf16"}));
 
   kiln::cli::LlmOptions llm;
   kiln::cli::add_llm_commands(app, *bench, llm);

@@ -1,4 +1,5 @@
-// `kiln quantize IN OUT --type q8_0|q4_0|q4_k`: a Hugging Face checkpoint directory rewritten with its layers'
+// `kiln quantize IN OUT --type q8_0|q4_0|q4_k`: a Hugging Face checkpoint directory rewritten as a GGUF file
+// (OUT ending in .gguf: llm::write_gguf_model; also --type f32|f16|bf16), or as a directory with its layers'
 // linear weights in a block format (docs/quantization.md): each such weight's packed values under its own name
 // and (q8_0, q4_0) its f16 scales under name + "_scales", everything else as stored, config.json with
 // quantization_config {"quant_method": "kiln", "format": TYPE}, and the tokenizer, generation config and chat
@@ -12,6 +13,7 @@
 
 #include "commands.h"
 #include "kiln/io.h"
+#include "kiln/llm/gguf_model.h"
 #include "kiln/llm/config.h"
 #include "kiln/llm/weights.h"
 #include "kiln/nn.h"
@@ -21,9 +23,17 @@ namespace kiln::cli {
 
 int run_quantize(const std::string& in, const std::string& out, const std::string& type) {
   namespace fs = std::filesystem;
-  KILN_CHECK(type == "q8_0" || type == "q4_0" || type == "q4_k", "quantize: --type must be q8_0, q4_0 or q4_k, got '",
-             type, "'");
   KILN_CHECK(fs::is_directory(in), "quantize: ", in, " is not a checkpoint directory");
+  if (out.size() > 5 && out.compare(out.size() - 5, 5, ".gguf") == 0) {
+    // A GGUF file in llama.cpp's layout (llm::write_gguf_model).
+    const std::map<std::string, int64_t> counts = llm::write_gguf_model(in, out, type);
+    std::cout << "kiln quantize: " << out << ": " << fs::file_size(out) / (1 << 20) << " MiB; tensors";
+    for (const auto& [t, n] : counts) std::cout << " " << t << " x " << n;
+    std::cout << "\n";
+    return 0;
+  }
+  KILN_CHECK(type == "q8_0" || type == "q4_0" || type == "q4_k", "quantize: --type must be q8_0, q4_0 or q4_k for a ",
+             "checkpoint directory (f32, f16 and bf16 are for .gguf files), got '", type, "'");
   const llm::ModelConfig config = llm::load_config(in);
   KILN_CHECK(!config.fp8 && config.block_quant.empty(), "quantize: ", in,
              " is already quantized; start from its f32, f16 or bf16 checkpoint");
