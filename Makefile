@@ -20,10 +20,10 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
-$(VENV)/.ready2:
+$(VENV)/.ready3:
 	@scripts/python-venv.sh $(VENV)
 
-$(BUILD)/build.ninja: | deps $(if $(filter ON,$(PYTHON)),$(VENV)/.ready2)
+$(BUILD)/build.ninja: | deps $(if $(filter ON,$(PYTHON)),$(VENV)/.ready3)
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(PY_ARGS)
 
 configure: $(BUILD)/build.ninja

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "kiln/gguf.h"
+#include "kiln/llm/gguf_model.h"
 #include "kiln/chat.h"
 #include "kiln/llm/generate.h"
 #include "kiln/llm/model.h"
@@ -288,6 +289,11 @@ void bind_llm(nb::module_& m) {
       .def("token_to_id", &Tokenizer::token_to_id, nb::arg("token"))
       .def("id_to_token", &Tokenizer::id_to_token, nb::arg("id"))
       .def("is_special", &Tokenizer::is_special, nb::arg("id"));
+
+  m.def("write_gguf", &llm::write_gguf_model, nb::arg("model_dir"), nb::arg("path"), nb::arg("type") = "q8_0", release_gil(),
+        "Writes a Hugging Face checkpoint directory (f32/f16/bf16; qwen3, qwen3moe, llama) as a GGUF file in llama.cpp's "
+        "layout with its tokenizer and chat template; type f32, f16, bf16, q8_0, q4_0 or q4_k. Returns the tensors "
+        "written per ggml type.");
 
   m.def("apply_chat_template", [](nb::handle messages, const std::string& model_dir, bool add_generation_prompt) {
     nb::module_ json = nb::module_::import_("json");

@@ -375,9 +375,6 @@ void add_tokenizer(const std::string& dir, const ModelConfig& c, KV& kv) {
   kv.emplace_back("tokenizer.ggml.tokens", array(std::move(tokens)));
   kv.emplace_back("tokenizer.ggml.token_type", array(std::move(types)));
   kv.emplace_back("tokenizer.ggml.merges", array(std::move(merges)));
-  if (c.bos_token_id) kv.emplace_back("tokenizer.ggml.bos_token_id", u32(*c.bos_token_id));
-  if (!c.eos_token_ids.empty()) kv.emplace_back("tokenizer.ggml.eos_token_id", u32(c.eos_token_ids[0]));
-  if (c.pad_token_id) kv.emplace_back("tokenizer.ggml.padding_token_id", u32(*c.pad_token_id));
   // add_bos_token: the post-processor puts a special token before the text (Llama 3's TemplateProcessing).
   const json& post = t.value("post_processor", json());
   const bool add_bos = post.is_object() && post.value("type", "") == "TemplateProcessing" &&
@@ -444,6 +441,10 @@ std::map<std::string, int64_t> write_gguf_model(const std::string& dir, const st
       kv.emplace_back(p + "rope.scaling.original_context_length", u32(r.original_max_position_embeddings));
   }
   add_tokenizer(dir, c, kv);
+  // The special ids (with or without a tokenizer: the config's bos / eos, which the reader takes back).
+  if (c.bos_token_id) kv.emplace_back("tokenizer.ggml.bos_token_id", u32(*c.bos_token_id));
+  if (!c.eos_token_ids.empty()) kv.emplace_back("tokenizer.ggml.eos_token_id", u32(c.eos_token_ids[0]));
+  if (c.pad_token_id) kv.emplace_back("tokenizer.ggml.padding_token_id", u32(*c.pad_token_id));
 
   const auto ck = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   std::set<std::string> used;

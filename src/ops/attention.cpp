@@ -2,6 +2,7 @@
 // broadcasting of the batch dims, the Layout that describes every operand to the kernels, dispatch to the
 // CPU reference (src/cpu/attention.cpp) or the CUDA kernels (src/cuda/attention.cu).
 #include <array>
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -403,10 +404,21 @@ Tensor paged_decode_attention(const Tensor& q, const Tensor& k_pool, const Tenso
       return out;
   }
 #endif
-  // Each sequence's blocks gathered into a cache of W * S positions: [B, Hkv, W * S, D].
+  // Each sequence's blocks gathered into a cache of W * S positions: [B, Hkv, W * S, D]. On the CPU only the
+  // table's first columns that hold a position below the longest length are gathered (a server's table is as
+  // wide as the context, its sequences mostly far shorter).
+  int64_t wu = w;
+  if (table.is_cpu() && lengths.is_cpu() && b > 0) {
+    const Tensor len = lengths.contiguous();
+    const int32_t* lp = len.data<const int32_t>();
+    const int64_t longest = *std::max_element(lp, lp + b);
+    wu = std::clamp<int64_t>((longest + s - 1) / s, 1, std::max<int64_t>(w, 1));
+    if (w == 0) wu = 0;
+  }
+  const Tensor used = wu == w ? table : table.narrow(1, 0, wu).contiguous();
   auto gather = [&](const Tensor& pool) {
-    return index_select(pool, 0, table.reshape({b * w}))
-        .view({b, w * s, hkv, pool.size(3)})
+    return index_select(pool, 0, used.reshape({b * wu}))
+        .view({b, wu * s, hkv, pool.size(3)})
         .transpose(1, 2);
   };
   return decode_attention(q, gather(k_pool), gather(v_pool), lengths, scale);

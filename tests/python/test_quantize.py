@@ -89,3 +89,55 @@ def test_quantize_refuses_what_it_cannot_do(model, tmp_path):
     assert r.returncode != 0
     r = run("quantize", str(tmp_path / "missing"), str(tmp_path / "y"), check=False)
     assert r.returncode != 0 and "not a checkpoint directory" in r.stderr
+
+
+def test_gguf_files_read_in_llama_cpps_gguf_package(tmp_path):
+    """`kiln quantize IN OUT.gguf`: llama.cpp's own GGUF reader (gguf-py) reads the file kiln writes; its
+    dequantisation of each layer stays within the format's error of the float weights, the tokenizer arrays
+    cover the vocabulary, and kiln runs the file: an f32 file greedily decodes the same ids as the checkpoint."""
+    gguf = pytest.importorskip("gguf")
+    from gguf.quants import dequantize
+    import numpy as np
+
+    data = os.environ.get("KILN_TEST_DATA", os.path.join(os.path.dirname(__file__), "..", "data"))
+    model = str(tmp_path / "wide")
+    run("init-model", model, "--layers", "2", "--hidden", "256", "--seed", "5", "--tokenizer",
+        os.path.join(data, "tokenizers", "qwen2.json"))
+    src = header(os.path.join(model, "model.safetensors"))
+    with open(os.path.join(model, "model.safetensors"), "rb") as f:
+        f.seek(8 + struct.unpack("<Q", f.read(8))[0])
+        raw = f.read()
+
+    def weight(name):
+        e = src[name]
+        assert e["dtype"] in ("F32", "BF16")
+        b = raw[e["data_offsets"][0]:e["data_offsets"][1]]
+        if e["dtype"] == "F32":
+            return np.frombuffer(b, dtype=np.float32).reshape(e["shape"])
+        return (np.frombuffer(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(e["shape"])
+
+    out = str(tmp_path / "m.gguf")
+    r = run("quantize", model, out, "--type", "q4_k")
+    assert "Q4_K" in r.stdout
+    g = gguf.GGUFReader(out)
+    field = lambda k: g.fields[k].contents()
+    assert field("general.architecture") == "qwen3"
+    vocab = src["model.embed_tokens.weight"]["shape"][0]
+    assert len(field("tokenizer.ggml.tokens")) == vocab and field("tokenizer.ggml.pre") == "qwen2"
+    tensors = {t.name: t for t in g.tensors}
+    assert tensors["blk.1.ffn_down.weight"].tensor_type == gguf.GGMLQuantizationType.Q4_K
+    assert tensors["token_embd.weight"].tensor_type == gguf.GGMLQuantizationType.Q8_0
+    assert tensors["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    for gname, hf, tol in [("blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight", 0.12),
+                           ("blk.0.attn_v.weight", "model.layers.0.self_attn.v_proj.weight", 0.12),
+                           ("token_embd.weight", "model.embed_tokens.weight", 0.01)]:
+        t = tensors[gname]
+        got = dequantize(t.data, t.tensor_type).reshape(weight(hf).shape)
+        want = weight(hf)
+        rel = np.sqrt(np.mean((got - want) ** 2) / np.mean(want ** 2))
+        assert 0 < rel < tol, (gname, rel)
+    gen = ["-p", "The quick brown fox", "-n", "12", "--temp", "0", "--ids", "--ignore-eos", "--device", "cpu"]
+    assert run("generate", "-m", out, *gen).returncode == 0
+    f32 = str(tmp_path / "f32.gguf")
+    run("quantize", model, f32, "--type", "f32")
+    assert run("generate", "-m", f32, *gen).stdout == run("generate", "-m", model, *gen).stdout

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""CPU prefill and decode of kiln against llama.cpp on the same GGUF files, side by side in one run.
+
+llama.cpp runs through PyPI's llama-cpp-python, which builds llama.cpp for the machine it installs on
+(`build/venv/bin/pip install llama-cpp-python`: a few minutes of compiling). The model is a random checkpoint
+with Qwen3-0.6B's shapes (bench/presets.py, bf16 N(0, 0.02) weights, tests/data's Qwen2 tokenizer),
+written once, then `kiln quantize DIR FILE.gguf --type T` for each type. Both engines then read that file:
+- kiln: `kiln bench -m FILE.gguf --device cpu -p P -n N -r R` with OMP_NUM_THREADS = --threads (--dtype f16 for
+  the F16 file, bf16 for the others: the activations' type; Q8_0 / Q4_K layers stay in their blocks);
+- llama.cpp: Llama(FILE.gguf, n_threads = --threads, n_batch = P); prefill = eval of P random tokens on an empty
+  cache, decode = N evals of one token after it (what llama-bench calls pp and tg); the best of R runs after one
+  warm-up.
+
+    python3 bench/llama_cpp_cpu.py --kiln build/bin/kiln [--types f16,bf16,q8_0,q4_k] [-p 128] [-n 32] [-r 3]
+        [--threads 2] [--workdir DIR] [--json FILE]
+"""
+import argparse
+import json
+import os
+import platform
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from presets import PRESETS  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write_checkpoint(d, seed=0):
+    """A random bf16 checkpoint of the qwen3-0.6b preset with the Qwen2 tokenizer, as safetensors."""
+    cfg = dict(PRESETS["qwen3-0.6b"], torch_dtype="bfloat16", bos_token_id=151643, eos_token_id=151645)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    with open(os.path.join(ROOT, "tests", "data", "tokenizers", "qwen2.json"), "rb") as src:
+        with open(os.path.join(d, "tokenizer.json"), "wb") as dst:
+            dst.write(src.read())
+    H, I, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    D, Hq, Hk = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
+                       p + "self_attn.q_proj.weight": (Hq * D, H), p + "self_attn.k_proj.weight": (Hk * D, H),
+                       p + "self_attn.v_proj.weight": (Hk * D, H), p + "self_attn.o_proj.weight": (H, Hq * D),
+                       p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,),
+                       p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
+                       p + "mlp.down_proj.weight": (H, I)})
+    rng = np.random.default_rng(seed)
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        n = int(np.prod(shape)) * 2
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for name, shape in shapes.items():
+            norm = name.endswith("norm.weight")
+            x = (1.0 + 0.05 * rng.standard_normal(shape, dtype=np.float32) if norm
+                 else 0.02 * rng.standard_normal(shape, dtype=np.float32))
+            f.write((x.view(np.uint32) >> 16).astype(np.uint16).tobytes())
+
+
+def run_kiln(kiln, gguf, dtype, a):
+    out = gguf + ".kiln.json"
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    subprocess.run([kiln, "bench", "-m", gguf, "--device", "cpu", "--dtype", dtype, "-p", str(a.p), "-n", str(a.n),
+                    "-r", str(a.r), "--json", out], check=True, env=env, stdout=subprocess.DEVNULL)
+    j = json.load(open(out))
+    best = lambda v: max(v) if isinstance(v, list) else v
+    return {"pp_tps": best(j["pp_tps"]), "tg_tps": best(j["tg_tps"]), "pp_all": j["pp_tps"], "tg_all": j["tg_tps"]}
+
+
+def run_llama_cpp(gguf, a):
+    from llama_cpp import Llama
+    llm = Llama(model_path=gguf, n_threads=a.threads, n_threads_batch=a.threads, n_ctx=a.p + a.n + 16,
+                n_batch=a.p, n_ubatch=a.p, verbose=False)
+    rnd = random.Random(0)
+    vocab = llm.n_vocab()
+    pp, tg = [], []
+    for rep in range(a.r + 1):  # the first is a warm-up
+        prompt = [rnd.randrange(1000, vocab - 1000) for _ in range(a.p)]
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(prompt)
+        t_pp = time.perf_counter() - t
+        t = time.perf_counter()
+        for _ in range(a.n):
+            llm.eval([rnd.randrange(1000, vocab - 1000)])
+        t_tg = time.perf_counter() - t
+        if rep > 0:
+            pp.append(a.p / t_pp)
+            tg.append(a.n / t_tg)
+    return {"pp_tps": max(pp), "tg_tps": max(tg), "pp_all": pp, "tg_all": tg}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kiln", required=True, help="the kiln command (build/bin/kiln)")
+    ap.add_argument("--types", default="f16,bf16,q8_0,q4_k")
+    ap.add_argument("-p", type=int, default=128)
+    ap.add_argument("-n", type=int, default=32)
+    ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workdir", default=None, help="where the checkpoint and GGUF files go (kept; default: a "
+                                                      "temporary directory, removed)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    tmp = None
+    work = a.workdir
+    if work is None:
+        tmp = tempfile.TemporaryDirectory()
+        work = tmp.name
+    ckpt = os.path.join(work, "qwen3-0.6b-random")
+    if not os.path.exists(os.path.join(ckpt, "model.safetensors")):
+        write_checkpoint(ckpt)
+    rows = []
+    for t in a.types.split(","):
+        gguf = os.path.join(work, f"qwen3-0.6b-{t}.gguf")
+        if not os.path.exists(gguf):
+            subprocess.run([a.kiln, "quantize", ckpt, gguf, "--type", t], check=True, stdout=subprocess.DEVNULL)
+        size = os.path.getsize(gguf)
+        k = run_kiln(a.kiln, gguf, "f16" if t == "f16" else "bf16", a)
+        print(f"{t}: kiln pp{a.p} {k['pp_tps']:.1f} tg{a.n} {k['tg_tps']:.2f}", flush=True)
+        ll = run_llama_cpp(gguf, a)
+        print(f"{t}: llama.cpp pp{a.p} {ll['pp_tps']:.1f} tg{a.n} {ll['tg_tps']:.2f}", flush=True)
+        rows.append({"type": t, "bytes": size, "kiln": k, "llama_cpp": ll})
+    print(f"\n| weights | file | engine | pp{a.p} t/s | tg{a.n} t/s |\n| --- | ---: | --- | ---: | ---: |")
+    for r in rows:
+        for eng in ("kiln", "llama_cpp"):
+            print(f"| {r['type']} | {r['bytes'] / 2**30:.2f} GiB | {eng.replace('_', '.')} | "
+                  f"{r[eng]['pp_tps']:.1f} | {r[eng]['tg_tps']:.2f} |")
+        print(f"| {r['type']} | | kiln / llama.cpp | {r['kiln']['pp_tps'] / r['llama_cpp']['pp_tps']:.2f}x | "
+              f"{r['kiln']['tg_tps'] / r['llama_cpp']['tg_tps']:.2f}x |")
+    if a.json:
+        import llama_cpp
+        with open(a.json, "w") as f:
+            json.dump({"machine": platform.processor() or platform.machine(), "threads": a.threads, "p": a.p, "n": a.n,
+                       "r": a.r, "llama_cpp_python": llama_cpp.__version__, "rows": rows}, f, indent=1)
+    if tmp:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
