@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <optional>
 
 #include "core/dispatch.h"
@@ -23,8 +24,13 @@ constexpr DTypeSet kActTypes = dset(DType::F32, DType::F16, DType::BF16);
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The initial value from KILN_QUANT_SLICE (values per slice), for A/B runs.
 std::atomic<int64_t>& slice_elements() {
-  static std::atomic<int64_t> n{int64_t{1} << 25};
+  static std::atomic<int64_t> n{[] {
+    const char* v = std::getenv("KILN_QUANT_SLICE");
+    const int64_t x = v && *v ? std::atoll(v) : 0;
+    return x > 0 ? x : int64_t{1} << 25;
+  }()};
   return n;
 }
 
@@ -114,6 +120,8 @@ int64_t quant_slice_elements() { return slice_elements().load(std::memory_order_
 void dequantize_quantized(QuantFormat f, const Tensor& values_in, const Tensor& scales_in, const Tensor& out) {
   const int64_t n = values_in.size(0), k = out.size(1);
   if (n == 0 || k == 0) return;
+  KILN_CHECK(out.is_contiguous() && aligned16(out.data_ptr()), "dequantize(quantized): out must be contiguous and "
+             "16-byte aligned, got ", out.meta());
   const Tensor values = kernel_values(values_in), scales = kernel_scales(scales_in);
   const Device dev = out.device();
   DeviceGuard guard(dev);

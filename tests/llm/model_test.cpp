@@ -286,9 +286,12 @@ TEST(EngineCuda, Fp8ExpertsMatchDequantisedExperts) {
 }
 
 // CUDA, quantised linear layers (ModelOptions::quant, f32 activations): the logits of the prompt (12 rows: the
-// int8 kernel) and of graph-replayed decode steps equal the CPU model's with the same weights up to the order of
-// f32 sums (both quantise x per block of 32 the same way; a sum-order difference can still move one of x's
-// codes by a step), and the layers stay quantised on the device.
+// int8 kernel) and of graph-replayed decode steps against the CPU model with the same weights, and the layers
+// stay quantised on the device. Both quantise x per block of 32 the same way and differ per product only in the
+// order of f32 sums (1e-7 relative, tests/cuda/quant_test.cpp), but over the layers such a difference moves some
+// of x's codes by a step: with Q8_0 and Q4_0 weights that leaves the logits within 1e-6 of their range, with
+// Q4_K's these random tiny models move by up to 0.8% of it (the CPU's own scalar and AVX-512 paths differ by as
+// much: 0.37%, 0.68% and 0.76% for Qwen3, Qwen3-MoE and Llama), so Q4_K is held to 3% of the range.
 TEST_P(Engine, CudaQuantisedModelMatchesTheCpu) {
   KILN_REQUIRE_CUDA();
   const Device dev(DeviceType::CUDA, 0);
@@ -304,10 +307,14 @@ TEST_P(Engine, CudaQuantisedModelMatchesTheCpu) {
     Model gpu(c, random_weights(c, dev, DType::F32, 7), o);  // the same values (counter-based generator)
     const Linear& qkv = gpu.weights().layers[0].attn.qkv;
     EXPECT_TRUE((qkv.q8 || qkv.q4 || qkv.q4k) && !qkv.weight.defined() && qkv.values().is_cuda());
-    // 1e-3: a sum-order difference can move one of x's codes by a step (a few 1e-4 of a logit).
-    const test::Tolerance tol{1e-3, 1e-3};
-    EXPECT_TRUE(test::all_close(gpu.prefill(kPrompt, true).cpu(), cpu.prefill(kPrompt, true), tol));
-    for (int64_t tok : {5, 9, 33}) EXPECT_TRUE(test::all_close(gpu.step(tok).cpu(), cpu.step(tok), tol)) << tok;
+    const double rel = std::string(format) == "q4_k" ? 3e-2 : 1e-3;
+    auto close = [&](const Tensor& g, const Tensor& r) {
+      const float scale = amax(abs(r)).item<float>(), err = amax(abs(sub(g.cpu(), r))).item<float>();
+      EXPECT_GT(scale, 0.1f);
+      return err <= rel * scale;
+    };
+    EXPECT_TRUE(close(gpu.prefill(kPrompt, true), cpu.prefill(kPrompt, true)));
+    for (int64_t tok : {5, 9, 33}) EXPECT_TRUE(close(gpu.step(tok), cpu.step(tok))) << tok;
   }
 }
 

@@ -3,6 +3,7 @@
 // checkpoint, and sampled output with the model's distribution (two-sample chi-square against plain sampling).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -143,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(Models, SpeculativeGreedy, ::testing::ValuesIn(kModels)
   return s;
 });
 
-// Plain greedy decoding step by step, with the gap between the two largest logits at each step.
+// Plain greedy decoding step by step, with the gap between the two largest logits at each step, in units of
+// bf16's spacing at the largest (2^(e - 7) for a value in [2^e, 2^(e + 1))).
 std::vector<int64_t> greedy_with_gaps(Model& m, const std::vector<int64_t>& prompt, int64_t n, std::vector<float>& gaps) {
   m.reset();
   Tensor logits = m.prefill(prompt);
@@ -151,7 +153,8 @@ std::vector<int64_t> greedy_with_gaps(Model& m, const std::vector<int64_t>& prom
   gaps.clear();
   for (int64_t i = 0; i < n; ++i) {
     const auto [v, idx] = topk(logits.to(kCPU).to(DType::F32), 2);
-    gaps.push_back(v.data<float>()[0] - v.data<float>()[1]);
+    const float top = v.data<float>()[0];
+    gaps.push_back((top - v.data<float>()[1]) / std::ldexp(1.f, std::ilogb(std::max(std::fabs(top), 1e-30f)) - 7));
     out.push_back(idx.data<int64_t>()[0]);
     if (i + 1 < n) logits = m.step(out.back());
   }
@@ -161,8 +164,9 @@ std::vector<int64_t> greedy_with_gaps(Model& m, const std::vector<int64_t>& prom
 // On CUDA, verify steps as captured graphs. In f32 the output is plain greedy output. In bf16 the verify step's
 // few-row products round differently from the one-row decode kernels (another split of K, and the decode step's
 // gate/up product is not rounded before its SiLU), so the two may resolve a near-tie differently: the output
-// must equal plain greedy output up to the first step where plain decoding's top-2 gap is below bf16's
-// resolution of these logits (0.05); the reference checkpoints' random weights have such near-ties.
+// must equal plain greedy output up to the first step where plain decoding's top-2 gap is at most 2 steps of
+// bf16 at the top logit (a tie at the precision the logits are computed in); the reference checkpoints'
+// random weights have such near-ties (one at a gap of exactly one step, 0.0625 at a logit of 8 to 16).
 TEST(SpeculativeGreedyCuda, EqualsPlainGreedy) {
   KILN_REQUIRE_CUDA();
   for (const DType dt : {DType::F32, DType::BF16}) {
@@ -179,7 +183,8 @@ TEST(SpeculativeGreedyCuda, EqualsPlainGreedy) {
         while (same < got.size() && got[same] == plain[same]) ++same;
         if (same == plain.size()) return;
         if (dt == DType::F32) ADD_FAILURE() << what << " differs from plain greedy at step " << same;
-        else EXPECT_LT(gaps[same], 0.05f) << what << " differs at step " << same << " where the top-2 gap is " << gaps[same];
+        else EXPECT_LE(gaps[same], 2.f) << what << " differs at step " << same << " where the top-2 gap is " << gaps[same]
+                                        << " bf16 steps";
       };
       for (int64_t k : {2, 4, 8}) {
         SpeculativeOptions lookup;

@@ -188,6 +188,28 @@ OpCase linear_fp8_case(int64_t m, int64_t k, int64_t n) {
   return c;
 }
 
+// linear(x, Q8Weight | Q4KWeight): x [M, K] bf16, the weight quantised on the host from N(0, 0.02) values, output
+// bf16. Compare with linear/bf16 at the same shape: 1.0625 (q8_0) and 0.5625 (q4_k) bytes a weight, not 2.
+OpCase linear_quant_case(const std::string& fmt, int64_t m, int64_t k, int64_t n) {
+  OpCase c;
+  c.name = "linear_" + fmt + "/bf16/M" + str(m) + "/K" + str(k) + "/N" + str(n);
+  c.copy_bytes = nb(m * k, kBF16) + (fmt == "q4_k" ? n * k / 256 * 144 : n * k + n * k / 32 * 2);
+  c.bytes = c.copy_bytes + nb(m * n, kBF16);
+  c.max_copies = 512;
+  c.make = [=](Device dev) -> BenchCall {
+    Tensor x = rnd({m, k}, kBF16, dev);
+    const Tensor w = rnd({n, k}, DType::F32, kCPU, 0.02);
+    if (fmt == "q4_k") {
+      const Q4KWeight q{weight(quantize_q4_k(w).blocks.to(dev))};
+      return [x, q] { (void)linear(x, q); };
+    }
+    const Q8Weight q0 = quantize_q8_0(w);
+    const Q8Weight q{weight(q0.values.to(dev)), weight(q0.scales.to(dev))};
+    return [x, q] { (void)linear(x, q); };
+  };
+  return c;
+}
+
 // scaled_mm(a [M, K] e4m3, b = W^T with W [N, K] e4m3, tensor- or row-wise f32 scales) -> bf16, as
 // torch._scaled_mm(a, W.t(), ...). Compare with linear/bf16 at the same (M, K, N).
 OpCase scaled_mm_case(ScaleRecipe r, int64_t m, int64_t k, int64_t n) {
@@ -560,6 +582,12 @@ std::vector<OpCase> op_cases() {
   cases.push_back(linear_case(16, 28672, 8192, false));
   for (const int64_t m : {4096, 8192})
     for (const auto& kn : kScaledMm) cases.push_back(linear_case(m, kn[0], kn[1], false));
+
+  // Quantised weights at Qwen3-8B's decode shapes (q/k/v, o, gate/up, down, lm_head) and a few rows.
+  constexpr int64_t kQuant[][2] = {{4096, 6144}, {4096, 4096}, {4096, 24576}, {12288, 4096}, {4096, 151936}};
+  for (const char* fmt : {"q4_k", "q8_0"})
+    for (const int64_t m : {1, 4})
+      for (const auto& kn : kQuant) cases.push_back(linear_quant_case(fmt, m, kn[0], kn[1]));
 
   // FP8 decode linear on every decode shape; scaled_mm tensor- and row-wise.
   for (const auto& kn : kLinear) cases.push_back(linear_fp8_case(1, kn[0], kn[1]));

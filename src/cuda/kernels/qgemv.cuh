@@ -24,6 +24,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/gemv.cuh"
 #include "cuda/kernels/pdl.cuh"
@@ -268,9 +269,36 @@ __global__ void __launch_bounds__(kGemvThreads)
 
 // ---- dequantisation ----------------------------------------------------------------------------------------
 
-// out [n, k] (contiguous, T) = the weight's values, with the CPU's arithmetic (Q8_0 / Q4_0: code x d, exact in
-// f32; Q4_K: (d s_j) x code - (dmin m_j), each product and the difference rounded in f32), then one rounding
-// to T. One thread per chunk (q_chunks_per_row), grid-stride. Q4_K: w and ldw 16-byte aligned.
+// 16 values rounded to T, stored with 16-byte stores at dst (16-byte aligned).
+template <class T>
+__device__ __forceinline__ void q_store16(T* dst, const float (&v)[16]) {
+  uint4* p = reinterpret_cast<uint4*>(dst);
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      p[i] = make_uint4(__float_as_uint(v[4 * i]), __float_as_uint(v[4 * i + 1]), __float_as_uint(v[4 * i + 2]),
+                        __float_as_uint(v[4 * i + 3]));
+  } else {
+    uint32_t w[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      w[i] = static_cast<uint32_t>(gemv_from_f32<T>(v[2 * i]).x) |
+             (static_cast<uint32_t>(gemv_from_f32<T>(v[2 * i + 1]).x) << 16);
+    p[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    p[1] = make_uint4(w[4], w[5], w[6], w[7]);
+  }
+}
+
+// The 16 bytes as 16 signed or unsigned bytes (byte e of the chunk at e).
+__device__ __forceinline__ int q_byte(const uint4& v, int e) {
+  const uint32_t w = e < 4 ? v.x : e < 8 ? v.y : e < 12 ? v.z : v.w;
+  return static_cast<int>((w >> (8 * (e & 3))) & 0xFFu);
+}
+
+// out [n, k] (contiguous, 16-byte aligned, T) = the weight's values, with the CPU's arithmetic (Q8_0 / Q4_0:
+// code x d, exact in f32; Q4_K: (d s_j) x code - (dmin m_j), each product and the difference rounded in f32),
+// then one rounding to T. One thread per chunk (q_chunks_per_row: 16 bytes of codes, read with one load),
+// its 16 or 32 values written with 16-byte stores; grid-stride. w and ldw 16-byte aligned.
 template <int F, class T>
 __global__ void __launch_bounds__(256) dequantize_q_kernel(const uint8_t* __restrict__ w, int64_t ldw,
                                                            const uint16_t* __restrict__ ws, int64_t ldws, int64_t n,
@@ -283,36 +311,44 @@ __global__ void __launch_bounds__(256) dequantize_q_kernel(const uint8_t* __rest
     const int c = static_cast<int>(i % chunks);
     const uint8_t* wr = w + row * ldw;
     T* o = out + row * k;
+    float lo[16], hi[16];
     if constexpr (F == kQ8_0) {
       const float d = q_f16(ws[row * ldws + (c >> 1)]);
-      const int8_t* q = reinterpret_cast<const int8_t*>(wr) + 16 * c;
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(wr) + c);
 #pragma unroll
-      for (int e = 0; e < 16; ++e) o[16 * c + e] = gemv_from_f32<T>(__fmul_rn(static_cast<float>(q[e]), d));
+      for (int e = 0; e < 16; ++e) lo[e] = __fmul_rn(static_cast<float>(static_cast<int8_t>(q_byte(q, e))), d);
+      q_store16(o + 16 * c, lo);
     } else if constexpr (F == kQ4_0) {
       const float d = q_f16(ws[row * ldws + c]);
-      const uint8_t* q = wr + 16 * c;
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(wr) + c);
 #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        o[32 * c + e] = gemv_from_f32<T>(__fmul_rn(static_cast<float>((q[e] & 0xF) - 8), d));
-        o[32 * c + 16 + e] = gemv_from_f32<T>(__fmul_rn(static_cast<float>((q[e] >> 4) - 8), d));
+        const int b = q_byte(q, e);
+        lo[e] = __fmul_rn(static_cast<float>((b & 0xF) - 8), d);
+        hi[e] = __fmul_rn(static_cast<float>((b >> 4) - 8), d);
       }
+      q_store16(o + 32 * c, lo);
+      q_store16(o + 32 * c + 16, hi);
     } else {
       const uint8_t* blk = wr + static_cast<int64_t>(c >> 3) * kQ4KBytes;
       const int pair = (c >> 1) & 3, hf = c & 1;
-      const uint4 h = *reinterpret_cast<const uint4*>(blk);
+      const uint4 h = __ldg(reinterpret_cast<const uint4*>(blk));
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * (c & 7)));
       const float d = q_f16(h.x & 0xFFFFu), dmin = q_f16(h.x >> 16);
       int sc0, m0, sc1, m1;
       q4k_scale_min(2 * pair, h.y, h.z, h.w, sc0, m0);
       q4k_scale_min(2 * pair + 1, h.y, h.z, h.w, sc1, m1);
       const float f0 = __fmul_rn(d, static_cast<float>(sc0)), f1 = __fmul_rn(d, static_cast<float>(sc1));
       const float g0 = __fmul_rn(dmin, static_cast<float>(m0)), g1 = __fmul_rn(dmin, static_cast<float>(m1));
-      const uint8_t* q = blk + 16 + 16 * (c & 7);
       const int v0 = (c >> 3) * kQ4KValues + 64 * pair + 16 * hf;
 #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        o[v0 + e] = gemv_from_f32<T>(__fsub_rn(__fmul_rn(f0, static_cast<float>(q[e] & 0xF)), g0));
-        o[v0 + 32 + e] = gemv_from_f32<T>(__fsub_rn(__fmul_rn(f1, static_cast<float>(q[e] >> 4)), g1));
+        const int b = q_byte(q, e);
+        lo[e] = __fsub_rn(__fmul_rn(f0, static_cast<float>(b & 0xF)), g0);
+        hi[e] = __fsub_rn(__fmul_rn(f1, static_cast<float>(b >> 4)), g1);
       }
+      q_store16(o + v0, lo);
+      q_store16(o + v0 + 32, hi);
     }
   }
 }
