@@ -12,6 +12,7 @@
 #include <httplib.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <iostream>
@@ -765,10 +767,21 @@ int run_serve(const ServeOptions& options, const LlmOptions& model_options) {
     send_error(res, HttpError{res.status, message, "", "invalid_request_error"});
   });
 
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's library): more
+  // clients than that connecting at once overflowed the kernel's accept queue (at 128 concurrent streams, 40 of
+  // 256 requests failed with "connection failed: Read"). The listening socket is caught as it is made, and
+  // listened on again with the system's maximum once bound (Linux takes a second listen() as the new backlog).
+  int listen_fd = -1;
+  svr.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = static_cast<int>(sock);
+  });
   // Port 0: any free port (the line below says which).
   const int port = o.port == 0 ? svr.bind_to_any_port(o.host.c_str()) : (svr.bind_to_port(o.host.c_str(), o.port) ? o.port : -1);
   if (port <= 0)
     throw Error(str("serve: cannot listen on ", o.host, ":", o.port, " (in use, or not an address of this machine)"));
+  if (listen_fd >= 0 && ::listen(listen_fd, SOMAXCONN) != 0)
+    std::cerr << "kiln serve: could not raise the listen backlog (" << std::strerror(errno) << "); continuing\n";
   std::atomic<bool> listening{true};
   std::thread signal_thread([&] {
     pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);  // this thread takes them when no library thread does
