@@ -310,6 +310,25 @@ KILN_Q8_AVX2 void dot_rows_q4_avx2(const int8_t* xq, int64_t ldq, const float* x
   }
 }
 
+// q4k_factors with vector instructions: the 12 packed bytes unpacked into eight 6-bit scales and mins at once
+// (ggml's kmask shuffle of four 32-bit words), each times d or dmin in f32 (the same products, so the same bits).
+KILN_Q8_AVX2 inline void q4k_factors_avx2(const uint8_t* blk, __m256& vsc, __m256& vmn) {
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk, 2);
+  std::memcpy(&mh, blk + 2, 2);
+  uint32_t u[4];
+  std::memcpy(u, blk + 4, 12);
+  constexpr uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);  // mins 4..7
+  const uint32_t m03 = u[1] & k1;                          // mins 0..3
+  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);          // scales 4..7
+  u[2] = m03;
+  u[0] &= k1;  // scales 0..3
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+  vsc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(dh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)));
+  vmn = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(mh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))));
+}
+
 // Q4_K, VNNI: each 32 bytes of codes are a pair of sub-blocks, [low nibbles | high nibbles] in one 512-bit
 // vector against 64 activations (the codes are unsigned: no correction), the pair's two d s_j x xd spread over
 // their 8 lanes each; the mins go to a separate sum, dmin m_j x xs[b], eight sub-blocks at once.
@@ -327,9 +346,8 @@ KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* 
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
       const uint8_t* blk = w + s * kQ4KBytes;
-      alignas(32) float dsc[8], dmn[8];
-      q4k_factors(blk, dsc, dmn);
-      const __m256 vsc = _mm256_load_ps(dsc), vmn = _mm256_load_ps(dmn);
+      __m256 vsc, vmn;
+      q4k_factors_avx2(blk, vsc, vmn);
       __m512i cv[4];
       for (int c = 0; c < 4; ++c) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
@@ -364,9 +382,10 @@ KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* 
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
       const uint8_t* blk = w + s * kQ4KBytes;
-      alignas(32) float dsc[8], dmn[8];
-      q4k_factors(blk, dsc, dmn);
-      const __m256 vmn = _mm256_load_ps(dmn);
+      __m256 vsc, vmn;
+      q4k_factors_avx2(blk, vsc, vmn);
+      alignas(32) float dsc[8];
+      _mm256_store_ps(dsc, vsc);
       for (int c = 0; c < 4; ++c) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
         const __m256i codes[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
