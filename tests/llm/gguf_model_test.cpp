@@ -140,26 +140,30 @@ TEST(GgufModel, Q4KFilesKeepTheirBlocks) {
   EXPECT_GT(diff, 0.f);
 }
 
+// The fields of a config that change the computation (rms_norm_eps as f32: GGUF holds f32).
+void expect_same_config(const ModelConfig& c, const ModelConfig& want) {
+  EXPECT_EQ(c.arch, want.arch);
+  EXPECT_EQ(c.num_layers, want.num_layers);
+  EXPECT_EQ(c.hidden_size, want.hidden_size);
+  EXPECT_EQ(c.intermediate_size, want.intermediate_size);
+  EXPECT_EQ(c.num_heads, want.num_heads);
+  EXPECT_EQ(c.num_kv_heads, want.num_kv_heads);
+  EXPECT_EQ(c.head_dim, want.head_dim);
+  EXPECT_EQ(c.vocab_size, want.vocab_size);
+  EXPECT_EQ(c.tie_word_embeddings, want.tie_word_embeddings);
+  EXPECT_FLOAT_EQ(static_cast<float>(c.rms_norm_eps), static_cast<float>(want.rms_norm_eps));
+  EXPECT_DOUBLE_EQ(c.rope.theta, want.rope.theta);
+  EXPECT_EQ(c.num_experts, want.num_experts);
+  EXPECT_EQ(c.num_experts_per_tok, want.num_experts_per_tok);
+  EXPECT_EQ(c.moe_intermediate_size, want.moe_intermediate_size);
+  for (int64_t i = 0; i < c.num_layers; ++i) EXPECT_EQ(c.is_moe_layer(i), want.is_moe_layer(i)) << "layer " << i;
+}
+
 TEST(GgufModel, ConfigComesFromTheMetadata) {
   for (const char* name : {"qwen3-tiny", "llama-tiny", "qwen3-moe-tiny"}) {
     SCOPED_TRACE(name);
-    const ModelConfig want = load_config(data(str("models/", name)));
-    const ModelConfig c = gguf_model_config(GgufFile::open(data(str("gguf/models/", name, "-q8_0.gguf"))));
-    EXPECT_EQ(c.arch, want.arch);
-    EXPECT_EQ(c.num_layers, want.num_layers);
-    EXPECT_EQ(c.hidden_size, want.hidden_size);
-    EXPECT_EQ(c.intermediate_size, want.intermediate_size);
-    EXPECT_EQ(c.num_heads, want.num_heads);
-    EXPECT_EQ(c.num_kv_heads, want.num_kv_heads);
-    EXPECT_EQ(c.head_dim, want.head_dim);
-    EXPECT_EQ(c.vocab_size, want.vocab_size);
-    EXPECT_EQ(c.tie_word_embeddings, want.tie_word_embeddings);
-    EXPECT_FLOAT_EQ(static_cast<float>(c.rms_norm_eps), static_cast<float>(want.rms_norm_eps));  // GGUF holds f32
-    EXPECT_DOUBLE_EQ(c.rope.theta, want.rope.theta);
-    EXPECT_EQ(c.num_experts, want.num_experts);
-    EXPECT_EQ(c.num_experts_per_tok, want.num_experts_per_tok);
-    EXPECT_EQ(c.moe_intermediate_size, want.moe_intermediate_size);
-    for (int64_t i = 0; i < c.num_layers; ++i) EXPECT_EQ(c.is_moe_layer(i), want.is_moe_layer(i)) << "layer " << i;
+    expect_same_config(gguf_model_config(GgufFile::open(data(str("gguf/models/", name, "-q8_0.gguf")))),
+                       load_config(data(str("models/", name))));
   }
   // Llama 3's RoPE scaling arrives as per-frequency factors (rope_freqs).
   const ModelConfig l = gguf_model_config(GgufFile::open(data("gguf/models/llama-tiny-f32.gguf")));
@@ -262,13 +266,7 @@ TEST(GgufWrite, TensorsMatchGgufPysFiles) {
     }
     EXPECT_GT(compared, 8);
     const ModelConfig a = gguf_model_config(ours), b = gguf_model_config(ref);
-    EXPECT_EQ(a.architecture, b.architecture);
-    EXPECT_EQ(a.hidden_size, b.hidden_size);
-    EXPECT_EQ(a.num_layers, b.num_layers);
-    EXPECT_EQ(a.num_kv_heads, b.num_kv_heads);
-    EXPECT_EQ(a.head_dim, b.head_dim);
-    EXPECT_EQ(a.num_experts, b.num_experts);
-    EXPECT_EQ(a.rope.theta, b.rope.theta);
+    expect_same_config(a, b);
     EXPECT_EQ(a.rope.freq_factors, b.rope.freq_factors);
     EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   }
