@@ -15,6 +15,8 @@ What runs for each op is what a PyTorch / Hugging Face decode step runs:
   silu_and_mul    F.silu(gate) * up on the two halves of gate_up
   linear_fp8      no PyTorch op takes bf16 activations with a block-scaled e4m3 weight: the weight dequantised
                   to bf16 (fp8 * the 128 x 128 block scales) then F.linear, what a model runs without FP8 kernels
+  linear_q4_k, linear_q8_0
+                  no PyTorch op takes llama.cpp's block formats: the weight dequantised to bf16, then F.linear
   scaled_mm       torch._scaled_mm(a, w.t(), scale_a, scale_b, out_dtype=bf16) (b column-major, as PyTorch
                   wants); for M < 16 the rows are padded to 16 (torch._scaled_mm needs multiples of 16)
   sample          temperature 0: torch.argmax; otherwise HF's TemperatureLogitsWarper, TopKLogitsWarper,
@@ -260,6 +262,37 @@ def linear_fp8_case(m, k, n):
         return {"dequant+F.linear": dequant_linear}
 
     return Case(f"linear_fp8/e4m3/M{m}/K{k}/N{n}", copy_bytes + 2 * m * n, copy_bytes, 2048, make)
+
+
+def linear_quant_case(fmt, m, k, n):
+    """kiln's linear(x, Q8Weight | Q4KWeight). PyTorch has no op for llama.cpp's block formats: what a model runs
+    without their kernels, the weight dequantised to bf16 then F.linear (Q8_0: int8 values x f16 scales per 32;
+    Q4_K: 4-bit codes two a byte with an f16 scale and min per 32, the layout's arithmetic without its 6-bit
+    packing of the scales)."""
+    copy_bytes = 2 * m * k + (n * k // 256 * 144 if fmt == "q4_k" else n * k + n * k // 32 * 2)
+
+    def make(dev):
+        x = rnd((m, k), "bf16", dev)
+        if fmt == "q8_0":
+            v = torch.randint(-127, 128, (n, k), dtype=torch.int8, device=dev)
+            d = rnd_scales((n, k // 32), dev).to(torch.float16)
+
+            def dequant_linear():
+                w = (v.view(n, k // 32, 32).to(torch.float32) * d.to(torch.float32).unsqueeze(-1)).view(n, k)
+                return F.linear(x, w.to(torch.bfloat16))
+        else:
+            codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=dev)
+            d = rnd_scales((n, k // 32), dev).to(torch.float16)
+            mn = rnd_scales((n, k // 32), dev).to(torch.float16)
+
+            def dequant_linear():
+                q = torch.stack((codes & 15, codes >> 4), dim=-1).view(n, k // 32, 32).to(torch.float32)
+                w = q * d.to(torch.float32).unsqueeze(-1) - mn.to(torch.float32).unsqueeze(-1)
+                return F.linear(x, w.view(n, k).to(torch.bfloat16))
+
+        return {"dequant+F.linear": dequant_linear}
+
+    return Case(f"linear_{fmt}/bf16/M{m}/K{k}/N{n}", copy_bytes + 2 * m * n, copy_bytes, 512, make)
 
 
 def scaled_mm_case(row, m, k, n):
@@ -514,6 +547,7 @@ LINEAR = [(2048, 4096), (2048, 512), (4096, 2048), (2048, 128), (2048, 151936), 
           (896, 4864), (4864, 896), (8192, 8192), (8192, 1024), (8192, 28672), (28672, 8192)]
 SCALED_MM = [(4096, 4096), (14336, 4096), (28672, 8192)]  # (K, N): weights [N, K]
 LINEAR_BATCHED = [(4096, 4096), (4096, 14336), (2048, 151936), (14336, 4096)]
+QUANT = [(4096, 6144), (4096, 4096), (4096, 24576), (12288, 4096), (4096, 151936)]  # Qwen3-8B's decode shapes
 SOFTMAX = [(1, 128256), (1, 151936), (4, 128256), (64, 32000)]
 
 
@@ -526,6 +560,9 @@ def cases():
     out.append(linear_case(16, 28672, 8192, False))
     for m in (4096, 8192):
         out += [linear_case(m, k, n, False) for k, n in SCALED_MM]
+    for fmt in ("q4_k", "q8_0"):
+        for m in (1, 4):
+            out += [linear_quant_case(fmt, m, k, n) for k, n in QUANT]
     out += [linear_fp8_case(1, k, n) for k, n in LINEAR]
     for row in (False, True):
         for m in (1, 16, 4096, 8192):
