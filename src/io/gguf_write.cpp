@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "kiln/gguf.h"
 
@@ -81,12 +82,17 @@ void write_gguf(const std::string& path, const std::vector<std::pair<std::string
   // Sizes and offsets first: every tensor's type and shape are checked before anything is written.
   std::vector<uint64_t> sizes, offsets;
   uint64_t at = 0;
+  std::set<std::string> names;
   for (const GgufTensorToWrite& t : tensors) {
+    // ggml's limits: names shorter than GGML_MAX_NAME (64), each once.
+    KILN_CHECK(!t.name.empty() && t.name.size() < 64, path, ": tensor name '", t.name, "' must be 1 to 63 bytes");
+    KILN_CHECK(names.insert(t.name).second, path, ": the tensor ", t.name, " is given twice");
     KILN_CHECK(!t.shape.empty() && t.shape.size() <= kGgufMaxRank, path, ": ", t.name, ": rank ", t.shape.size(),
                " is not 1..", kGgufMaxRank);
     uint64_t n = 1;
     for (int64_t d : t.shape) {
-      KILN_CHECK(d >= 0, path, ": ", t.name, ": negative dim");
+      KILN_CHECK(d >= 0 && (d == 0 || n <= (uint64_t{1} << 62) / static_cast<uint64_t>(d)), path, ": ", t.name,
+                 ": the dims ", shape_str(t.shape), " are negative or their product overflows");
       n *= static_cast<uint64_t>(d);
     }
     const uint64_t bytes = gguf_type_bytes(t.type, n);
@@ -101,6 +107,8 @@ void write_gguf(const std::string& path, const std::vector<std::pair<std::string
   }
   std::vector<std::pair<std::string, GgufValue>> kv = metadata;
   if (alignment != 32) kv.emplace_back("general.alignment", GgufValue{GgufValue::Type::U32, uint64_t{alignment}});
+  std::set<std::string> keys;
+  for (const auto& [key, v] : kv) KILN_CHECK(keys.insert(key).second, path, ": the metadata key ", key, " is given twice");
 
   const std::string tmp = path + ".tmp";
   try {
@@ -134,6 +142,7 @@ void write_gguf(const std::string& path, const std::vector<std::pair<std::string
       KILN_CHECK(o.pos() - data == offsets[i], tmp, ": internal offset mismatch at ", tensors[i].name);
       o.bytes(b.data(), b.size());
     }
+    o.pad_to(alignment);  // the last tensor padded too, as ggml's reader expects the data section to be
     os.close();
     KILN_CHECK(!os.fail(), tmp, ": closing failed");
     std::filesystem::rename(tmp, path);

@@ -375,10 +375,21 @@ void add_tokenizer(const std::string& dir, const ModelConfig& c, KV& kv) {
   kv.emplace_back("tokenizer.ggml.tokens", array(std::move(tokens)));
   kv.emplace_back("tokenizer.ggml.token_type", array(std::move(types)));
   kv.emplace_back("tokenizer.ggml.merges", array(std::move(merges)));
-  // add_bos_token: the post-processor puts a special token before the text (Llama 3's TemplateProcessing).
+  // add_bos_token: tokenizer_config.json's when it says, else whether the post-processor puts a special token
+  // before the text (Llama 3's TemplateProcessing, alone or inside a Sequence of processors).
+  auto template_adds_bos = [](const json& p) {
+    return p.is_object() && p.value("type", "") == "TemplateProcessing" && !p.value("single", json::array()).empty() &&
+           p["single"][0].contains("SpecialToken");
+  };
   const json& post = t.value("post_processor", json());
-  const bool add_bos = post.is_object() && post.value("type", "") == "TemplateProcessing" &&
-                       !post.value("single", json::array()).empty() && post["single"][0].contains("SpecialToken");
+  bool add_bos = template_adds_bos(post);
+  if (post.is_object() && post.value("type", "") == "Sequence")
+    for (const json& p : post.value("processors", json::array())) add_bos = add_bos || template_adds_bos(p);
+  if (std::ifstream cfg(fs::path(dir) / "tokenizer_config.json"); cfg) {
+    const json tc = json::parse(cfg, nullptr, false);
+    if (tc.is_object() && tc.contains("add_bos_token") && tc["add_bos_token"].is_boolean())
+      add_bos = tc["add_bos_token"].get<bool>();
+  }
   kv.emplace_back("tokenizer.ggml.add_bos_token", flag(add_bos));
   std::string tmpl;
   if (std::ifstream is(fs::path(dir) / "chat_template.jinja"); is) {
@@ -441,12 +452,20 @@ std::map<std::string, int64_t> write_gguf_model(const std::string& dir, const st
       kv.emplace_back(p + "rope.scaling.original_context_length", u32(r.original_max_position_embeddings));
   }
   add_tokenizer(dir, c, kv);
-  // The special ids (with or without a tokenizer: the config's bos / eos, which the reader takes back).
+  // The special ids (with or without a tokenizer: the config's bos / eos, which the reader takes back). Of a list
+  // of end ids the first is eos and the last eot (Llama 3.1's [end_of_text, eom, eot]: eom is not kept).
   if (c.bos_token_id) kv.emplace_back("tokenizer.ggml.bos_token_id", u32(*c.bos_token_id));
   if (!c.eos_token_ids.empty()) kv.emplace_back("tokenizer.ggml.eos_token_id", u32(c.eos_token_ids[0]));
+  if (c.eos_token_ids.size() > 1) kv.emplace_back("tokenizer.ggml.eot_token_id", u32(c.eos_token_ids.back()));
   if (c.pad_token_id) kv.emplace_back("tokenizer.ggml.padding_token_id", u32(*c.pad_token_id));
 
   const auto ck = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
+  // Every tensor the config implies, with its shape, before anything is written (a missing lm_head would read
+  // back as tied; an embedding of other rows than vocab_size would not match the padded token list).
+  for (const auto& [name, shape] : expected_tensors(c))
+    KILN_CHECK(ck->contains(name) && ck->entry(name).shape == shape, dir, ": ", name,
+               ck->contains(name) ? str(" is ", shape_str(ck->entry(name).shape), "; the config implies ", shape_str(shape))
+                                  : std::string(" is missing"));
   std::set<std::string> used;
   std::vector<GgufTensorToWrite> tensors;
   // A matrix's type: the format where its K allows (q4_k: Q8_0 where K % 256 != 0), else f16.

@@ -306,7 +306,24 @@ TEST(GgufWrite, RefusesWhatItCannotWrite) {
   EXPECT_TRUE(test::throws_error([&] { write_gguf_model(data("models/qwen3-tiny-fp8"), tmp.file("b.gguf"), "q8_0"); },
                                  {"FP8"}));
   EXPECT_FALSE(std::filesystem::exists(tmp.file("b.gguf")));
-  EXPECT_FALSE(std::filesystem::exists(tmp.file("b.gguf.tmp")));
+  // A tensor whose bytes fail mid-write leaves neither the file nor its temporary; a name twice is refused.
+  auto four_floats = [] { return std::vector<uint8_t>(16, 0); };
+  const std::vector<std::pair<std::string, GgufValue>> kv = {{"general.architecture", {GgufValue::Type::String, std::string("qwen3")}}};
+  EXPECT_TRUE(test::throws_error([&] {
+    write_gguf(tmp.file("d.gguf"), kv, {{"a", {4}, 0, four_floats}, {"b", {4}, 0, []() -> std::vector<uint8_t> {
+                                                                        throw Error("quantiser failed");
+                                                                      }}});
+  }, {"quantiser failed"}));
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("d.gguf")));
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("d.gguf.tmp")));
+  EXPECT_TRUE(test::throws_error([&] { write_gguf(tmp.file("e.gguf"), kv, {{"a", {4}, 0, four_floats}, {"a", {4}, 0, four_floats}}); },
+                                 {"given twice"}));
+  EXPECT_TRUE(test::throws_error([&] { write_gguf(tmp.file("e.gguf"), kv, {{"a", {4}, 8, four_floats}}); },
+                                 {"not a whole number"}));
+  write_gguf(tmp.file("f.gguf"), kv, {{"a", {4}, 0, four_floats}, {"b", {2, 2}, 0, four_floats}});
+  const GgufFile f = GgufFile::open(tmp.file("f.gguf"));
+  EXPECT_EQ(f.info("b").shape, Shape({2, 2}));
+  EXPECT_EQ(std::filesystem::file_size(tmp.file("f.gguf")) % 32, 0u);  // the last tensor padded too
   // A tensor the layout has no name for.
   std::filesystem::copy(data("models/qwen3-tiny"), tmp.dir / "extra");
   {
