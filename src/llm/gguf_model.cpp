@@ -75,6 +75,17 @@ const std::pair<const char*, const char*> kExpertNames[] = {
     {"down_proj.weight", "ffn_down_exps.weight"},
 };
 
+// Llama's q/k rows between Hugging Face's order and llama.cpp's (its RoPE pairs adjacent dims), per head:
+// [heads, 2, half] -> [heads, half, 2] (to_gguf, convert_hf_to_gguf's permute) or back. `what` names the tensor
+// in errors.
+Tensor llama_head_rows(const Tensor& t, int64_t heads, bool to_gguf, const std::string& what) {
+  const int64_t rows = t.size(0);
+  KILN_CHECK(heads > 0 && rows % (2 * heads) == 0, what, " has ", rows, " rows, not a multiple of 2 x ", heads, " heads");
+  Shape split = to_gguf ? Shape{heads, 2, rows / heads / 2} : Shape{heads, rows / heads / 2, 2};
+  for (int64_t d = 1; d < t.dim(); ++d) split.push_back(t.size(d));
+  return t.reshape(split).transpose(1, 2).contiguous().reshape(t.sizes());
+}
+
 class GgufWeightSource : public WeightSource {
  public:
   GgufWeightSource(GgufFile f, const ModelConfig& c) : f_(std::move(f)), c_(c) {
@@ -162,14 +173,8 @@ class GgufWeightSource : public WeightSource {
     if (f_.contains(gguf)) map_.emplace(hf, Entry{gguf, -1});
   }
 
-  // The inverse of convert_hf_to_gguf's permute: rows [heads, half, 2] -> [heads, 2, half].
   Tensor unpermute(const Tensor& t, int64_t heads, const std::string& name) const {
-    const int64_t rows = t.size(0);
-    KILN_CHECK(heads > 0 && rows % (2 * heads) == 0, f_.path(), ": ", name, " has ", rows, " rows, not a multiple of 2 x ",
-               heads, " heads");
-    Shape split = {heads, rows / heads / 2, 2};
-    for (int64_t d = 1; d < t.dim(); ++d) split.push_back(t.size(d));
-    return t.reshape(split).transpose(1, 2).contiguous().reshape(t.sizes());
+    return llama_head_rows(t, heads, false, f_.path() + ": " + name);
   }
 
   GgufFile f_;
@@ -313,15 +318,6 @@ std::vector<uint8_t> encode(const Tensor& t, uint32_t type) {
     std::memcpy(out.data() + b * (2 + qb) + 2, v + b * qb, static_cast<size_t>(qb));
   }
   return out;
-}
-
-// Llama's q/k rows in llama.cpp's order (its RoPE pairs adjacent dims): [heads, 2, half] -> [heads, half, 2].
-Tensor permute_rows(const Tensor& t, int64_t heads, const std::string& name) {
-  const int64_t rows = t.size(0);
-  KILN_CHECK(heads > 0 && rows % (2 * heads) == 0, name, " has ", rows, " rows, not a multiple of 2 x ", heads, " heads");
-  Shape split = {heads, 2, rows / heads / 2};
-  for (int64_t d = 1; d < t.dim(); ++d) split.push_back(t.size(d));
-  return t.reshape(split).transpose(1, 2).contiguous().reshape(t.sizes());
 }
 
 // The tokenizer.json and chat template of `dir` as tokenizer.* metadata (llama.cpp's byte-level BPE keys),
@@ -486,7 +482,7 @@ std::map<std::string, int64_t> write_gguf_model(const std::string& dir, const st
     const int64_t heads = q ? c.num_heads : c.num_kv_heads;
     tensors.push_back({gg, shape, ty, [ck, hf, ty, q, k, heads] {
                          Tensor t = ck->get(hf).to(DType::F32);
-                         if (q || k) t = permute_rows(t, heads, hf);
+                         if (q || k) t = llama_head_rows(t, heads, true, hf);
                          return encode(t, ty);
                        }});
   };
