@@ -1,5 +1,7 @@
 // bincount on CUDA: with few enough bins each block counts into a histogram in shared memory (privatised
 // atomics: the contended adds stay on the SM) and adds it to the output once; otherwise straight global atomics.
+#include <algorithm>
+
 #include "cpu/bincount.h"
 #include "cuda/launch.h"
 #include "cuda/visit.h"
@@ -103,7 +105,12 @@ void launch(const Tensor& x, const W* w, Tensor& counts) {
 template <class I, class W, class S>
 void launch_ranged(const Tensor& x, const W* w, Tensor& range, Tensor& counts) {
   const int64_t n = x.numel(), bins = counts.numel();
-  const unsigned grid = grid_for((n + kUnroll - 1) / kUnroll, kThreads, x.device().index);
+  // As many blocks as fit on the GPU at once (2048 threads a multiprocessor), each looping over the input: every
+  // block ends by adding its nonzero bins to the output with global atomics, so a block more costs up to `bins`
+  // contended atomics.
+  const int64_t resident = static_cast<int64_t>(multiprocessor_count(x.device().index)) * (2048 / kThreads);
+  const unsigned grid = static_cast<unsigned>(
+      std::max<int64_t>(1, std::min<int64_t>((n + kUnroll * kThreads - 1) / (kUnroll * kThreads), resident)));
   bincount_ranged<I, W, S><<<grid, kThreads, static_cast<size_t>(bins) * sizeof(S), stream_of(x.device())>>>(
       x.data<I>(), w, n, static_cast<W*>(counts.data_ptr()), static_cast<int>(bins),
       static_cast<unsigned long long*>(range.data_ptr()));

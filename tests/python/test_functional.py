@@ -349,6 +349,23 @@ def test_pad_layouts_dtypes_and_sizes(rng, device, mode, np_mode):
     xd = rng.standard_normal((5, 2, 1))
     close(F.pad(t(xd, device), [0, 0, 1, 1], mode=mode, value=value),
           np.pad(xd, [(0, 0), (1, 1), (0, 0)], mode=np_mode, **kw), 0, 0)
+    # Rows that are whole 16-byte chunks (CUDA: staged with 16-byte loads), in groups that do not divide the
+    # rows, a crop on the last dim, 1- and 8-byte elements; rows longer than 32 KB (CUDA: one warp a row).
+    xa = rng.standard_normal((1, 3, 5, 11, 64)).astype(np.float32)
+    xab = to_numpy(t(xa, device, kiln.bfloat16))
+    close(F.pad(t(xa, device, kiln.bfloat16), [1, 1, 1, 1, 1, 1], mode=mode, value=value),
+          np.pad(xab, [(0, 0), (0, 0), (1, 1), (1, 1), (1, 1)], mode=np_mode, **kw), 0, 0)
+    close(F.pad(t(xa, device, kiln.bfloat16), [-3, 2, 0, 1], mode=mode, value=value),
+          np.pad(xab, [(0, 0)] * 3 + [(0, 1), (0, 2)], mode=np_mode, **kw)[..., 3:], 0, 0)
+    xa8 = rng.integers(0, 255, (70, 32)).astype(np.uint8)
+    assert to_numpy(F.pad(t(xa8, device), [3, 2, 1, 0], mode=mode, value=value)).tolist() == \
+        np.pad(xa8, [(1, 0), (3, 2)], mode=np_mode, **kw).tolist()
+    xa64 = rng.integers(-1000, 1000, (9, 7, 2))
+    assert to_numpy(F.pad(t(xa64, device), [1, 1, 2, 2], mode=mode, value=value)).tolist() == \
+        np.pad(xa64, [(0, 0), (2, 2), (1, 1)], mode=np_mode, **kw).tolist()
+    long = rng.standard_normal((3, 9000)).astype(np.float32)
+    close(F.pad(t(long, device), [5, 4, 1, 1], mode=mode, value=value),
+          np.pad(long, [(1, 1), (5, 4)], mode=np_mode, **kw), 0, 0)
     # A zero-size batch, and a plane of more than 65536 elements.
     assert F.pad(t(np.zeros((0, 3, 4)), device), [1, 1], mode=mode, value=value).shape == (0, 3, 6)
     big = rng.standard_normal((1, 2, 300, 260)).astype(np.float32)
