@@ -18,12 +18,29 @@ struct alignas(4 * sizeof(T)) Quad {
 };
 
 // One thread per Philox block: elements 4g .. 4g + 3, moved as one access when VEC (x and out aligned to four
-// elements), else one by one.
+// elements), else one by one. With VEC a thread loads the quads of two blocks a grid apart before it draws for
+// either (two loads in flight: the draws' arithmetic overlaps the memory).
 template <class T, class C, bool VEC>
 __global__ void dropout_kernel(T* __restrict__ out, const T* __restrict__ x, DropoutRule<C> rule, int64_t n) {
-  const int64_t blocks = (n + 3) / 4;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < blocks;
-       g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const int64_t blocks = (n + 3) / 4, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (VEC) {
+    const int64_t whole = n / 4;  // blocks whose four elements all exist
+    for (; g + stride < whole; g += 2 * stride) {
+      const Quad<T> in0 = *reinterpret_cast<const Quad<T>*>(x + 4 * g);
+      const Quad<T> in1 = *reinterpret_cast<const Quad<T>*>(x + 4 * (g + stride));
+      const PhiloxOut o0 = rule.block(static_cast<uint64_t>(g)), o1 = rule.block(static_cast<uint64_t>(g + stride));
+      Quad<T> r0, r1;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        r0.v[j] = convert<T>(rule.apply(convert<C>(in0.v[j]), o0, j));
+        r1.v[j] = convert<T>(rule.apply(convert<C>(in1.v[j]), o1, j));
+      }
+      *reinterpret_cast<Quad<T>*>(out + 4 * g) = r0;
+      *reinterpret_cast<Quad<T>*>(out + 4 * (g + stride)) = r1;
+    }
+  }
+  for (; g < blocks; g += stride) {
     const PhiloxOut o = rule.block(static_cast<uint64_t>(g));
     const int64_t i = 4 * g;
     if (VEC && i + 4 <= n) {
