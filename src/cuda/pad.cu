@@ -116,18 +116,24 @@ __global__ void __launch_bounds__(kThreads) pad_staged_kernel(const U* __restric
     // y is at least 4-byte aligned (allocations are), so the region's misalignment follows from its offset.
     const int head = min(len, static_cast<int>((E - (r0 * out2) % E) % E));
     const int units = (len - head) / E, tail_start = head + units * E;
+    // A thread's units are blockDim.x * E elements apart: its (row, position) advances by (dq, di), one
+    // division per group instead of one per unit.
+    const int step = static_cast<int>(blockDim.x) * E, dq = step / out2, di = step - dq * out2;
+    int q = (head + static_cast<int>(threadIdx.x) * E) / out2, i = head + static_cast<int>(threadIdx.x) * E - q * out2;
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
-      const int p = head + u * E;
-      int q = p / out2, i = p - q * out2;
       U v[E];
+      int qe = q, ie = i;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        v[e] = at(q, i);
-        if (++i == out2) i = 0, ++q;
+        v[e] = at(qe, ie);
+        if (++ie == out2) ie = 0, ++qe;
       }
       P w;
       memcpy(&w, v, sizeof(P));
       reinterpret_cast<P*>(region + head)[u] = w;
+      q += dq;
+      i += di;
+      if (i >= out2) i -= out2, ++q;
     }
     const int extra = head + (len - tail_start);
     if (static_cast<int>(threadIdx.x) < extra) {
