@@ -408,3 +408,35 @@ def test_a_small_paged_cache_queues_requests_and_serves_them_all(model):
         assert s.request("GET", "/health")[0] == 200
     finally:
         assert s.stop() == 0
+
+
+def test_the_queue_limit_counts_beyond_the_free_batch_places(model):
+    # --max-batch clients arriving at once all get in with no queue; a request past the taken places and the
+    # queue is a 429, and the server serves again once a place is free.
+    s = Server(model, "--max-batch", "6", "--max-queue", "0")
+    try:
+        body = lambda i: {"prompt": f"Client {i} asks", "max_tokens": 8, "temperature": 0}
+        with ThreadPoolExecutor(6) as ex:
+            statuses = [r[0] for r in ex.map(lambda i: s.post("/v1/completions", body(i)), range(6))]
+        assert statuses == [200] * 6
+    finally:
+        assert s.stop() == 0
+    s = Server(model, "--max-batch", "1", "--max-queue", "0", ctx=1024)
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "A long answer", "max_tokens": 900,
+                                                              "ignore_eos": True, "stream": True}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 200
+        r.fp.readline()  # the first event: the request holds the batch's one place
+        status, err = s.post("/v1/completions", body(0))
+        assert status == 429, err
+        assert err["error"]["type"] == "rate_limit_error" and "1 of its 1 batch places taken" in err["error"]["message"]
+        c.close()  # the client goes away: its place frees
+        deadline = time.time() + 30
+        while s.post("/v1/completions", body(0))[0] == 429 and time.time() < deadline:
+            time.sleep(0.05)
+        assert s.post("/v1/completions", body(0))[0] == 200
+    finally:
+        assert s.stop() == 0

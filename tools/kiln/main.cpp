@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 28));
   serve->add_option("--prefill-chunk", serve_opts.prefill_chunk, "Prompt tokens run between two decode steps of the batch")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 22));
-  serve->add_option("--max-queue", serve_opts.max_queue, "Requests that may wait; more get 429")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  serve->add_option("--max-queue", serve_opts.max_queue, "Requests that may wait for a place in the batch (beyond the free places; 0: none wait); more get 429")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   serve->add_option("--max-body", serve_opts.max_body, "Largest request body in bytes (413 above)")->capture_default_str();
   auto* bench_serve = bench->add_subcommand("serve", "Load an OpenAI-compatible server: output t/s, TTFT and ITL per concurrency");
   kiln::cli::BenchServeOptions bs_opts;

@@ -121,13 +121,16 @@ class Engine {
   int64_t cache_bytes() const { return cache_.bytes(); }
   int64_t running_peak() const { return running_peak_.load(); }
 
-  // Queues a job; a full queue is a 429.
+  // Queues a job. The queue holds the jobs about to take a free place in the batch and, beyond those,
+  // --max-queue jobs that wait for one; more is a 429 (so --max-batch clients arriving at once all get in).
   void submit(const std::shared_ptr<Job>& job) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (static_cast<int64_t>(queue_.size()) >= o_.max_queue)
-        throw HttpError{429, str("the server has ", queue_.size(), " requests waiting; try again later"), "",
-                        "rate_limit_error"};
+      const int64_t free_places = std::max<int64_t>(0, o_.max_batch - running_.load());
+      if (static_cast<int64_t>(queue_.size()) >= o_.max_queue + free_places)
+        throw HttpError{429, str("the server has ", queue_.size(), " requests waiting and ", o_.max_batch - free_places,
+                                 " of its ", o_.max_batch, " batch places taken; try again later"),
+                        "", "rate_limit_error"};
       queue_.push_back(job);
     }
     cv_.notify_one();
