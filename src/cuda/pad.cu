@@ -2,8 +2,8 @@
 // src/ops/pad_index.h: one pass, no index tensors, any size. Elements move as bytes of their size.
 //  - pad_staged_kernel (rows of up to 32 KB): a block takes a group of consecutive output rows, stages their
 //    input rows in shared memory (16-byte loads where the rows are 16-byte aligned) and writes the group's
-//    output, one contiguous region, in 4-byte units: whole-warp runs of coalesced stores whatever the row length
-//    and the pads, and consecutive lanes reading consecutive shared words.
+//    output, one contiguous region, in 8-byte units: whole-warp runs of coalesced stores whatever the row length
+//    and the pads.
 //  - pad_rows_kernel (longer rows): one warp per output row, reading the input row in place.
 #include "cuda/pad.h"
 
@@ -60,16 +60,33 @@ __global__ void __launch_bounds__(kThreads) pad_rows_kernel(const U* __restrict_
   }
 }
 
+// pad_source for a position j (= i - left) outside a row of `size` < 2^31 elements: 32-bit arithmetic (a 64-bit
+// remainder is a long software sequence on the GPU, and a warp meets the row's edges every few steps).
+__device__ inline int last_dim_source(int j, int size, PadMode mode) {
+  switch (mode) {
+    case PadMode::Constant: return -1;
+    case PadMode::Replicate: return j < 0 ? 0 : size - 1;
+    case PadMode::Circular: return ((j % size) + size) % size;
+    case PadMode::Reflect: {
+      if (size == 1) return 0;
+      const int period = 2 * (size - 1);
+      j = ((j % period) + period) % period;
+      return j < size ? j : period - j;
+    }
+  }
+  return -1;
+}
+
 // Staged rows. Per group of `rows_per` output rows: (0) one thread per row finds its input row (or -1 where a
 // padded row of dims 0-1 is all constant); (1) the block copies those input rows into shared memory, row q at
 // q * in2; (2) the block writes the group's output region y[r0 * out2, (r0 + n) * out2) as units of E elements
-// (4 bytes; 8-byte elements one at a time), the few elements before the first 4-byte boundary and after the
-// last whole unit one per thread. VecIn: every input row starts 16-byte aligned and is a whole number of 16-byte
+// (8 bytes; 8-byte elements one at a time), the few elements before the first 8-byte boundary and after the last
+// whole unit one per thread. VecIn: every input row starts 16-byte aligned and is a whole number of 16-byte
 // chunks (the host checks the base, the strides and the row length).
 template <class U, bool VecIn>
 __global__ void __launch_bounds__(kThreads) pad_staged_kernel(const U* __restrict__ x, U* __restrict__ y,
                                                               PadGeometry g, U value, int64_t rows, int rows_per) {
-  using P = std::conditional_t<(sizeof(U) < 4), uint32_t, U>;
+  using P = std::conditional_t<(sizeof(U) < 8), uint2, U>;
   constexpr int E = sizeof(P) / sizeof(U);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   int64_t* src = reinterpret_cast<int64_t*>(smem_raw);  // rows_per input-row offsets, -1 for a constant row
@@ -86,14 +103,23 @@ __global__ void __launch_bounds__(kThreads) pad_staged_kernel(const U* __restric
     }
     __syncthreads();
     if constexpr (VecIn) {
-      constexpr int C16 = 16 / sizeof(U);
+      // kLoads chunks a thread in flight before any is stored.
+      constexpr int C16 = 16 / sizeof(U), kLoads = 4;
       const int chunks = in2 / C16, total = n * chunks;
-      for (int k = threadIdx.x; k < total; k += blockDim.x) {
-        const int q = k / chunks, c = k - q * chunks;
-        const int64_t off = src[q];
-        if (off >= 0)
-          reinterpret_cast<uint4*>(buf + static_cast<size_t>(q) * in2)[c] =
-              __ldg(reinterpret_cast<const uint4*>(x + off) + c);
+      for (int k0 = threadIdx.x; k0 < total; k0 += kLoads * blockDim.x) {
+        uint4 v[kLoads];
+        int64_t off[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int k = k0 + u * static_cast<int>(blockDim.x), q = k / chunks;
+          off[u] = k < total ? src[q] : -1;
+          if (off[u] >= 0) v[u] = __ldg(reinterpret_cast<const uint4*>(x + off[u]) + (k - q * chunks));
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int k = k0 + u * static_cast<int>(blockDim.x), q = k / chunks;
+          if (off[u] >= 0) reinterpret_cast<uint4*>(buf + static_cast<size_t>(q) * in2)[k - q * chunks] = v[u];
+        }
       }
     } else {
       const int total = n * in2;
@@ -108,12 +134,12 @@ __global__ void __launch_bounds__(kThreads) pad_staged_kernel(const U* __restric
     const auto at = [&](int q, int i) -> U {
       if (src[q] < 0) return value;
       int j = i - left2;
-      if (j < 0 || j >= in2) j = static_cast<int>(pad_source(i, left2, in2, g.mode));
+      if (j < 0 || j >= in2) j = last_dim_source(j, in2, g.mode);
       return j < 0 ? value : buf[q * in2 + j];
     };
     U* region = y + r0 * out2;
     const int len = n * out2;
-    // y is at least 4-byte aligned (allocations are), so the region's misalignment follows from its offset.
+    // y is at least 8-byte aligned (allocations are), so the region's misalignment follows from its offset.
     const int head = min(len, static_cast<int>((E - (r0 * out2) % E) % E));
     const int units = (len - head) / E, tail_start = head + units * E;
     // A thread's units are blockDim.x * E elements apart: its (row, position) advances by (dq, di), one
@@ -148,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) pad_staged_kernel(const U* __restric
 // The staged kernel's limits: input rows of at most kStageRowBytes, groups of about kStageBytes of input, at
 // most kThreads rows (one thread each finds a row's source): at most 32 KB of shared memory a block, within the
 // default 48 KB.
-constexpr int64_t kStageRowBytes = 32 * 1024, kStageBytes = 8 * 1024;
+constexpr int64_t kStageRowBytes = 32 * 1024, kStageBytes = 16 * 1024;
 
 }  // namespace
 
