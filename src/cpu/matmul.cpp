@@ -162,8 +162,7 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
   const int64_t sa = a.stride(0), sar = a.stride(1), sb = b.stride(0), sbm = b.stride(2);
   std::vector<float> x(static_cast<size_t>(n * k));
   for (int64_t bi = 0; bi < B; ++bi) {
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t p = 0; p < k; ++p) x[r * k + p] = static_cast<float>(pa[bi * sa + r * sar + p]);
+    for (int64_t r = 0; r < n; ++r) simd_widen(pa + bi * sa + r * sar, k, x.data() + r * k);
     const float* xp = x.data();
     float* cb = pc + bi * n * m;
     const T* base = pb + bi * sb;
