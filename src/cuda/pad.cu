@@ -60,23 +60,6 @@ __global__ void __launch_bounds__(kThreads) pad_rows_kernel(const U* __restrict_
   }
 }
 
-// pad_source for a position j (= i - left) outside a row of `size` < 2^31 elements: 32-bit arithmetic (a 64-bit
-// remainder is a long software sequence on the GPU, and a warp meets the row's edges every few steps).
-__device__ inline int last_dim_source(int j, int size, PadMode mode) {
-  switch (mode) {
-    case PadMode::Constant: return -1;
-    case PadMode::Replicate: return j < 0 ? 0 : size - 1;
-    case PadMode::Circular: return ((j % size) + size) % size;
-    case PadMode::Reflect: {
-      if (size == 1) return 0;
-      const int period = 2 * (size - 1);
-      j = ((j % period) + period) % period;
-      return j < size ? j : period - j;
-    }
-  }
-  return -1;
-}
-
 // Staged rows. Per group of `rows_per` output rows: (0) one thread per row finds its input row (or -1 where a
 // padded row of dims 0-1 is all constant); (1) the block copies those input rows into shared memory, row q at
 // q * in2; (2) the block writes the group's output region y[r0 * out2, (r0 + n) * out2) as units of E elements
@@ -134,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) pad_staged_kernel(const U* __restric
     const auto at = [&](int q, int i) -> U {
       if (src[q] < 0) return value;
       int j = i - left2;
-      if (j < 0 || j >= in2) j = last_dim_source(j, in2, g.mode);
+      if (j < 0 || j >= in2) j = pad_source_edge(j, in2, g.mode);
       return j < 0 ? value : buf[q * in2 + j];
     };
     U* region = y + r0 * out2;

@@ -31,6 +31,30 @@ KILN_HD int64_t pad_source(int64_t i, int64_t left, int64_t size, PadMode mode) 
   return -1;
 }
 
+// pad_source for a position j = i - left outside a row of `size` (< 2^31) elements, in 32-bit arithmetic and,
+// within one row's length of its edges (every reflect and circular pad pad() accepts), with no remainder: the
+// CUDA kernel meets the edges of every row, and a remainder there is a long instruction sequence.
+KILN_HD int pad_source_edge(int j, int size, PadMode mode) {
+  switch (mode) {
+    case PadMode::Constant: return -1;
+    case PadMode::Replicate: return j < 0 ? 0 : size - 1;
+    case PadMode::Circular: {
+      const int r = j < 0 ? j + size : j - size;
+      if (r >= 0 && r < size) return r;
+      return ((j % size) + size) % size;
+    }
+    case PadMode::Reflect: {
+      if (size == 1) return 0;
+      const int r = j < 0 ? -j : 2 * (size - 1) - j;
+      if (r >= 0 && r < size) return r;
+      const int period = 2 * (size - 1);
+      j = ((j % period) + period) % period;
+      return j < size ? j : period - j;
+    }
+  }
+  return -1;
+}
+
 struct PadGeometry {
   int64_t outer = 1;        // product of the dims that are not padded
   int64_t out[3] = {1, 1, 1};
