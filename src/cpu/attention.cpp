@@ -47,21 +47,16 @@ bool block_f32(T* op, const T* qp, const T* kp, const T* vp, const char* mp, con
   kb.resize(static_cast<size_t>(nk * d));
   vb.resize(static_cast<size_t>(nk * dv));
   for (int64_t j = 0; j < nk; ++j) {
-    const T* vr = vp + off.v + j * L.v_row;
+    // Rows widened with simd_widen (F16C for f16: one element at a time, the conversion dominated prefill).
     float* vo = vb.data() + j * dv;
+    simd_widen(vp + off.v + j * L.v_row, dv, vo);
     bool finite = true;
-    for (int64_t c = 0; c < dv; ++c) {
-      vo[c] = static_cast<float>(vr[c]);
-      finite &= std::isfinite(vo[c]);
-    }
+    for (int64_t c = 0; c < dv; ++c) finite &= std::isfinite(vo[c]);
     if (!finite) return false;
-    const T* kr = kp + off.k + j * L.k_row;
-    float* ko = kb.data() + j * d;
-    for (int64_t c = 0; c < d; ++c) ko[c] = static_cast<float>(kr[c]);
+    simd_widen(kp + off.k + j * L.k_row, d, kb.data() + j * d);
   }
   qb.resize(static_cast<size_t>(rows * d));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < d; ++c) qb[r * d + c] = static_cast<float>(qp[off.q + (i0 + r) * L.q_row + c]);
+  for (int64_t r = 0; r < rows; ++r) simd_widen(qp + off.q + (i0 + r) * L.q_row, d, qb.data() + r * d);
   sb.resize(static_cast<size_t>(rows * nk));
   ob.resize(static_cast<size_t>(rows * dv));
   if (nk > 0)
@@ -109,8 +104,9 @@ bool block_f32(T* op, const T* qp, const T* kp, const T* vp, const char* mp, con
   else
     std::fill(ob.begin(), ob.end(), 0.f);
   for (int64_t r = 0; r < rows; ++r) {
-    T* orow = op + (task * L.lq + i0 + r) * dv;
-    for (int64_t c = 0; c < dv; ++c) orow[c] = convert<T>(ob[r * dv + c] * inv[r]);
+    float* o = ob.data() + r * dv;
+    for (int64_t c = 0; c < dv; ++c) o[c] *= inv[r];
+    simd_narrow(o, dv, op + (task * L.lq + i0 + r) * dv);
   }
   return true;
 }

@@ -24,6 +24,7 @@ namespace kiln::cpu {
 bool have_f16c();
 void f16c_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out);
 void f16c_widen(const uint16_t* w, int64_t n, float* out);
+void f16c_narrow(const float* x, int64_t n, uint16_t* out);  // round to nearest even, as kiln's Half(float)
 double f16c_dot_f64(const double* x, const uint16_t* w, int64_t n);
 void f16c_axpy_f64(double* acc, double p, const uint16_t* v, int64_t n);  // acc += p v
 #endif
@@ -59,6 +60,17 @@ KILN_SIMD_CLONES void simd_widen(const S* __restrict w, int64_t n, float* __rest
 #endif
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(w[i]);
+}
+
+// out[i] = x[i] rounded to S (S(float): round to nearest even), for i < n.
+template <class S>
+KILN_SIMD_CLONES void simd_narrow(const float* __restrict x, int64_t n, S* __restrict out) {
+#if KILN_F16C_KERNELS
+  if constexpr (std::is_same_v<S, Half>)
+    if (have_f16c()) return f16c_narrow(x, n, reinterpret_cast<uint16_t*>(out));
+#endif
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<S>(x[i]);
 }
 
 // The same for R (1..4) rows of x (x + r * ldx) against one w: each w[i] widened once for all rows.

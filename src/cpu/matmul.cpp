@@ -255,6 +255,14 @@ __attribute__((target("avx2,fma,f16c"))) void f16c_widen(const uint16_t* w, int6
   for (; i < n; ++i) out[i] = _cvtsh_ss(w[i]);
 }
 
+__attribute__((target("avx2,fma,f16c"))) void f16c_narrow(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
 __attribute__((target("avx2,fma,f16c"))) double f16c_dot_f64(const double* x, const uint16_t* w, int64_t n) {
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   int64_t i = 0;
