@@ -33,6 +33,18 @@ from presets import PRESETS  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def cpu_description():
+    """The CPU's model name and the vector extensions both engines choose kernels by (Linux /proc/cpuinfo)."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return None
+    name = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "")
+    flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
+    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16"]
+    return {"model": name, "flags": [f for f in wanted if f in flags]}
+
+
 def write_checkpoint(d, seed=0):
     """A random bf16 checkpoint of the qwen3-0.6b preset with the Qwen2 tokenizer, as safetensors."""
     cfg = dict(PRESETS["qwen3-0.6b"], torch_dtype="bfloat16", bos_token_id=151643, eos_token_id=151645)
@@ -144,8 +156,9 @@ def main():
     if a.json:
         import llama_cpp
         with open(a.json, "w") as f:
-            json.dump({"machine": platform.processor() or platform.machine(), "threads": a.threads, "p": a.p, "n": a.n,
-                       "r": a.r, "llama_cpp_python": llama_cpp.__version__, "rows": rows}, f, indent=1)
+            json.dump({"machine": platform.processor() or platform.machine(), "cpu": cpu_description(),
+                       "threads": a.threads, "p": a.p, "n": a.n, "r": a.r, "llama_cpp_python": llama_cpp.__version__,
+                       "rows": rows}, f, indent=1)
     if tmp:
         tmp.cleanup()
 
