@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <limits>
 #include <unordered_map>
 
@@ -434,6 +435,18 @@ Tensor GgufFile::get(std::string_view name, DType dtype) const {
   const TypeInfo* ti = type_info(t.type);
   KILN_CHECK(ti && ti->readable, "gguf file '", s_->path, "': tensor '", t.name, "' is of type ", gguf_type_name(t.type),
              ", which kiln cannot read yet");
+  // Stored as the dtype asked for (F32, F16, BF16): the bytes as they are, with no f32 copy between.
+  const std::optional<DType> stored = t.type == 0    ? std::optional<DType>(DType::F32)
+                                      : t.type == 1  ? std::optional<DType>(DType::F16)
+                                      : t.type == 30 ? std::optional<DType>(DType::BF16)
+                                                     : std::nullopt;
+  if (stored == dtype) {
+    Tensor out = empty(t.shape, dtype);
+    // In range: parse_gguf_header checked every tensor's byte range against the file and its size against its
+    // shape and type.
+    std::memcpy(out.data_ptr(), s_->bytes + t.offset, out.nbytes());
+    return out;
+  }
   Tensor out = empty(t.shape, DType::F32);
   gguf_dequantize(t.type, s_->bytes + t.offset, static_cast<uint64_t>(out.numel()), out.data<float>());
   return dtype == DType::F32 ? out : out.to(dtype);

@@ -44,6 +44,19 @@ TEST(Gguf, EveryTypeDequantisesAsGgmlDoes) {
     const double scale = amax(abs(expected)).item<double>();
     EXPECT_LE(amax(abs(sub(got, expected))).item<double>(), 1e-6 * scale);
     EXPECT_EQ(f.get(e.name, DType::BF16).dtype(), DType::BF16);
+    // Read in the dtype it is stored in: its bytes unchanged (no f32 round trip); in another, the same values.
+    const GgufTensorInfo& info = f.info(e.name);
+    for (const DType d : {DType::F32, DType::F16, DType::BF16}) {
+      const Tensor g = f.get(e.name, d);
+      ASSERT_EQ(g.dtype(), d);
+      EXPECT_TRUE(test::equal(g.to(DType::F32), got.to(d).to(DType::F32)));
+      const bool as_stored = (info.type == 0 && d == DType::F32) || (info.type == 1 && d == DType::F16) ||
+                             (info.type == 30 && d == DType::BF16);
+      if (as_stored) {
+        EXPECT_EQ(static_cast<uint64_t>(g.nbytes()), info.nbytes);
+        EXPECT_EQ(std::memcmp(g.data_ptr(), f.raw(e.name).data_ptr(), static_cast<size_t>(g.nbytes())), 0);
+      }
+    }
   }
   EXPECT_EQ(gguf_type_name(f.info("t.q4_k").type), "Q4_K");
   EXPECT_TRUE(test::throws_error([&] { f.get("missing"); }, {"types.gguf", "no tensor 'missing'"}));
