@@ -220,3 +220,40 @@ TEST(Conversion, AllHalfAndBFloat16PatternsDecodeExactly) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Tensor::to between f32 and f16 / bf16 on contiguous tensors large enough for the chunked, threaded, vectorised
+// conversion (cpu/copy.cpp): every element as the scalar conversion gives it, bit for bit, for every 16-bit
+// pattern (twice over) and for random f32 bit patterns (NaNs, infinities, subnormals and ties among them).
+TEST(Conversion, BulkTensorConversionsEqualTheScalarOnes) {
+  std::vector<uint16_t> pat(2 * 65536);
+  for (size_t i = 0; i < pat.size(); ++i) pat[i] = static_cast<uint16_t>(i);
+  std::mt19937_64 gen(test::rng()());
+  std::vector<float> f(200003);
+  for (float& v : f) v = f32_from_bits(static_cast<uint32_t>(gen()));
+  for (int k = 0; k < 4096; ++k) f[static_cast<size_t>(k)] = f32_from_bits(static_cast<uint32_t>(0x38000000u + (k << 12)));  // ties
+  const Tensor ft = from_vector<float>(f);
+  for (const DType d : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(d));
+    Tensor h = empty({static_cast<int64_t>(pat.size())}, d);
+    std::memcpy(h.data_ptr(), pat.data(), pat.size() * 2);
+    const auto wide = test::raw_bits(h.to(DType::F32));
+    const auto narrow = test::raw_bits(ft.to(d));
+    int bad = 0;
+    for (size_t i = 0; i < pat.size(); ++i) {
+      const float want = d == DType::F16 ? convert<float>(Half(pat[i], FromBits{})) : convert<float>(BFloat16(pat[i], FromBits{}));
+      if (wide[i] != f32_to_bits(want) && ++bad <= 10) ADD_FAILURE() << "widen 0x" << std::hex << pat[i] << " -> 0x" << wide[i];
+    }
+    for (size_t i = 0; i < f.size(); ++i) {
+      const uint64_t want = d == DType::F16 ? convert<Half>(f[i]).x : convert<BFloat16>(f[i]).x;
+      if (narrow[i] != want && ++bad <= 10)
+        ADD_FAILURE() << "narrow 0x" << std::hex << f32_to_bits(f[i]) << " -> 0x" << narrow[i] << ", want 0x" << want;
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
