@@ -421,10 +421,12 @@ def test_the_queue_limit_counts_beyond_the_free_batch_places(model):
         assert statuses == [200] * 6
     finally:
         assert s.stop() == 0
-    s = Server(model, "--max-batch", "1", "--max-queue", "0", ctx=1024)
+    # The held request is long (8000 tokens: seconds of decoding on a loaded CPU) so that it still runs when the
+    # next arrives, whatever else the machine does.
+    s = Server(model, "--max-batch", "1", "--max-queue", "0", ctx=8192)
     try:
         c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
-        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "A long answer", "max_tokens": 900,
+        c.request("POST", "/v1/completions", body=json.dumps({"prompt": "A long answer", "max_tokens": 8000,
                                                               "ignore_eos": True, "stream": True}),
                   headers={"Content-Type": "application/json"})
         r = c.getresponse()

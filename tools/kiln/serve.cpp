@@ -126,7 +126,7 @@ class Engine {
   void submit(const std::shared_ptr<Job>& job) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      const int64_t free_places = std::max<int64_t>(0, o_.max_batch - running_.load());
+      const int64_t free_places = std::max<int64_t>(0, o_.max_batch - places_taken_.load());
       if (static_cast<int64_t>(queue_.size()) >= o_.max_queue + free_places)
         throw HttpError{429, str("the server has ", queue_.size(), " requests waiting and ", o_.max_batch - free_places,
                                  " of its ", o_.max_batch, " batch places taken; try again later"),
@@ -199,6 +199,8 @@ class Engine {
           reserved_ += need;
           prefilling.push_back(std::move(a));
         }
+        // Under the lock that took the jobs off the queue: submit() never sees a job in neither.
+        places_taken_ = static_cast<int64_t>(batch.size() + prefilling.size());
       }
       if (!prefilling.empty()) {
         // A job takes its cached prefix when its prompt is next to run, so that jobs admitted together find
@@ -217,6 +219,7 @@ class Engine {
         step(batch);
         running_ = static_cast<int64_t>(batch.size());
       }
+      places_taken_ = static_cast<int64_t>(batch.size() + prefilling.size());
       kv_free_ = cache_.free_blocks();
       kv_cached_ = cache_.cached_blocks();
     }
@@ -424,6 +427,8 @@ class Engine {
   int64_t kv_blocks_ = 0;
   std::atomic<int64_t> kv_free_{0}, kv_cached_{0};  // the cache's use after the engine's last pass
   std::atomic<int64_t> running_{0}, running_peak_{0};
+  // Jobs in the batch or in their prompt's prefill (the places of --max-batch they hold).
+  std::atomic<int64_t> places_taken_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
