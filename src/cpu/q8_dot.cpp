@@ -40,7 +40,14 @@ float quantize_block(const float* x, int8_t* q) {
   }
   // A scale below the smallest normal float would overflow 1 / d: such a block reads as zeros.
   const float d = amax / 127.f, id = d >= std::numeric_limits<float>::min() ? 1.f / d : 0.f;
-  for (int i = 0; i < kQ8Block; ++i) q[i] = static_cast<int8_t>(std::lround(x[i] * id));
+  // lround without the library call (it was 2.5% of a Q4_K decode): truncate, then step away from zero when the
+  // exact remainder is at least one half. Equal to lround for |v| < 2^31 (here |v| <= 127.5).
+  for (int i = 0; i < kQ8Block; ++i) {
+    const float v = x[i] * id;
+    const int t = static_cast<int>(v);
+    const float f = v - static_cast<float>(t);
+    q[i] = static_cast<int8_t>(t + (f >= 0.5f) - (f <= -0.5f));
+  }
   return d;
 }
 
