@@ -3,6 +3,7 @@
 // instruction-set path against double-precision references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -91,6 +92,42 @@ TEST(Q8, QuantiseMatchesTheFormatAndDequantisesExactly) {
 }
 
 // Dequantised Q8_0 quantises back to the same bytes (how a Q8_0 GGUF file's layers load as Q8_0).
+// The activations' quantisation rounds half away from zero, as lround: exact halves of both signs (a block
+// whose largest magnitude is 127 has scale 1), the floats next to them, and random blocks.
+TEST(Q8, ActivationQuantisationRoundsAsLround) {
+  std::vector<float> x;
+  for (int k = -126; k <= 126; ++k) {
+    const float h = static_cast<float>(k) + (k < 0 ? -0.5f : 0.5f);
+    x.insert(x.end(), {h, std::nextafter(h, 0.f), std::nextafter(h, 1000.f * h)});
+  }
+  while (x.size() % 31 != 0) x.push_back(0.25f);
+  std::vector<float> blocks;  // each block: 127 first, then 31 of the values above
+  for (size_t i = 0; i < x.size(); i += 31) {
+    blocks.push_back(127.f);
+    blocks.insert(blocks.end(), x.begin() + static_cast<std::ptrdiff_t>(i), x.begin() + static_cast<std::ptrdiff_t>(i + 31));
+  }
+  std::mt19937 gen(static_cast<unsigned>(test::rng()()));
+  std::normal_distribution<float> nd(0.f, 3.f);
+  for (int i = 0; i < 32 * 64; ++i) blocks.push_back(nd(gen));
+  const int64_t K = static_cast<int64_t>(blocks.size());
+  std::vector<int8_t> q(blocks.size());
+  std::vector<float> d(blocks.size() / 32);
+  cpu::q8_quantize_row(blocks.data(), K, q.data(), d.data());
+  int bad = 0;
+  for (int64_t b = 0; b < K / 32; ++b) {
+    float amax = 0.f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(blocks[static_cast<size_t>(b * 32 + i)]));
+    const float id = 1.f / (amax / 127.f);
+    ASSERT_EQ(d[static_cast<size_t>(b)], amax / 127.f);
+    for (int i = 0; i < 32; ++i) {
+      const float v = blocks[static_cast<size_t>(b * 32 + i)] * id;
+      if (q[static_cast<size_t>(b * 32 + i)] != static_cast<int8_t>(std::lround(v)) && ++bad <= 10)
+        ADD_FAILURE() << "block " << b << ": " << v << " -> " << int(q[static_cast<size_t>(b * 32 + i)]);
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(Q8, RequantisingTheDequantisedWeightIsLossless) {
   const Q8Weight q = quantize_q8_0(from(random_values(16 * 256, 21, 0.1f), {16, 256}));
   const Q8Weight r = quantize_q8_0(dequantize_q8_0(q));
