@@ -17,25 +17,21 @@ void copy_cast(const Tensor& dst, const Tensor& src) {
   // f32 <-> f16 / bf16, both contiguous (activations, logits, linear outputs): whole chunks converted with F16C /
   // vectorised loops (cpu/clones.h) over the threads; the generic loop converts one element at a time. The
   // values are the same (round to nearest even, as Half(float) and BFloat16(float)).
-  if (dst.is_contiguous() && src.is_contiguous()) {
-    const int64_t n = dst.numel(), chunk = 1 << 14;
-    const auto chunks = [&](auto&& f) {
+  const auto half16 = [](DType t) { return t == DType::F16 || t == DType::BF16; };
+  if (dst.is_contiguous() && src.is_contiguous() &&
+      ((dst.dtype() == DType::F32 && half16(src.dtype())) || (src.dtype() == DType::F32 && half16(dst.dtype())))) {
+    const DType h = dst.dtype() == DType::F32 ? src.dtype() : dst.dtype();
+    visit_dtypes<dset(DType::F16, DType::BF16)>(h, "copy", [&](auto tag) {
+      using H = typename decltype(tag)::type;
+      const int64_t n = dst.numel(), chunk = 1 << 14;
 #pragma omp parallel for schedule(static) if (n > 4 * chunk)
-      for (int64_t i = 0; i < n; i += chunk) f(i, std::min(chunk, n - i));
-    };
-    const DType d = dst.dtype(), s = src.dtype();
-    if (d == DType::F32 && (s == DType::F16 || s == DType::BF16)) {
-      float* out = static_cast<float*>(dst.data_ptr());
-      if (s == DType::F16) chunks([&](int64_t i, int64_t len) { simd_widen(static_cast<const Half*>(src.data_ptr()) + i, len, out + i); });
-      else chunks([&](int64_t i, int64_t len) { simd_widen(static_cast<const BFloat16*>(src.data_ptr()) + i, len, out + i); });
-      return;
-    }
-    if (s == DType::F32 && (d == DType::F16 || d == DType::BF16)) {
-      const float* in = static_cast<const float*>(src.data_ptr());
-      if (d == DType::F16) chunks([&](int64_t i, int64_t len) { simd_narrow(in + i, len, static_cast<Half*>(dst.data_ptr()) + i); });
-      else chunks([&](int64_t i, int64_t len) { simd_narrow(in + i, len, static_cast<BFloat16*>(dst.data_ptr()) + i); });
-      return;
-    }
+      for (int64_t i = 0; i < n; i += chunk) {
+        const int64_t len = std::min(chunk, n - i);
+        if (dst.dtype() == DType::F32) simd_widen(src.data<const H>() + i, len, dst.data<float>() + i);
+        else simd_narrow(src.data<const float>() + i, len, dst.data<H>() + i);
+      }
+    });
+    return;
   }
   visit_dtype(dst.dtype(), "copy", [&](auto out_tag) {
     using Out = typename decltype(out_tag)::type;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -25,50 +26,55 @@ void for_rows(int64_t rows, int64_t d, F f) {
   }
 }
 
+// for_rows with scratch: make() once per thread, f(r, scratch) for each row.
+template <class Make, class F>
+void for_rows_with(int64_t rows, int64_t d, Make make, F f) {
+  if (rows * d >= kParallelGrain && rows > 1) {
+#pragma omp parallel
+    {
+      auto scratch = make();
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) f(r, scratch);
+    }
+  } else {
+    auto scratch = make();
+    for (int64_t r = 0; r < rows; ++r) f(r, scratch);
+  }
+}
+
 // rms_norm_kernel's f16 rows with an f16 or f32 weight: the same arithmetic on rows widened to f32 in bulk
 // (F16C; converted one element at a time they took 6% of an f16 prefill), the hidden state rounded to X and
 // back as rms_apply rounds it, the product rounded once to X (for P = X, rms_apply's two roundings are one).
 // Bit for bit the general loop's results. bf16 keeps the general loop (its conversions are shifts the
 // compiler vectorises).
 template <class X, class P>
-void rms_norm_rows16(const Tensor& out, const Tensor& x, const Tensor& weight, double eps) {
+void rms_norm_f16(const Tensor& out, const Tensor& x, const Tensor& weight, double eps) {
   const int64_t d = x.size(-1), rows = x.numel() / d;
   const X* xp = x.data<const X>();
   X* op = out.data<X>();
   std::vector<float> w(static_cast<size_t>(d));
   if constexpr (std::is_same_v<P, float>) std::copy_n(weight.data<const float>(), d, w.data());
   else simd_widen(weight.data<const P>(), d, w.data());
-  const auto row = [&](int64_t r, std::vector<float>& buf, std::vector<X>& tmp) {
-    float* b = buf.data();
+  const auto make = [n = static_cast<size_t>(d)] { return std::pair(std::vector<float>(n), std::vector<X>(n)); };
+  for_rows_with(rows, d, make, [&](int64_t r, auto& scratch) {
+    float* b = scratch.first.data();
+    X* tmp = scratch.second.data();
     simd_widen(xp + r * d, d, b);
     double acc = 0;
     for (int64_t i = 0; i < d; ++i) acc += static_cast<double>(b[i] * b[i]);
     const float inv = norm_math::rms_inv<float>(static_cast<float>(acc), d, eps);
     for (int64_t i = 0; i < d; ++i) b[i] *= inv;
-    simd_narrow(b, d, tmp.data());
-    simd_widen(tmp.data(), d, b);
+    simd_narrow(b, d, tmp);
+    simd_widen(tmp, d, b);
     for (int64_t i = 0; i < d; ++i) b[i] *= w[static_cast<size_t>(i)];
     simd_narrow(b, d, op + r * d);
-  };
-  if (rows * d >= kParallelGrain && rows > 1) {
-#pragma omp parallel
-    {
-      std::vector<float> buf(static_cast<size_t>(d));
-      std::vector<X> tmp(static_cast<size_t>(d));
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) row(r, buf, tmp);
-    }
-  } else {
-    std::vector<float> buf(static_cast<size_t>(d));
-    std::vector<X> tmp(static_cast<size_t>(d));
-    for (int64_t r = 0; r < rows; ++r) row(r, buf, tmp);
-  }
+  });
 }
 
 template <class X, class P>
 void rms_norm_kernel(const Tensor& out, const Tensor& x, const Tensor& weight, double eps) {
   if constexpr (std::is_same_v<X, Half> && (std::is_same_v<P, X> || std::is_same_v<P, float>)) {
-    return rms_norm_rows16<X, P>(out, x, weight, eps);
+    return rms_norm_f16<X, P>(out, x, weight, eps);
   }
   // Compute type: f32, f64 for f64 input (Hugging Face's hidden_states.to(torch.float32) otherwise).
   using C = std::conditional_t<std::is_same_v<X, double>, double, float>;
@@ -115,23 +121,14 @@ void silu_and_mul(const Tensor& out, const Tensor& in) {
     T* op = out.data<T>();
     if constexpr (std::is_same_v<T, Half>) {
       // f16 rows widened and narrowed in bulk with F16C, the same f32 arithmetic as silu_mul.
-      const auto row = [&](int64_t r, std::vector<float>& g, std::vector<float>& u) {
-        simd_widen(ip + r * 2 * i_dim, i_dim, g.data());
-        simd_widen(ip + r * 2 * i_dim + i_dim, i_dim, u.data());
+      const auto make = [i_dim] { return std::vector<float>(static_cast<size_t>(2 * i_dim)); };
+      for_rows_with(rows, i_dim, make, [&](int64_t r, std::vector<float>& gu) {
+        float* g = gu.data();
+        const float* u = g + i_dim;
+        simd_widen(ip + r * 2 * i_dim, 2 * i_dim, g);  // the row's gate and up halves, contiguous
         for (int64_t i = 0; i < i_dim; ++i) g[i] = g[i] / (1.f + math::exp(-g[i])) * u[i];
-        simd_narrow(g.data(), i_dim, op + r * i_dim);
-      };
-      if (rows * i_dim >= kParallelGrain && rows > 1) {
-#pragma omp parallel
-        {
-          std::vector<float> g(static_cast<size_t>(i_dim)), u(static_cast<size_t>(i_dim));
-#pragma omp for schedule(static)
-          for (int64_t r = 0; r < rows; ++r) row(r, g, u);
-        }
-      } else {
-        std::vector<float> g(static_cast<size_t>(i_dim)), u(static_cast<size_t>(i_dim));
-        for (int64_t r = 0; r < rows; ++r) row(r, g, u);
-      }
+        simd_narrow(g, i_dim, op + r * i_dim);
+      });
       return;
     }
     for_rows(rows, i_dim, [&](int64_t r) {
