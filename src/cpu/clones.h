@@ -1,6 +1,7 @@
 // KILN_SIMD_CLONES before a hot loop's function builds it twice on x86-64: for the baseline the build
 // targets (no -march: SSE2) and for x86-64-v3 (AVX2, FMA, F16C), the dynamic loader picking one for the
-// machine (GCC/Clang target_clones). Elsewhere it is empty.
+// machine (GCC's target_clones). Elsewhere it is empty: Clang (14 and later) refuses target_clones on function
+// templates, so a Clang build keeps the baseline loops (its f16 paths still take the F16C kernels below).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +9,7 @@
 
 #include "kiln/scalar_types.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define KILN_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define KILN_SIMD_CLONES

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <limits>
 
+#include "cpu/clones.h"
 #include "kiln/scalar_types.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -156,10 +157,7 @@ KILN_AVX2_FMA_F16C void dequantize_avx2(const uint8_t* w, int64_t n, float scale
   for (; i < n; ++i) out[i] = code_to_f32(w[i], E5) * scale;
 }
 
-bool detect_simd() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
+bool detect_simd() { return have_f16c(); }
 #endif
 
 template <bool E5>

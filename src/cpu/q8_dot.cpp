@@ -7,6 +7,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "cpu/clones.h"
 #include "kiln/scalar_types.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -414,8 +415,7 @@ KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* 
 
 enum class Isa { Scalar, Avx2, Vnni };
 Isa detect() {
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = have_f16c();
   if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
     return Isa::Vnni;

@@ -1,0 +1,114 @@
+// The F16C kernels declared in cpu/clones.h: f16 rows widened eight at a time (AVX2 + FMA + F16C), chosen at
+// run time by have_f16c(). Part of kiln_core, since the core's copies convert f16 with them.
+#include "cpu/clones.h"
+
+#if KILN_F16C_KERNELS
+#include <cpuid.h>
+#include <immintrin.h>
+
+namespace kiln::cpu {
+
+bool have_f16c() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    // F16C from CPUID leaf 1 (ECX bit 29): Clang's __builtin_cpu_supports does not know "f16c". The avx2 check
+    // includes the operating system's saving of the YMM registers.
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && ((c >> 29) & 1u);
+    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return yes;
+}
+
+namespace {
+__attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// U independent accumulators per row (4 for one row, 2 for two, 1 beyond): one FMA chain per register would
+// wait on the FMA latency instead of memory.
+template <int R>
+__attribute__((target("avx2,fma,f16c"))) void dot_rows(const float* x, int64_t ldx, const uint16_t* w, int64_t n,
+                                                      float* out) {
+  constexpr int U = R == 1 ? 4 : R == 2 ? 2 : 1;
+  __m256 acc[R][U];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < U; ++u) acc[r][u] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 * U <= n; i += 8 * U) {
+    for (int u = 0; u < U; ++u) {
+      const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8 * u)));
+      for (int r = 0; r < R; ++r) acc[r][u] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + i + 8 * u), v, acc[r][u]);
+    }
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+    for (int r = 0; r < R; ++r) acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + i), v, acc[r][0]);
+  }
+  for (int r = 0; r < R; ++r) {
+    __m256 t = acc[r][0];
+    for (int u = 1; u < U; ++u) t = _mm256_add_ps(t, acc[r][u]);
+    out[r] = hsum(t);
+  }
+  for (; i < n; ++i) {
+    const float v = _cvtsh_ss(w[i]);
+    for (int r = 0; r < R; ++r) out[r] += x[r * ldx + i] * v;
+  }
+}
+}  // namespace
+
+__attribute__((target("avx2,fma,f16c"))) void f16c_widen(const uint16_t* w, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))));
+  for (; i < n; ++i) out[i] = _cvtsh_ss(w[i]);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void f16c_narrow(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) out[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+__attribute__((target("avx2,fma,f16c"))) double f16c_dot_f64(const double* x, const uint16_t* w, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+    a0 = _mm256_fmadd_pd(_mm256_loadu_pd(x + i), _mm256_cvtps_pd(_mm256_castps256_ps128(v)), a0);
+    a1 = _mm256_fmadd_pd(_mm256_loadu_pd(x + i + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), a1);
+  }
+  const __m256d a = _mm256_add_pd(a0, a1);
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  double s = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  for (; i < n; ++i) s += x[i] * static_cast<double>(_cvtsh_ss(w[i]));
+  return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) void f16c_axpy_f64(double* acc, double p, const uint16_t* v, int64_t n) {
+  const __m256d pp = _mm256_set1_pd(p);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
+    _mm256_storeu_pd(acc + i, _mm256_fmadd_pd(pp, _mm256_cvtps_pd(_mm256_castps256_ps128(f)), _mm256_loadu_pd(acc + i)));
+    _mm256_storeu_pd(acc + i + 4,
+                     _mm256_fmadd_pd(pp, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)), _mm256_loadu_pd(acc + i + 4)));
+  }
+  for (; i < n; ++i) acc[i] += p * static_cast<double>(_cvtsh_ss(v[i]));
+}
+
+void f16c_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out) {
+  switch (rows) {
+    case 1: return dot_rows<1>(x, ldx, w, n, out);
+    case 2: return dot_rows<2>(x, ldx, w, n, out);
+    case 3: return dot_rows<3>(x, ldx, w, n, out);
+    default: return dot_rows<4>(x, ldx, w, n, out);
+  }
+}
+
+}  // namespace kiln::cpu
+#endif
