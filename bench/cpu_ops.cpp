@@ -75,6 +75,24 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Weight-only integer formats at Qwen3-0.6B's shapes (H 1024, I 3072, q 2048, the 151,936-row lm_head),
+  // the one-row products of a decode step and a 128-row prefill slice, against bf16.
+  for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{
+           {1024, 2048}, {1024, 6144}, {3072, 1024}, {1024, 151936}}) {
+    const Tensor w = uniform({n, k}, DType::F32, -1, 1);
+    const Tensor wb = w.to(DType::BF16);
+    const Q8Weight q8 = quantize_q8_0(w);
+    const Q4KWeight q4k = quantize_q4_k(w);
+    for (int64_t m : {1, 16, 17, 128}) {
+      if (m > 1 && n > 100000) continue;
+      const Tensor x = uniform({m, k}, DType::BF16, -1, 1);
+      const std::string shape = "K" + std::to_string(k) + " x N" + std::to_string(n) + " M" + std::to_string(m);
+      run("linear bf16 " + shape, 2.0 * n * k, [&] { linear(x, wb); });
+      run("linear q8_0 " + shape, 34.0 / 32 * n * k, [&] { linear(x, q8); });
+      run("linear q4_k " + shape, 144.0 / 256 * n * k, [&] { linear(x, q4k); });
+    }
+  }
+
   // The MoE block at Qwen3-30B-A3B's layer (128 experts, top 8, H 2048, I 768): bf16 and FP8 experts.
   const int64_t E = 128, H = 2048, I = 768, top_k = 8;
   const Tensor router = uniform({E, H}, DType::BF16, -1, 1);

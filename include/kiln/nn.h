@@ -251,11 +251,12 @@ struct Q8Weight {
 Q8Weight quantize_q8_0(const Tensor& w);
 // The weight's values x scales [N, K] in `dtype` (f32 exact).
 Tensor dequantize_q8_0(const Q8Weight& w, DType dtype = DType::F32);
-// y = x @ dequant(w)^T + bias, x [..., K] f32/f16/bf16, output in x's dtype. On the CPU up to 16 rows of x are
-// quantised to Q8_0 themselves (per block of 32) for int8 dot products, as llama.cpp's; more rows multiply the
-// weight dequantised to x's dtype, a slice at a time, with the dense product (bf16: oneDNN's matmul). On CUDA
-// the same split at 32 rows: x quantised per block of 32 (the CPU's codes and scales) for an int8 matrix-vector
-// kernel that reads the weight once per 8 rows; more rows multiply slices dequantised on the device.
+// y = x @ dequant(w)^T + bias, x [..., K] f32/f16/bf16, output in x's dtype. On the CPU the rows of x are
+// quantised to Q8_0 themselves (per block of 32) for int8 dot products, as llama.cpp's, with AVX2 or AVX-512
+// VNNI for any number of rows; without them up to 16 rows, and more rows multiply the weight dequantised to x's
+// dtype, a slice at a time, with the dense product. On CUDA the split is at 32 rows: x quantised per block of
+// 32 (the CPU's codes and scales) for an int8 matrix-vector kernel that reads the weight once per 8 rows; more
+// rows multiply slices dequantised on the device.
 Tensor linear(const Tensor& x, const Q8Weight& w, const std::optional<Tensor>& bias = std::nullopt);
 
 // A linear layer's weight [N, K] in llama.cpp's Q4_0 format: blocks of 32 values along K, each 32 4-bit codes
@@ -268,8 +269,8 @@ struct Q4Weight {
 };
 Q4Weight quantize_q4_0(const Tensor& w);
 Tensor dequantize_q4_0(const Q4Weight& w, DType dtype = DType::F32);
-// As linear(x, Q8Weight): on the CPU up to 16 rows take int8 dot products against the codes unpacked in
-// registers (AVX2 / AVX-512 VNNI), more rows the dense product of dequantised slices; CUDA as for Q8_0.
+// As linear(x, Q8Weight): on the CPU int8 dot products against the codes unpacked in registers (AVX2 / AVX-512
+// VNNI; the rows split as for Q8_0); CUDA as for Q8_0.
 Tensor linear(const Tensor& x, const Q4Weight& w, const std::optional<Tensor>& bias = std::nullopt);
 
 // A linear layer's weight [N, K] in llama.cpp's Q4_K format, its bytes as GGUF stores them: blocks of 256
@@ -284,9 +285,8 @@ struct Q4KWeight {
 // scale and min over 20 candidate grids, then d and dmin so that the largest scale and min take 63.
 Q4KWeight quantize_q4_k(const Tensor& w);
 Tensor dequantize_q4_k(const Q4KWeight& w, DType dtype = DType::F32);
-// As linear(x, Q8Weight): on the CPU up to 16 rows take int8 dot products of x quantised per block of 32
-// against the codes (the mins through each block's sum of x); more rows multiply dequantised slices. CUDA as
-// for Q8_0.
+// As linear(x, Q8Weight): on the CPU int8 dot products of x quantised per block of 32 against the codes (the
+// mins through each block's sum of x; the rows split as for Q8_0). CUDA as for Q8_0.
 Tensor linear(const Tensor& x, const Q4KWeight& w, const std::optional<Tensor>& bias = std::nullopt);
 
 }  // namespace kiln

@@ -93,7 +93,7 @@ void bind_nn(nb::module_& m, nb::module_& F) {
     mod->def("linear", [](const Tensor& x, const Q8Weight& w, std::optional<Tensor> b) { return linear(x, w, b); },
              nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
              "input @ dequant(weight).T + bias for a Q8_0 weight (CPU: int8 dot products on the input quantised "
-             "per block of 32 for up to 16 rows, dequantised slices above).");
+             "per block of 32; CUDA: the same up to 32 rows, dequantised slices above).");
     mod->def("linear", [](const Tensor& x, const Q4Weight& w, std::optional<Tensor> b) { return linear(x, w, b); },
              nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
              "input @ dequant(weight).T + bias for a Q4_0 weight (as for Q8_0).");

@@ -147,23 +147,50 @@ KILN_Q8_AVX2 inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
-// One block per step: |x| (unsigned) times w with x's sign (signed), pairs summed to int16 (at most
-// 2 x 128 x 127, no saturation) and to int32, converted and scaled in f32 lanes; one horizontal sum per row.
+// |x| (unsigned) times w with x's sign (signed), pairs summed to int16 (at most 2 x 128 x 127, no saturation)
+// and to int32 lanes. Eight blocks per step: their lane sums are folded into one vector's eight lanes (a tree of
+// vphaddd), converted once and multiplied by the eight blocks' xd x wd at once; a remainder of fewer than eight
+// blocks is converted and scaled block by block.
+KILN_Q8_AVX2 inline __m256i q8_lanes(__m256i wv, __m256i xv) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv)),
+                           _mm256_set1_epi16(1));
+}
+
 template <int R>
 KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
                                 int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo) {
   for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < nb; ++b) {
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+      __m256i e[R], g[R], t[R];
+      for (int c = 0; c < 4; ++c) {
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (b + 2 * c) * kQ8Block));
+        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (b + 2 * c + 1) * kQ8Block));
+        for (int r = 0; r < R; ++r) {
+          const int8_t* x = xq + r * ldq + (b + 2 * c) * kQ8Block;
+          const __m256i h = _mm256_hadd_epi32(q8_lanes(w0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
+                                              q8_lanes(w1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + kQ8Block))));
+          if (c == 0 || c == 2) t[r] = h;
+          else if (c == 1) e[r] = _mm256_hadd_epi32(t[r], h);
+          else g[r] = _mm256_hadd_epi32(t[r], h);
+        }
+      }
+      const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wd + b)));
+      for (int r = 0; r < R; ++r) {
+        // e: lanes 0-3 blocks b..b+3 over their first 16 values, lanes 4-7 over the last 16; g: b+4..b+7.
+        const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(e[r], g[r], 0x20),
+                                              _mm256_permute2x128_si256(e[r], g[r], 0x31));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_loadu_ps(xd + r * ldd + b), ws), acc[r]);
+      }
+    }
+    for (; b < nb; ++b) {
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kQ8Block));
       const float ws = _cvtsh_ss(wd[b]);
       for (int r = 0; r < R; ++r) {
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
-        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(xd[r * ldd + b] * ws), acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_lanes(wv, xv)), _mm256_set1_ps(xd[r * ldd + b] * ws), acc[r]);
       }
     }
     for (int r = 0; r < R; ++r) out[r * ldo] = hsum256(acc[r]);
@@ -380,7 +407,10 @@ KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* 
   }
 }
 
-// Q4_K, AVX2: one sub-block (32 codes) per step, vpmaddubsw on the unsigned codes and signed x.
+// Q4_K, AVX2: vpmaddubsw on the unsigned codes and signed x, vpmaddwd to 32-bit lanes; a block's eight
+// sub-block sums are folded into one vector's eight lanes (a tree of vphaddd), converted once and multiplied by
+// the eight factors d s_j x xd at once. Converting and multiplying each sub-block by its own factor (one FMA
+// chain of 8 steps a block) bound the kernel below the memory's rate.
 template <int R>
 KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd,
                                     const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
@@ -390,24 +420,29 @@ KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* 
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
       const uint8_t* blk = w + s * kQ4KBytes;
-      __m256 vsc, vmn;
-      q4k_factors_avx2(blk, vsc, vmn);
-      alignas(32) float dsc[8];
-      _mm256_store_ps(dsc, vsc);
+      const int8_t* x = xq + s * kQ4KBlock;
+      __m256i pair[R][4];  // pair[r][c]: sub-blocks 2c and 2c + 1, lanes summed two by two
       for (int c = 0; c < 4; ++c) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
-        const __m256i codes[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
-        for (int h = 0; h < 2; ++h) {
-          const int j = 2 * c + h;
-          const int64_t b = s * 8 + j;
-          for (int r = 0; r < R; ++r) {
-            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * ldq + b * kQ8Block));
-            const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(codes[h], xv), ones));
-            acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(dsc[j] * xd[r * ldd + b]), acc[r]);
-          }
+        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xr = x + r * ldq + 2 * c * kQ8Block;
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + kQ8Block));
+          pair[r][c] = _mm256_hadd_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), ones),
+                                         _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), ones));
         }
       }
-      for (int r = 0; r < R; ++r) mins[r] = _mm256_fmadd_ps(vmn, _mm256_loadu_ps(xs + r * ldd + s * 8), mins[r]);
+      __m256 vsc, vmn;
+      q4k_factors_avx2(blk, vsc, vmn);
+      for (int r = 0; r < R; ++r) {
+        // Lanes 0-3 of e: sub-blocks 0-3 over their first 16 codes, lanes 4-7 over the last 16; g for 4-7.
+        const __m256i e = _mm256_hadd_epi32(pair[r][0], pair[r][1]), g = _mm256_hadd_epi32(pair[r][2], pair[r][3]);
+        const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(e, g, 0x20), _mm256_permute2x128_si256(e, g, 0x31));
+        const __m256 f = _mm256_mul_ps(vsc, _mm256_loadu_ps(xd + r * ldd + s * 8));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, acc[r]);
+        mins[r] = _mm256_fmadd_ps(vmn, _mm256_loadu_ps(xs + r * ldd + s * 8), mins[r]);
+      }
     }
     for (int r = 0; r < R; ++r) out[r * ldo] = hsum256(acc[r]) - hsum256(mins[r]);
   }
@@ -671,6 +706,13 @@ void q4k_unpack_row(const uint8_t* w, int64_t K, float* out) {
       for (int l = 0; l < 32; ++l) out[32 * j + l] = dsc[j] * static_cast<float>(c[l]) - dmn[j];
     }
   }
+}
+
+bool q8_dot_takes(int64_t rows) {
+#if KILN_Q8_X86
+  if (isa() != Isa::Scalar) return true;
+#endif
+  return rows <= kQ8DotRows;
 }
 
 void q8_limit_isa(const char* name) {

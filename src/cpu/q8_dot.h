@@ -61,8 +61,12 @@ namespace kiln::cpu {
 // out [M, N] (x's dtype, contiguous) = x [M, K] (contiguous f32/f16/bf16) @ dequant(w)^T + bias, w the Q8_0
 // weight (values int8 [N, K]) or the Q4_0 one (values uint8 [N, K / 2]), scales f16 [N, K / 32] (contiguous): x
 // quantised per block, int8 dot products.
-// linear(x, Q8Weight) takes this up to kQ8DotRows rows (more rows multiply dequantised slices of the weight).
+// linear(x, Q8Weight / Q4Weight / Q4KWeight) takes these products for `rows` rows of x when q8_dot_takes(rows):
+// any number of rows where the AVX2 or AVX-512 VNNI kernels run (an int8 product of the codes costs less than
+// dequantising the weight for a float GEMM), up to kQ8DotRows on the scalar path (more rows there multiply
+// dequantised slices of the weight).
 inline constexpr int64_t kQ8DotRows = 16;
+bool q8_dot_takes(int64_t rows);
 void linear_q8(const Tensor& out, const Tensor& x, const Tensor& values, const Tensor& scales, const Tensor* bias);
 // out [N, K] f32 = the weight's values x scales (Q8_0 or, for uint8 values, Q4_0).
 void dequantize_q8(const Tensor& out, const Tensor& values, const Tensor& scales);

@@ -34,42 +34,56 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
   const int64_t row_bytes = F == Fmt::Q4K ? K / kQ4KBlock * kQ4KBytes : Q4 ? K / 2 : K;
   const auto* wd = F == Fmt::Q4K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
   X* op = out.data<X>();
-  std::vector<float> xf(static_cast<size_t>(M * K)), bias_f(static_cast<size_t>(N), 0.0f);
-  for (int64_t i = 0; i < M * K; ++i) xf[static_cast<size_t>(i)] = convert<float>(xp[i]);
+  std::vector<float> bias_f;
   if (bias) {
     const Tensor b = bias->to(DType::F32).contiguous();
-    std::copy(b.data<const float>(), b.data<const float>() + N, bias_f.begin());
+    bias_f.assign(b.data<const float>(), b.data<const float>() + N);
   }
+  // x quantised row by row: codes, block scales, and the Q4_0 corrections or the Q4_K block sums.
   std::vector<int8_t> xq(static_cast<size_t>(M * K));
   std::vector<float> xd(static_cast<size_t>(M * nb));
   std::vector<int32_t> xn(Q4 ? static_cast<size_t>(M * K / 4) : 0);
   std::vector<float> xs(F == Fmt::Q4K ? static_cast<size_t>(M * nb) : 0);
-  for (int64_t m = 0; m < M; ++m) {
-    q8_quantize_row(xf.data() + m * K, K, xq.data() + m * K, xd.data() + m * nb);
-    if constexpr (Q4) q4_row_corrections(xq.data() + m * K, K, xn.data() + m * (K / 4));
-    if constexpr (F == Fmt::Q4K) q4k_row_sums(xq.data() + m * K, xd.data() + m * nb, K, xs.data() + m * nb);
+#pragma omp parallel if (M * K >= kParallelGrain)
+  {
+    std::vector<float> xf(static_cast<size_t>(K));
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t i = 0; i < K; ++i) xf[static_cast<size_t>(i)] = convert<float>(xp[m * K + i]);
+      q8_quantize_row(xf.data(), K, xq.data() + m * K, xd.data() + m * nb);
+      if constexpr (Q4) q4_row_corrections(xq.data() + m * K, K, xn.data() + m * (K / 4));
+      if constexpr (F == Fmt::Q4K) q4k_row_sums(xq.data() + m * K, xd.data() + m * nb, K, xs.data() + m * nb);
+    }
   }
-  // Chunks of 64 weight rows, each multiplied against every activation row (4 at a time) in one kernel call.
-  constexpr int64_t kChunk = 64;
-  std::vector<float> acc(static_cast<size_t>(M * N));
-#pragma omp parallel for schedule(static) if (N * K >= kParallelGrain)
-  for (int64_t n0 = 0; n0 < N; n0 += kChunk) {
-    const int64_t nw = std::min(kChunk, N - n0);
-    for (int64_t m0 = 0; m0 < M; m0 += 4) {
-      const int rows = static_cast<int>(std::min<int64_t>(4, M - m0));
-      float* o = acc.data() + m0 * N + n0;
-      if constexpr (F == Fmt::Q4K)
-        q4k_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xs.data() + m0 * nb, nb, rows, wq + n0 * row_bytes,
-                     K / kQ4KBlock, nw, o, N);
-      else if constexpr (Q4)
-        q4_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xn.data() + m0 * (K / 4), nb, rows,
-                    wq + n0 * row_bytes, wd + n0 * nb, nb, nw, o, N);
-      else
-        q8_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, nb, rows,
-                    reinterpret_cast<const int8_t*>(wq) + n0 * row_bytes, wd + n0 * nb, nb, nw, o, N);
-      for (int r = 0; r < rows; ++r)
-        for (int64_t n = n0; n < n0 + nw; ++n)
-          op[(m0 + r) * N + n] = convert<X>(acc[static_cast<size_t>((m0 + r) * N + n)] + bias_f[static_cast<size_t>(n)]);
+  // Tiles of up to 64 activation rows (their codes stay in the L2 cache) times chunks of 64 weight rows, the
+  // chunks spread over the threads; within a chunk the kernel takes the activation rows 4 at a time.
+  constexpr int64_t kChunk = 64, kRowTile = 64;
+  for (int64_t t0 = 0; t0 < M; t0 += kRowTile) {
+    const int64_t tm = std::min(kRowTile, M - t0);
+#pragma omp parallel for schedule(static) if (tm * N * K >= kParallelGrain)
+    for (int64_t n0 = 0; n0 < N; n0 += kChunk) {
+      const int64_t nw = std::min(kChunk, N - n0);
+      float acc[4 * kChunk];
+      for (int64_t m0 = t0; m0 < t0 + tm; m0 += 4) {
+        const int rows = static_cast<int>(std::min<int64_t>(4, t0 + tm - m0));
+        if constexpr (F == Fmt::Q4K)
+          q4k_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xs.data() + m0 * nb, nb, rows, wq + n0 * row_bytes,
+                       K / kQ4KBlock, nw, acc, kChunk);
+        else if constexpr (Q4)
+          q4_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xn.data() + m0 * (K / 4), nb, rows,
+                      wq + n0 * row_bytes, wd + n0 * nb, nb, nw, acc, kChunk);
+        else
+          q8_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, nb, rows,
+                      reinterpret_cast<const int8_t*>(wq) + n0 * row_bytes, wd + n0 * nb, nb, nw, acc, kChunk);
+        for (int r = 0; r < rows; ++r) {
+          X* o = op + (m0 + r) * N + n0;
+          const float* a = acc + r * kChunk;
+          if (bias)
+            for (int64_t n = 0; n < nw; ++n) o[n] = convert<X>(a[n] + bias_f[static_cast<size_t>(n0 + n)]);
+          else
+            for (int64_t n = 0; n < nw; ++n) o[n] = convert<X>(a[n]);
+        }
+      }
     }
   }
 }

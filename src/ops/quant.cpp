@@ -167,7 +167,7 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
     return out.view(out_shape);
   }
 #endif
-  if (M <= cpu::kQ8DotRows) {
+  if (cpu::q8_dot_takes(M)) {
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
     if constexpr (std::is_same_v<W, Q4KWeight>)
       cpu::linear_q4k(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
@@ -175,7 +175,7 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
       cpu::linear_q8(out, x2, w.values.contiguous(), w.scales.contiguous(), bias ? &bias_c : nullptr);
     return out.view(out_shape);
   }
-  // More rows: slices of the weight dequantised to x's dtype (8M elements at a time) through the dense product
+  // More rows on the scalar path: slices of the weight dequantised to x's dtype (8M elements at a time) through the dense product
   // (oneDNN's bf16 matmul or sgemm), never the whole matrix at once.
   const int64_t slice = std::clamp<int64_t>((int64_t{1} << 23) / std::max<int64_t>(K, 1), 1, std::max<int64_t>(N, 1));
   for (int64_t n0 = 0; n0 < N; n0 += slice) {

@@ -75,11 +75,12 @@ TEST(CudaQuant, DequantisationIsTheCpusBitForBit) {
     }
 }
 
-// The CPU's result of the same product: up to 16 rows at a time (so that every row's x is quantised, as CUDA
-// quantises up to kQuantGemvRows rows), or all rows at once (beyond that both multiply the dequantised weight).
+// The CPU's result of the same product: up to kQuantGemvRows rows CUDA quantises x per block, as the CPU does
+// (taken 16 rows at a time, which the CPU quantises on every instruction-set path); beyond that CUDA multiplies
+// the weight dequantised to x's dtype, which the reference does on the CPU too.
 Tensor cpu_linear(const Tensor& x, const QWeight& q, const std::optional<Tensor>& b) {
   const int64_t m = x.size(0);
-  if (m > cuda::kQuantGemvRows) return qlinear(x, q, b);
+  if (m > cuda::kQuantGemvRows) return linear(x, dequantize(q, x.dtype()), b);
   std::vector<Tensor> parts;
   for (int64_t m0 = 0; m0 < m; m0 += 16) parts.push_back(qlinear(x.narrow(0, m0, std::min<int64_t>(16, m - m0)), q, b));
   return cat(parts, 0);

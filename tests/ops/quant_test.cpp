@@ -135,9 +135,10 @@ TEST(Q8, RequantisingTheDequantisedWeightIsLossless) {
   EXPECT_TRUE(test::equal(r.scales, q.scales));
 }
 
-// linear(x, W) against double-precision references: up to 16 rows, x quantised per block as the Q8_0 format
-// defines, times the dequantised weight (only the f32 sums' order differs); more rows, x as it is. Every
-// instruction-set path this CPU has, odd block counts (the 512-bit kernels' tails), 1 to 40 rows, 70 weight
+// linear(x, W) against double-precision references: where cpu::q8_dot_takes the row count (any count on the
+// AVX2 and AVX-512 paths, up to 16 rows on the scalar one), x quantised per block as the Q8_0 format defines,
+// times the dequantised weight (only the f32 sums' order differs); otherwise x as it is. Every
+// instruction-set path this CPU has, odd block counts (the 512-bit kernels' tails), 1 to 70 rows, 70 weight
 // rows, with and without bias, f32 and bf16 activations.
 template <class W, class Quantize, class Dequantize>
 void check_linear_paths(Quantize quantize, Dequantize dequantize,
@@ -151,7 +152,7 @@ void check_linear_paths(Quantize quantize, Dequantize dequantize,
     const std::vector<float> bias = random_values(N, 3);
     for (const char* isa : kIsas) {
       IsaScope scope(isa);
-      for (int64_t M : {1, 2, 3, 4, 5, 16, 17, 40})
+      for (int64_t M : {1, 2, 3, 4, 5, 16, 17, 40, 70})  // 70: two tiles of 64 activation rows
         for (bool with_bias : {false, true})
           for (DType dt : {DType::F32, DType::BF16}) {
             const Tensor x = from(random_values(M * K, 4 + M), {M, K}).to(dt);
@@ -165,7 +166,7 @@ void check_linear_paths(Quantize quantize, Dequantize dequantize,
                 const float* src = xf.data<float>() + m * K + bk * 32;
                 const RefBlock r = ref_quantize(src);
                 for (int i = 0; i < 32; ++i)
-                  xr[static_cast<size_t>(bk * 32 + i)] = M <= cpu::kQ8DotRows ? double(r.d) * r.q[i] : double(src[i]);
+                  xr[static_cast<size_t>(bk * 32 + i)] = cpu::q8_dot_takes(M) ? double(r.d) * r.q[i] : double(src[i]);
               }
               for (int64_t n = 0; n < N; ++n) {
                 double ref = with_bias ? double(b->to(DType::F32).data<float>()[n]) : 0.0, mag = 0.0;
