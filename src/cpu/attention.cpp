@@ -145,7 +145,7 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
   const bool hold_pool = blas_rows && openblas_get_parallel() != 2;
   const int blas_threads = hold_pool ? openblas_get_num_threads() : 0;
   if (hold_pool) openblas_set_num_threads(1);
-#pragma omp parallel if (flops > 1e6 && work > 1)
+#pragma omp parallel if (flops > 1e5 && work > 1)
   {
     std::vector<double> kbuf, vbuf, s, qrow, acc;
     std::vector<float> qb, kb, vb, sb, ob;

@@ -24,6 +24,8 @@ namespace kiln::cpu {
 // weights several times slower than bf16. Defined in cpu/matmul.cpp.
 bool have_f16c();
 void f16c_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out);
+// The same for bf16 w (AVX2 + FMA; several accumulators per row: the clones' loop kept one FMA chain).
+void bf16_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out);
 void f16c_widen(const uint16_t* w, int64_t n, float* out);
 void f16c_narrow(const float* x, int64_t n, uint16_t* out);  // round to nearest even, as kiln's Half(float)
 double f16c_dot_f64(const double* x, const uint16_t* w, int64_t n);
@@ -81,6 +83,8 @@ KILN_SIMD_CLONES void simd_dot_rows(const float* __restrict x, int64_t ldx, cons
 #if KILN_F16C_KERNELS
   if constexpr (std::is_same_v<S, Half>)
     if (have_f16c()) return f16c_dot_rows(R, x, ldx, reinterpret_cast<const uint16_t*>(w), n, out);
+  if constexpr (std::is_same_v<S, BFloat16>)
+    if (have_f16c()) return bf16_dot_rows(R, x, ldx, reinterpret_cast<const uint16_t*>(w), n, out);
 #endif
   float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   const float* x1 = x + (R > 1 ? ldx : 0);

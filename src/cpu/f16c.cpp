@@ -4,6 +4,7 @@
 
 #if KILN_F16C_KERNELS
 #include <cpuid.h>
+#include <cstring>
 #include <immintrin.h>
 
 namespace kiln::cpu {
@@ -27,9 +28,29 @@ __attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
+// Eight 16-bit values widened to f32: f16 through F16C, bf16 by a shift into the high half.
+template <bool BF>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 widen8(const uint16_t* w) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  if constexpr (BF) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  else return _mm256_cvtph_ps(h);
+}
+
+template <bool BF>
+__attribute__((target("avx2,fma,f16c"))) inline float widen1(uint16_t w) {
+  if constexpr (BF) {
+    const uint32_t u = static_cast<uint32_t>(w) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+  } else {
+    return _cvtsh_ss(w);
+  }
+}
+
 // U independent accumulators per row (4 for one row, 2 for two, 1 beyond): one FMA chain per register would
 // wait on the FMA latency instead of memory.
-template <int R>
+template <bool BF, int R>
 __attribute__((target("avx2,fma,f16c"))) void dot_rows(const float* x, int64_t ldx, const uint16_t* w, int64_t n,
                                                       float* out) {
   constexpr int U = R == 1 ? 4 : R == 2 ? 2 : 1;
@@ -39,12 +60,12 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows(const float* x, int64_t l
   int64_t i = 0;
   for (; i + 8 * U <= n; i += 8 * U) {
     for (int u = 0; u < U; ++u) {
-      const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8 * u)));
+      const __m256 v = widen8<BF>(w + i + 8 * u);
       for (int r = 0; r < R; ++r) acc[r][u] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + i + 8 * u), v, acc[r][u]);
     }
   }
   for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+    const __m256 v = widen8<BF>(w + i);
     for (int r = 0; r < R; ++r) acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x + r * ldx + i), v, acc[r][0]);
   }
   for (int r = 0; r < R; ++r) {
@@ -53,8 +74,18 @@ __attribute__((target("avx2,fma,f16c"))) void dot_rows(const float* x, int64_t l
     out[r] = hsum(t);
   }
   for (; i < n; ++i) {
-    const float v = _cvtsh_ss(w[i]);
+    const float v = widen1<BF>(w[i]);
     for (int r = 0; r < R; ++r) out[r] += x[r * ldx + i] * v;
+  }
+}
+
+template <bool BF>
+void dot_rows_any(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out) {
+  switch (rows) {
+    case 1: return dot_rows<BF, 1>(x, ldx, w, n, out);
+    case 2: return dot_rows<BF, 2>(x, ldx, w, n, out);
+    case 3: return dot_rows<BF, 3>(x, ldx, w, n, out);
+    default: return dot_rows<BF, 4>(x, ldx, w, n, out);
   }
 }
 }  // namespace
@@ -102,12 +133,11 @@ __attribute__((target("avx2,fma,f16c"))) void f16c_axpy_f64(double* acc, double 
 }
 
 void f16c_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out) {
-  switch (rows) {
-    case 1: return dot_rows<1>(x, ldx, w, n, out);
-    case 2: return dot_rows<2>(x, ldx, w, n, out);
-    case 3: return dot_rows<3>(x, ldx, w, n, out);
-    default: return dot_rows<4>(x, ldx, w, n, out);
-  }
+  dot_rows_any<false>(rows, x, ldx, w, n, out);
+}
+
+void bf16_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out) {
+  dot_rows_any<true>(rows, x, ldx, w, n, out);
 }
 
 }  // namespace kiln::cpu
