@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
       const Tensor x = uniform({m, k}, DType::BF16, -1, 1);
       const std::string shape = "K" + std::to_string(k) + " x N" + std::to_string(n) + " M" + std::to_string(m);
       run("linear bf16 " + shape, 2.0 * n * k, [&] { linear(x, wb); });
+      if (m > 1) {
+        const Tensor xf = x.to(DType::F32), xh = x.to(DType::F16), wh = w.to(DType::F16);
+        run("linear f32 " + shape, 4.0 * n * k, [&] { linear(xf, w); });
+        run("linear f16 " + shape, 2.0 * n * k, [&] { linear(xh, wh); });
+      }
       run("linear q8_0 " + shape, 34.0 / 32 * n * k, [&] { linear(x, q8); });
       run("linear q4_k " + shape, 144.0 / 256 * n * k, [&] { linear(x, q4k); });
     }

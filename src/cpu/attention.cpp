@@ -111,6 +111,61 @@ bool block_f32(T* op, const T* qp, const T* kp, const T* vp, const char* mp, con
   return true;
 }
 
+// Query rows [i0, i1) of one task for 16-bit q/k/v with contiguous channels (a bool or f32 mask, or none), a
+// row at a time in f32: the rows block_f32 does not take (blocks of fewer than 8 rows: decode). The f64 rows'
+// semantics: a row without a visible key gives 0, a NaN score makes its row NaN, a key whose p is 0 contributes
+// nothing (even an inf value). In f64 these rows cost twice the vector work for a result rounded to 16 bits.
+template <class T>
+void rows_f32(T* op, const T* qp, const T* kp, const T* vp, const char* mp, const am::Layout& L, const am::Offsets& off,
+              int64_t task, int64_t i0, int64_t i1, int64_t kv_len, float scale, std::vector<float>& qb,
+              std::vector<float>& sb, std::vector<float>& vb, std::vector<float>& ob) {
+  const int64_t d = L.d, dv = L.dv;
+  qb.resize(static_cast<size_t>(d));
+  vb.resize(static_cast<size_t>(dv));
+  ob.resize(static_cast<size_t>(dv));
+  for (int64_t i = i0; i < i1; ++i) {
+    T* orow = op + (task * L.lq + i) * dv;
+    const int64_t e = am::key_end(i, L.lq, kv_len, L.causal, L.has_lengths);
+    simd_widen(qp + off.q + i * L.q_row, d, qb.data());
+    sb.resize(static_cast<size_t>(std::max<int64_t>(e, 1)));
+    float m = -INFINITY;
+    bool any_nan = false;
+    for (int64_t j = 0; j < e; ++j) {
+      float x = simd_dot(qb.data(), kp + off.k + j * L.k_row, d) * scale;
+      if (mp) {
+        const int64_t idx = off.m + i * L.m_row + j * L.m_col;
+        if (L.mask == am::MaskKind::Bool) {
+          if (!reinterpret_cast<const bool*>(mp)[idx]) x = -INFINITY;
+        } else {
+          x += reinterpret_cast<const float*>(mp)[idx];
+        }
+      }
+      sb[static_cast<size_t>(j)] = x;
+      if (x > m) m = x;
+      any_nan |= std::isnan(x);
+    }
+    if (m == -INFINITY && !any_nan) {
+      for (int64_t c = 0; c < dv; ++c) orow[c] = convert<T>(0.0f);
+      continue;
+    }
+    float* acc = ob.data();
+    std::fill(acc, acc + dv, 0.f);
+    float sum = 0.f;
+    for (int64_t j = 0; j < e; ++j) {
+      const float p = std::exp(sb[static_cast<size_t>(j)] - m);
+      sum += p;
+      if (p == 0.f) continue;  // exp(-inf): a masked key contributes nothing, even an inf value
+      simd_widen(vp + off.v + j * L.v_row, dv, vb.data());
+      const float* v = vb.data();
+#pragma omp simd
+      for (int64_t c = 0; c < dv; ++c) acc[c] += p * v[c];
+    }
+    const float inv = 1.f / sum;
+    for (int64_t c = 0; c < dv; ++c) acc[c] *= inv;
+    simd_narrow(acc, dv, orow);
+  }
+}
+
 template <class T>
 void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                       const Tensor& lengths, const am::Layout& L, double scale) {
@@ -163,6 +218,10 @@ void attention_kernel(const Tensor& out, const Tensor& q, const Tensor& k, const
             block_f32(op, qp, kp, vp, mp, L, off, task, i0, i1, kv_len, nk, static_cast<float>(scale), qb, kb, vb,
                       sb, ob))
           continue;
+        if (blas_rows && i1 - i0 < 8) {
+          rows_f32(op, qp, kp, vp, mp, L, off, task, i0, i1, kv_len, static_cast<float>(scale), qb, sb, vb, ob);
+          continue;
+        }
       }
       s.resize(static_cast<size_t>(nk));
       qrow.resize(static_cast<size_t>(L.d));

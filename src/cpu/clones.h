@@ -47,6 +47,13 @@ KILN_SIMD_CLONES Acc simd_dot(const Acc* __restrict x, const S* __restrict w, in
       }
     }
   }
+  if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<Acc, float>) {
+    if (have_f16c()) {
+      float out;
+      bf16_dot_rows(1, x, n, reinterpret_cast<const uint16_t*>(w), n, &out);
+      return out;
+    }
+  }
 #endif
   Acc s = 0;
 #pragma omp simd reduction(+ : s)

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -150,6 +151,19 @@ constexpr int64_t kHalfInPlaceRows = 16;
 // The f32 slice of b for the sgemm path: 16 MB.
 constexpr int64_t kHalfSliceElems = int64_t{1} << 22;
 
+// The f32 slice of b, kept per thread between products and never initialised: a fresh 16 MB vector was zeroed
+// and faulted in page by page on every product (a quarter of a prompt's time beside the sgemm).
+float* half_slice_buffer(size_t n) {
+  thread_local std::unique_ptr<float[]> buf;
+  thread_local size_t cap = 0;
+  if (cap < n) {
+    buf.reset();
+    buf.reset(new float[n]);
+    cap = n;
+  }
+  return buf.get();
+}
+
 template <class T>
 void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
   const int64_t B = c.size(0), n = c.size(1), m = c.size(2), k = a.size(2);
@@ -157,10 +171,10 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
   const T* pb = static_cast<const T*>(b.data_ptr());
   float* pc = c.data<float>();
   const int64_t sa = a.stride(0), sar = a.stride(1), sb = b.stride(0), sbm = b.stride(2);
-  std::vector<float> x(static_cast<size_t>(n * k));
+  const std::unique_ptr<float[]> x(new float[static_cast<size_t>(n * k)]);  // every element written below
   for (int64_t bi = 0; bi < B; ++bi) {
-    for (int64_t r = 0; r < n; ++r) simd_widen(pa + bi * sa + r * sar, k, x.data() + r * k);
-    const float* xp = x.data();
+    for (int64_t r = 0; r < n; ++r) simd_widen(pa + bi * sa + r * sar, k, x.get() + r * k);
+    const float* xp = x.get();
     float* cb = pc + bi * n * m;
     const T* base = pb + bi * sb;
     if (n <= kHalfInPlaceRows || k == 0) {
@@ -187,13 +201,13 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
       continue;
     }
     const int64_t slice = std::clamp<int64_t>(kHalfSliceElems / std::max<int64_t>(k, 1), 1, m);
-    std::vector<float> wf(static_cast<size_t>(slice * k));
+    float* const wf = half_slice_buffer(static_cast<size_t>(slice * k));
     for (int64_t j0 = 0; j0 < m; j0 += slice) {
       const int64_t rows = std::min(slice, m - j0);
 #pragma omp parallel for schedule(static) if (rows * k > (1 << 16))
-      for (int64_t r = 0; r < rows; ++r) simd_widen(base + (j0 + r) * sbm, k, wf.data() + r * k);
+      for (int64_t r = 0; r < rows; ++r) simd_widen(base + (j0 + r) * sbm, k, wf + r * k);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
-                  static_cast<int>(k), alpha, xp, static_cast<int>(k), wf.data(), static_cast<int>(k), beta, cb + j0,
+                  static_cast<int>(k), alpha, xp, static_cast<int>(k), wf, static_cast<int>(k), beta, cb + j0,
                   static_cast<int>(m));
     }
   }

@@ -235,23 +235,28 @@ TEST(Attention, CausalIsTopLeftAlignedForAnyLengths) {
 // 16-bit inputs in blocks of 8 or more query rows take f32 through BLAS (cpu/attention.cpp block_f32): the
 // same semantics as the f64 rows on fully masked rows (bool and float), a NaN query row, and an inf value
 // at a key no row attends (it must contribute nothing: that block falls back to the f64 rows).
+// 16-bit inputs: blocks of 8 or more query rows run in f32 through BLAS, fewer rows (decode) one at a time in
+// f32; both keep the f64 rows' edge cases.
 TEST(Attention, SixteenBitRowBlocksKeepTheEdgeCases) {
+  for (int64_t lq : {40, 5})
   for (DType dt : {DType::BF16, DType::F16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    const int64_t b = 2, lq = 40, lkv = 50, d = 16;
+    SCOPED_TRACE(str(dtype_name(dt), " lq ", lq));
+    const int64_t b = 2, lkv = 50, d = 16;
+    const int64_t r0 = std::min<int64_t>(3, lq - 1), r1 = std::min<int64_t>(35, lq - 1);
+    const int64_t r9 = std::min<int64_t>(9, lq - 2), r20 = std::min<int64_t>(20, lq - 1);
     const Tensor q = random_tensor({b, lq, d}, dt), k = random_tensor({b, lkv, d}, dt);
     const Tensor v = random_tensor({b, lkv, d}, dt, 1, 2);
     Tensor mask = gt(random_tensor({b, lq, lkv}, DType::F32, 0, 1), 0.3);
-    mask.select(0, 0).select(0, 3).fill_(false);
-    mask.select(0, 1).select(0, 35).fill_(false);
+    mask.select(0, 0).select(0, r0).fill_(false);
+    mask.select(0, 1).select(0, r1).fill_(false);
     const Tensor out = scaled_dot_product_attention(q, k, v, mask);
     EXPECT_TRUE(all_close(out, reference(q, k, v, mask)));
-    EXPECT_TRUE(test::equal(out.select(0, 0).select(0, 3), zeros({d}, dt)));
-    EXPECT_TRUE(test::equal(out.select(0, 1).select(0, 35), zeros({d}, dt)));
+    EXPECT_TRUE(test::equal(out.select(0, 0).select(0, r0), zeros({d}, dt)));
+    EXPECT_TRUE(test::equal(out.select(0, 1).select(0, r1), zeros({d}, dt)));
     Tensor fmask = zeros({lq, lkv}, DType::F32);
-    fmask.select(0, 9).fill_(-INFINITY);
+    fmask.select(0, r9).fill_(-INFINITY);
     const Tensor out2 = scaled_dot_product_attention(q, k, v, fmask);
-    EXPECT_TRUE(test::equal(out2.select(1, 9), zeros({b, d}, dt)));
+    EXPECT_TRUE(test::equal(out2.select(1, r9), zeros({b, d}, dt)));
     EXPECT_TRUE(all_close(out2, reference(q, k, v, fmask)));
     // An inf value at key 7, which no row attends: finite outputs, as the reference.
     Tensor vinf = v.clone();
@@ -263,10 +268,10 @@ TEST(Attention, SixteenBitRowBlocksKeepTheEdgeCases) {
     EXPECT_FALSE(std::isnan(sum(out3.to(DType::F32)).item<float>()));
     // A NaN in one query row: that row is NaN (as PyTorch's), the others are not touched.
     Tensor qnan = q.clone();
-    qnan.select(0, 1).select(0, 20).select(0, 0).fill_(NAN);
+    qnan.select(0, 1).select(0, r20).select(0, 0).fill_(NAN);
     const Tensor out4 = scaled_dot_product_attention(qnan, k, v, std::nullopt, true);
     EXPECT_TRUE(all_close(out4, reference(qnan, k, v, std::nullopt, true)));
-    const std::vector<float> nan_row = out4.select(0, 1).select(0, 20).to(DType::F32).to_vector<float>();
+    const std::vector<float> nan_row = out4.select(0, 1).select(0, r20).to(DType::F32).to_vector<float>();
     for (float x : nan_row) EXPECT_TRUE(std::isnan(x));
   }
 }
