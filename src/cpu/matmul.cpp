@@ -194,7 +194,7 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
           }
           for (int64_t r = 0; r < rows; ++r) {
             float& out = cb[(r0 + r) * m + j];
-            out = beta * out + alpha * d[r];
+            out = beta == 0.f ? alpha * d[r] : beta * out + alpha * d[r];  // beta 0: c is not read (BLAS's rule)
           }
         }
       }

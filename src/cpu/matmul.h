@@ -16,7 +16,8 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& alpha
 // Products of 16-bit operands in f32: c [B, n, m] (f32, contiguous; holds the input or zeros, scaled by beta
 // here) = beta * c + alpha * a [B, n, k] @ b [B, k, m], for the layouts gemm_half_takes: a and b bf16 or f16
 // with unit stride along k (b: a linear layer's transposed weight). Up to 16 rows of a read b in place, each
-// weight widened once per group of four rows; more rows widen slices of b to f32 for sgemm.
+// weight widened once per group of four rows; more rows widen slices of b to f32 for sgemm. With beta 0, c is
+// written without being read (its contents may be anything).
 // With oneDNN (KILN_HAVE_DNNL) and a CPU with BF16 dot products, bf16 products of more than 16 rows go to
 // oneDNN's matmul instead (dnnl_gemm_half; false: not taken, c untouched).
 bool gemm_half_takes(const Tensor& a, const Tensor& b);

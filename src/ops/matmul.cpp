@@ -59,9 +59,9 @@ Tensor batched(const Tensor& a, const Tensor& b, const Tensor& input, const Scal
     const bool use_input = input.defined() && beta.to_double() != 0.0;
     if (cpu::gemm_half_takes(a, b)) {
       // A linear layer's layout: b read in its own dtype (a few rows) or widened a slice at a time.
+      // With beta 0 gemm_half writes c without reading it (as BLAS): no zero fill first.
       Tensor c = empty({a.size(0), a.size(1), b.size(2)}, DType::F32);
       if (use_input) c.copy_(input);
-      else c.zero_();
       const float beta32 = use_input ? static_cast<float>(beta.to_double()) : 0.f;
       cpu::gemm_half(c, a, b, static_cast<float>(alpha.to_double()), beta32);
       return c.to(t);
