@@ -83,6 +83,13 @@ int main(int argc, char** argv) {
     const Tensor wb = w.to(DType::BF16);
     const Q8Weight q8 = quantize_q8_0(w);
     const Q4KWeight q4k = quantize_q4_k(w);
+    // Q6_K has no quantiser here (GGUF files bring it): random bytes are valid blocks; d set small.
+    Tensor q6b = uniform({n, k / 256 * 210}, DType::F32, 0, 255.99).to(DType::U8);
+    for (int64_t i = 0; i < n * (k / 256); ++i) {
+      const uint16_t h = f32_to_f16_bits(1e-3f);
+      std::memcpy(q6b.data<uint8_t>() + i * 210 + 208, &h, 2);
+    }
+    const Q6KWeight q6k{q6b};
     for (int64_t m : {1, 16, 17, 128}) {
       if (m > 1 && n > 100000) continue;
       const Tensor x = uniform({m, k}, DType::BF16, -1, 1);
@@ -95,6 +102,7 @@ int main(int argc, char** argv) {
       }
       run("linear q8_0 " + shape, 34.0 / 32 * n * k, [&] { linear(x, q8); });
       run("linear q4_k " + shape, 144.0 / 256 * n * k, [&] { linear(x, q4k); });
+      run("linear q6_k " + shape, 210.0 / 256 * n * k, [&] { linear(x, q6k); });
     }
   }
 

@@ -289,6 +289,20 @@ Tensor dequantize_q4_k(const Q4KWeight& w, DType dtype = DType::F32);
 // mins through each block's sum of x; the rows split as for Q8_0). CUDA as for Q8_0.
 Tensor linear(const Tensor& x, const Q4KWeight& w, const std::optional<Tensor>& bias = std::nullopt);
 
+// A linear layer's weight [N, K] in llama.cpp's Q6_K format (GGUF files keep output layers and some projections
+// of their 4-bit models in it), its bytes as GGUF stores them: blocks of 256 values along K, each 210 bytes:
+// 128 bytes of low 4 bits, 64 bytes of high 2-bit pairs, 16 int8 scales (one per 16 values) and an f16 d;
+// value = d x scale x (code - 32), codes 0..63. Kept as blocks uint8 [N, K / 256 x 210]; 6.56 bits a weight.
+// Read from GGUF files (no quantiser here).
+struct Q6KWeight {
+  Tensor blocks;
+};
+Tensor dequantize_q6_k(const Q6KWeight& w, DType dtype = DType::F32);
+// As linear(x, Q8Weight) on the CPU: int8 dot products of x quantised per block of 32 against the codes
+// unpacked in registers (AVX2), the -32 offset and the two scales of each block applied in integers. CUDA has
+// no Q6_K kernel: there the weight is dequantised to x's dtype for each call.
+Tensor linear(const Tensor& x, const Q6KWeight& w, const std::optional<Tensor>& bias = std::nullopt);
+
 }  // namespace kiln
 
 // ---- torch.nn.functional: normalisation, dropout, embedding, losses, padding, counting -----------------------

@@ -116,6 +116,54 @@ inline void q4k_codes(const uint8_t* blk, int j, uint8_t* out) {
   for (int l = 0; l < 32; ++l) out[l] = (j % 2 == 0) ? (q[l] & 0x0F) : (q[l] >> 4);
 }
 
+// Q6_K: 32-value block b (0..7) of a super-block: its half n = b / 4 (128 values each: 64 bytes of low nibbles,
+// 32 of high bit pairs, 8 scales) and quarter q = b % 4, which picks the low or high nibble of ql[l] or
+// ql[l + 32] and bit pair q of qh[l]; its first 16 values take scale 2q of the half, the last 16 scale 2q + 1
+// (ggml's dequantize_row_q6_K). Codes 0..63; value = d x scale x (code - 32).
+inline void q6k_codes(const uint8_t* blk, int b, uint8_t* out) {
+  const int n = b / 4, q = b % 4;
+  const uint8_t* ql = blk + 64 * n + (q % 2 == 1 ? 32 : 0);
+  const uint8_t* qh = blk + 128 + 32 * n;
+  for (int l = 0; l < 32; ++l) {
+    const int lo = q < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
+    out[l] = static_cast<uint8_t>(lo | (((qh[l] >> (2 * q)) & 3) << 4));
+  }
+}
+inline const int8_t* q6k_scales(const uint8_t* blk, int b) {
+  return reinterpret_cast<const int8_t*>(blk + 192 + 8 * (b / 4) + 2 * (b % 4));
+}
+inline float q6k_d(const uint8_t* blk) {
+  uint16_t h;
+  std::memcpy(&h, blk + 208, 2);
+  return f16_bits_to_f32(h);
+}
+
+// Per activation block b: its integer sum I_b = s_lo (x . (c - 32) over the first 16) + s_hi (over the last 16),
+// exact; the row's result is the sum over blocks of (d x xd[b]) x I_b.
+void q6k_dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, int rows, const uint8_t* w,
+                         int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+  for (int64_t row = 0; row < nw; ++row, w += nsb * kQ6KBytes, out += 1) {
+    for (int r = 0; r < rows; ++r) {
+      float acc = 0.f;
+      for (int64_t s = 0; s < nsb; ++s) {
+        const uint8_t* blk = w + s * kQ6KBytes;
+        const float d = q6k_d(blk);
+        for (int b = 0; b < 8; ++b) {
+          uint8_t c[32];
+          q6k_codes(blk, b, c);
+          const int8_t* sc = q6k_scales(blk, b);
+          const int8_t* x = xq + r * ldq + s * kQ6KBlock + b * kQ8Block;
+          int32_t lo = 0, hi = 0;
+          for (int l = 0; l < 16; ++l) lo += (int32_t{c[l]} - 32) * int32_t{x[l]};
+          for (int l = 16; l < 32; ++l) hi += (int32_t{c[l]} - 32) * int32_t{x[l]};
+          acc += (d * xd[r * ldd + s * 8 + b]) * static_cast<float>(sc[0] * lo + sc[1] * hi);
+        }
+      }
+      out[r * ldo] = acc;
+    }
+  }
+}
+
 void q4k_dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
                          const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
   for (int64_t row = 0; row < nw; ++row, w += nsb * kQ4KBytes, out += 1) {
@@ -448,6 +496,74 @@ KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* 
   }
 }
 
+// Q6_K, AVX2: per half super-block, the 6-bit codes of its four 32-value blocks from ql and qh by masks and
+// shifts; vpmaddubsw of codes and x, vpmaddwd with the block's two scales (the low 128-bit lane holds its first
+// 16 values; one byte shuffle of the half's scales picks them), the eight blocks' lane sums folded into one
+// vector (vphaddd). The -32 offset enters once per super-block: 32 x the scales times the activations' sums
+// per 16 values (xg), one vpmaddwd giving each block's correction in the folded order. Converted once and
+// scaled by d x xd.
+template <int R>
+KILN_Q8_AVX2 void q6k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, const int16_t* xg, int64_t ldd,
+                                    const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i h1 = _mm256_set1_epi8(0x03), h2 = _mm256_set1_epi8(0x0C), h3 = _mm256_set1_epi8(0x30),
+                h4 = _mm256_set1_epi8(static_cast<char>(0xC0));
+  // pick[q]: i16 scale 2q of a half in the low lane, 2q + 1 in the high lane, from [s0..s7 | s0..s7].
+  __m256i pick[4];
+  for (int q = 0; q < 4; ++q) {
+    const char lo0 = static_cast<char>(4 * q), lo1 = static_cast<char>(4 * q + 1);
+    const char hi0 = static_cast<char>(4 * q + 2), hi1 = static_cast<char>(4 * q + 3);
+    pick[q] = _mm256_setr_epi8(lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1,
+                               hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1);
+  }
+  const int64_t ldg = ldq / 16;
+  for (int64_t row = 0; row < nw; ++row, w += nsb * kQ6KBytes, out += 1) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; ++s) {
+      const uint8_t* blk = w + s * kQ6KBytes;
+      const int8_t* x = xq + s * kQ6KBlock;
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+      __m256i pair[R][4], t[R];
+      for (int n = 0; n < 2; ++n) {
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * n));
+        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * n + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * n));
+        const __m256i codes[4] = {
+            _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, h1), 4)),
+            _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, h2), 2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, h3)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                            _mm256_srli_epi16(_mm256_and_si256(qh, h4), 2))};
+        // The half's eight scales as i16 in both 128-bit lanes.
+        const __m128i half = n == 0 ? _mm256_castsi256_si128(sc16) : _mm256_extracti128_si256(sc16, 1);
+        const __m256i sh = _mm256_set_m128i(half, half);
+        for (int q = 0; q < 4; ++q) {
+          const int b = 4 * n + q;
+          const __m256i scv = _mm256_shuffle_epi8(sh, pick[q]);
+          for (int r = 0; r < R; ++r) {
+            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + r * ldq + b * kQ8Block));
+            const __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(codes[q], xv), scv);
+            if (b % 2 == 0) t[r] = v;
+            else pair[r][b / 2] = _mm256_hadd_epi32(t[r], v);
+          }
+        }
+      }
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(static_cast<unsigned short>(blk[208] | (blk[209] << 8))));
+      for (int r = 0; r < R; ++r) {
+        const __m256i e = _mm256_hadd_epi32(pair[r][0], pair[r][1]), g = _mm256_hadd_epi32(pair[r][2], pair[r][3]);
+        const __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(e, g, 0x20), _mm256_permute2x128_si256(e, g, 0x31));
+        // Block b's sum s_2b x (sum of its first 16 x) + s_2b+1 x (last 16), times 32.
+        const __m256i gs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xg + r * ldg + s * 16));
+        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, gs), 5);
+        const __m256 f = _mm256_mul_ps(d, _mm256_loadu_ps(xd + r * ldd + s * 8));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, corr)), f, acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) out[r * ldo] = hsum256(acc[r]);
+  }
+}
+
 enum class Isa { Scalar, Avx2, Vnni };
 Isa detect() {
   const bool avx2 = have_f16c();
@@ -704,6 +820,38 @@ void q4k_unpack_row(const uint8_t* w, int64_t K, float* out) {
       uint8_t c[32];
       q4k_codes(w, j, c);
       for (int l = 0; l < 32; ++l) out[32 * j + l] = dsc[j] * static_cast<float>(c[l]) - dmn[j];
+    }
+  }
+}
+
+void q6k_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const int16_t* xg, int64_t ldd, int rows,
+                  const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+#if KILN_Q8_X86
+  if (isa() != Isa::Scalar && with_rows(rows, [&](auto r) {
+        q6k_dot_rows_avx2<decltype(r)::value>(xq, ldq, xd, xg, ldd, w, nsb, nw, out, ldo);
+      }))
+    return;
+#endif
+  q6k_dot_rows_scalar(xq, ldq, xd, ldd, rows, w, nsb, nw, out, ldo);
+}
+
+void q6k_group_sums(const int8_t* xq, int64_t K, int16_t* xg) {
+  for (int64_t g = 0; g < K / 16; ++g) {
+    int32_t sum = 0;
+    for (int i = 0; i < 16; ++i) sum += xq[g * 16 + i];
+    xg[g] = static_cast<int16_t>(sum);
+  }
+}
+
+void q6k_unpack_row(const uint8_t* w, int64_t K, float* out) {
+  for (int64_t s = 0; s < K / kQ6KBlock; ++s, w += kQ6KBytes, out += kQ6KBlock) {
+    const float d = q6k_d(w);
+    for (int b = 0; b < 8; ++b) {
+      uint8_t c[32];
+      q6k_codes(w, b, c);
+      const int8_t* sc = q6k_scales(w, b);
+      // (d x scale) x q, as ggml's dequantize_row_q6_K multiplies.
+      for (int l = 0; l < 32; ++l) out[32 * b + l] = d * static_cast<float>(sc[l / 16]) * static_cast<float>(int{c[l]} - 32);
     }
   }
 }

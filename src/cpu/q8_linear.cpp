@@ -20,10 +20,10 @@ void dequantize_rows(const int8_t* q, const uint16_t* d, int64_t rows, int64_t K
     }
 }
 
-enum class Fmt { Q8, Q4, Q4K };
+enum class Fmt { Q8, Q4, Q4K, Q6K };
 
-// Q4: the weight rows are packed 4-bit codes (K / 2 bytes each); Q4K: super-blocks of 256 in 144 bytes (no
-// separate scales).
+// Q4: the weight rows are packed 4-bit codes (K / 2 bytes each); Q4K, Q6K: super-blocks of 256 in 144 or 210
+// bytes (no separate scales).
 template <class X, Fmt F>
 void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, const Tensor& scales,
                       const Tensor* bias) {
@@ -31,19 +31,24 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
   const int64_t M = x.size(0), K = x.size(1), N = values.size(0), nb = K / kQ8Block;
   const X* xp = x.data<const X>();
   const auto* wq = static_cast<const uint8_t*>(values.data_ptr());
-  const int64_t row_bytes = F == Fmt::Q4K ? K / kQ4KBlock * kQ4KBytes : Q4 ? K / 2 : K;
-  const auto* wd = F == Fmt::Q4K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
+  const int64_t row_bytes = F == Fmt::Q4K   ? K / kQ4KBlock * kQ4KBytes
+                            : F == Fmt::Q6K ? K / kQ6KBlock * kQ6KBytes
+                            : Q4            ? K / 2
+                                            : K;
+  const auto* wd = F == Fmt::Q4K || F == Fmt::Q6K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
   X* op = out.data<X>();
   std::vector<float> bias_f;
   if (bias) {
     const Tensor b = bias->to(DType::F32).contiguous();
     bias_f.assign(b.data<const float>(), b.data<const float>() + N);
   }
-  // x quantised row by row: codes, block scales, and the Q4_0 corrections or the Q4_K block sums.
+  // x quantised row by row: codes, block scales, and the Q4_0 corrections, the Q4_K block sums or the Q6_K sums
+  // per 16 values.
   std::vector<int8_t> xq(static_cast<size_t>(M * K));
   std::vector<float> xd(static_cast<size_t>(M * nb));
   std::vector<int32_t> xn(Q4 ? static_cast<size_t>(M * K / 4) : 0);
   std::vector<float> xs(F == Fmt::Q4K ? static_cast<size_t>(M * nb) : 0);
+  std::vector<int16_t> xg(F == Fmt::Q6K ? static_cast<size_t>(M * K / 16) : 0);
 #pragma omp parallel if (M * K >= kParallelGrain)
   {
     std::vector<float> xf(static_cast<size_t>(K));
@@ -53,6 +58,7 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
       q8_quantize_row(xf.data(), K, xq.data() + m * K, xd.data() + m * nb);
       if constexpr (Q4) q4_row_corrections(xq.data() + m * K, K, xn.data() + m * (K / 4));
       if constexpr (F == Fmt::Q4K) q4k_row_sums(xq.data() + m * K, xd.data() + m * nb, K, xs.data() + m * nb);
+      if constexpr (F == Fmt::Q6K) q6k_group_sums(xq.data() + m * K, K, xg.data() + m * (K / 16));
     }
   }
   // Tiles of up to 64 activation rows (their codes stay in the L2 cache) times chunks of 64 weight rows, the
@@ -66,7 +72,10 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
       float acc[4 * kChunk];
       for (int64_t m0 = t0; m0 < t0 + tm; m0 += 4) {
         const int rows = static_cast<int>(std::min<int64_t>(4, t0 + tm - m0));
-        if constexpr (F == Fmt::Q4K)
+        if constexpr (F == Fmt::Q6K)
+          q6k_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xg.data() + m0 * (K / 16), nb, rows,
+                       wq + n0 * row_bytes, K / kQ6KBlock, nw, acc, kChunk);
+        else if constexpr (F == Fmt::Q4K)
           q4k_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xs.data() + m0 * nb, nb, rows, wq + n0 * row_bytes,
                        K / kQ4KBlock, nw, acc, kChunk);
         else if constexpr (Q4)
@@ -106,6 +115,22 @@ void linear_q4k(const Tensor& out, const Tensor& x, const Tensor& blocks, const 
     using X = typename decltype(tag)::type;
     linear_q8_kernel<X, Fmt::Q4K>(out, x, blocks, Tensor(), bias);
   });
+}
+
+void linear_q6k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias) {
+  if (out.numel() == 0) return;
+  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "linear(q6_k)", [&](auto tag) {
+    using X = typename decltype(tag)::type;
+    linear_q8_kernel<X, Fmt::Q6K>(out, x, blocks, Tensor(), bias);
+  });
+}
+
+void dequantize_q6k(const Tensor& out, const Tensor& blocks) {
+  const int64_t rows = blocks.size(0), K = out.size(1), row_bytes = K / kQ6KBlock * kQ6KBytes;
+  const uint8_t* q = blocks.data<const uint8_t>();
+  float* o = out.data<float>();
+#pragma omp parallel for schedule(static) if (rows * K >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) q6k_unpack_row(q + r * row_bytes, K, o + r * K);
 }
 
 void dequantize_q4k(const Tensor& out, const Tensor& blocks) {

@@ -1,4 +1,5 @@
-// Q8_0, Q4_0 and Q4_K weights (kiln/nn.h: Q8Weight, Q4Weight, Q4KWeight): quantisation, dequantisation and linear. The CPU
+// Q8_0, Q4_0, Q4_K and Q6_K weights (kiln/nn.h: Q8Weight, Q4Weight, Q4KWeight, Q6KWeight): quantisation,
+// dequantisation and linear. The CPU
 // kernels are in src/cpu/q8_dot.cpp and q8_linear.cpp, the CUDA ones in src/cuda/quant.cu. CUDA tensors are quantised through a
 // host copy (a load-time step); their dequantisation and products run on the device.
 #include <algorithm>
@@ -119,21 +120,42 @@ Tensor dequantize(const Q4KWeight& w, DType dtype, const char* op) {
   return out.to(w.blocks.device()).to(dtype);
 }
 
+// Q6_K: raw GGUF super-blocks of 210 bytes. No CUDA kernel: CUDA tensors are dequantised on the host.
+int64_t in_features(const Q6KWeight& w) { return w.blocks.size(1) / cpu::kQ6KBytes * cpu::kQ6KBlock; }
+
+void check_weight(const Q6KWeight& w, const char* op) {
+  KILN_CHECK(w.blocks.dim() == 2 && w.blocks.dtype() == DType::U8 && w.blocks.size(1) % cpu::kQ6KBytes == 0, op,
+             ": blocks must be uint8 [N, K / 256 x 210] (210 bytes per 256 values), got ", w.blocks.meta());
+}
+
+Tensor dequantize(const Q6KWeight& w, DType dtype, const char* op) {
+  check_weight(w, op);
+  KILN_CHECK(dset(dtype) & kWeightTypes, op, ": dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
+  const Tensor blocks = w.blocks.to(kCPU).contiguous();
+  Tensor out = empty({blocks.size(0), in_features(w)}, DType::F32);
+  cpu::dequantize_q6k(out, blocks);
+  return out.to(w.blocks.device()).to(dtype);
+}
+
+template <class W>
+constexpr bool kBlocks = std::is_same_v<W, Q4KWeight> || std::is_same_v<W, Q6KWeight>;
+
 template <class W>
 W rows_of(const W& w, int64_t n0, int64_t R) {
-  if constexpr (std::is_same_v<W, Q4KWeight>) return W{w.blocks.narrow(0, n0, R)};
+  if constexpr (kBlocks<W>) return W{w.blocks.narrow(0, n0, R)};
   else return W{w.values.narrow(0, n0, R), w.scales.narrow(0, n0, R)};
 }
 
 template <class W>
 const Tensor& values_of(const W& w) {
-  if constexpr (std::is_same_v<W, Q4KWeight>) return w.blocks;
+  if constexpr (kBlocks<W>) return w.blocks;
   else return w.values;
 }
 
 template <class W>
 const char* name_of() {
   if constexpr (std::is_same_v<W, Q4KWeight>) return "q4_k";
+  else if constexpr (std::is_same_v<W, Q6KWeight>) return "q6_k";
   else return Format<W>::name;
 }
 
@@ -159,7 +181,9 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
 #if KILN_HAVE_CUDA
   if (x.is_cuda()) {
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
-    if constexpr (std::is_same_v<W, Q4KWeight>)
+    if constexpr (std::is_same_v<W, Q6KWeight>)  // no Q6_K kernel on CUDA: dequantised for the dense product
+      out.copy_(linear(x2, dequantize(w, x.dtype(), op.c_str()), bias));
+    else if constexpr (std::is_same_v<W, Q4KWeight>)
       cuda::linear_quantized(out, x2, cuda::QuantFormat::Q4_K, w.blocks, Tensor(), bias ? &bias_c : nullptr);
     else
       cuda::linear_quantized(out, x2, std::is_same_v<W, Q4Weight> ? cuda::QuantFormat::Q4_0 : cuda::QuantFormat::Q8_0,
@@ -169,7 +193,9 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
 #endif
   if (cpu::q8_dot_takes(M)) {
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
-    if constexpr (std::is_same_v<W, Q4KWeight>)
+    if constexpr (std::is_same_v<W, Q6KWeight>)
+      cpu::linear_q6k(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
+    else if constexpr (std::is_same_v<W, Q4KWeight>)
       cpu::linear_q4k(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
     else
       cpu::linear_q8(out, x2, w.values.contiguous(), w.scales.contiguous(), bias ? &bias_c : nullptr);
@@ -217,6 +243,8 @@ Q4KWeight quantize_q4_k(const Tensor& w) {
   return {blocks.to(w.device())};
 }
 Tensor dequantize_q4_k(const Q4KWeight& w, DType dtype) { return dequantize(w, dtype, "dequantize_q4_k"); }
+Tensor dequantize_q6_k(const Q6KWeight& w, DType dtype) { return dequantize(w, dtype, "dequantize_q6_k"); }
+Tensor linear(const Tensor& x, const Q6KWeight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
 Tensor linear(const Tensor& x, const Q4KWeight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
 
 }  // namespace kiln

@@ -412,3 +412,77 @@ TEST(Q4K, BadArgumentsAreErrors) {
   bad[5] = NAN;
   EXPECT_TRUE(test::throws_error([&] { (void)quantize_q4_k(from(bad, {1, 256})); }, {"NaN or infinite"}));
 }
+
+
+// ---- Q6_K ------------------------------------------------------------------------------------------------
+
+namespace {
+// Value i (0..255) of a Q6_K super-block from the format's definition (GGUF, ggml's block_q6_K): halves of 128
+// values; in a half, value r = 32 q + l takes the low (q = 0, 1) or high (q = 2, 3) nibble of ql[l + 32 (q % 2)],
+// the bit pair q of qh[l], and the scale of its 16 values, sc[2 q + l / 16].
+double ref_q6k_value(const uint8_t* blk, int i) {
+  const int n = i / 128, r = i % 128, q = r / 32, l = r % 32;
+  const uint8_t* ql = blk + 64 * n;
+  const uint8_t* qh = blk + 128 + 32 * n;
+  const auto* sc = reinterpret_cast<const int8_t*>(blk + 192 + 8 * n);
+  const int low = q < 2 ? (ql[l + 32 * (q % 2)] & 0x0F) : (ql[l + 32 * (q % 2)] >> 4);
+  const int code = low | (((qh[l] >> (2 * q)) & 3) << 4);
+  uint16_t dh;
+  std::memcpy(&dh, blk + 208, 2);
+  return double(f16_bits_to_f32(dh)) * sc[2 * q + l / 16] * (code - 32);
+}
+
+// N x K / 256 super-blocks of random bytes (every code and scale is valid), d in [1e-3, 3e-3].
+Q6KWeight random_q6k(int64_t N, int64_t K, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor blocks = empty({N, K / 256 * 210}, DType::U8);
+  uint8_t* b = blocks.data<uint8_t>();
+  for (int64_t i = 0; i < blocks.numel(); ++i) b[i] = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> d(1e-3f, 3e-3f);
+  for (int64_t i = 0; i < N * (K / 256); ++i) {
+    const uint16_t h = f32_to_f16_bits(d(rng));
+    std::memcpy(b + i * 210 + 208, &h, 2);
+  }
+  return {blocks};
+}
+}  // namespace
+
+// GGUF's Q6_K bytes (types.gguf, read by gguf-py into types.ref.safetensors) are a Q6KWeight as they are.
+TEST(Q6K, GgufBlocksDequantiseAsGgufPyReadsThem) {
+  const std::string dir = std::string(KILN_TEST_DATA_DIR) + "/gguf/";
+  const GgufFile f = GgufFile::open(dir + "types.gguf");
+  const Tensor raw = f.raw("t.q6_k");
+  ASSERT_EQ(raw.sizes(), Shape({3, 210}));
+  const Tensor ref = SafetensorsFile::open(dir + "types.ref.safetensors").get("t.q6_k").to(DType::F32);
+  EXPECT_TRUE(test::equal(dequantize_q6_k(Q6KWeight{raw}), ref.reshape({3, 256})));
+  EXPECT_TRUE(test::equal(dequantize_q6_k(Q6KWeight{raw}, DType::BF16), ref.reshape({3, 256}).to(DType::BF16)));
+}
+
+TEST(Q6K, DequantisationFollowsTheFormat) {
+  const int64_t N = 5, K = 768;
+  const Q6KWeight q = random_q6k(N, K, 50);
+  const Tensor deq = dequantize_q6_k(q);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t sb = 0; sb < K / 256; ++sb) {
+      const uint8_t* blk = q.blocks.data<uint8_t>() + n * (K / 256 * 210) + sb * 210;
+      for (int i = 0; i < 256; ++i)
+        ASSERT_EQ(deq.data<float>()[n * K + sb * 256 + i], static_cast<float>(ref_q6k_value(blk, i)))
+            << "row " << n << " super-block " << sb << " value " << i;
+    }
+}
+
+TEST(Q6K, LinearMatchesReferencesOnEveryPath) {
+  uint64_t seed = 60;
+  check_linear_paths<Q6KWeight>([&](const Tensor& w) { return random_q6k(w.size(0), w.size(1), seed++); },
+                                [](const Q6KWeight& q) { return dequantize_q6_k(q); }, {256, 768, 2816});
+}
+
+TEST(Q6K, BadArgumentsAreErrors) {
+  const Q6KWeight q = random_q6k(4, 256, 61);
+  EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(2 * 512, 62), {2, 512}), q); },
+                                 {"linear(q6_k)", "expects 256"}));
+  EXPECT_TRUE(test::throws_error([&] { (void)dequantize_q6_k(Q6KWeight{q.blocks.narrow(1, 0, 100)}); },
+                                 {"blocks must be uint8 [N, K / 256 x 210]"}));
+  EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(256, 63), {1, 256}), Q6KWeight{q.blocks.to(DType::I8)}); },
+                                 {"blocks must be uint8"}));
+}
