@@ -148,8 +148,9 @@ def write_tokenizer(name, pre, add_bos):
 def write_q4_k_model():
     """models/qwen3-wide-q4_k.gguf: a random Qwen3 of hidden size 256 (Q4_K's super-block) whose linear layers are
     Q4_K, quantised by kiln (gguf-py has no Q4_K quantiser; its dequantisation is checked against kiln's here),
-    except attn_v in Q8_0 (a stacked q/k/v of mixed formats, as llama.cpp's Q4_K_M files have). Needs the kiln
-    Python module (PYTHONPATH=build/python)."""
+    except attn_v in Q8_0 (a stacked q/k/v of mixed formats, as llama.cpp's Q4_K_M files have), and, as those
+    files do, the output layer and the last layer's ffn_down in Q6_K (q6_k below; gguf-py has no Q6_K quantiser
+    either). Needs the kiln Python module (PYTHONPATH=build/python)."""
     import kiln
     from gguf.quants import dequantize
     rng = np.random.default_rng(11)
@@ -180,9 +181,33 @@ def write_q4_k_model():
                               kiln.dequantize_q4_k(kiln.Q4KWeight(kiln.tensor(blocks))).numpy())
         return blocks
 
+    def q6_k(t):
+        """A plain Q6_K quantiser: per 16 values a scale of max|x| / 31 (codes 32 +- 31), the 16 scales of a
+        super-block as int8 steps of d = their largest / 127; packed in ggml's block_q6_K layout."""
+        rows, cols = t.shape
+        x = t.reshape(rows, cols // 256, 256).astype(np.float32)
+        g = x.reshape(rows, cols // 256, 16, 16)
+        gs = np.abs(g).max(-1) / 31
+        d = (gs.max(-1) / 127).astype(np.float16)
+        df = d.astype(np.float32)[..., None]
+        sc = np.clip(np.round(np.divide(gs, df, out=np.zeros_like(gs), where=df > 0)), -128, 127).astype(np.int8)
+        step = (df * sc.astype(np.float32))[..., None]
+        q = np.clip(np.round(np.divide(g, step, out=np.zeros_like(g), where=step > 0)) + 32, 0, 63).astype(np.uint8)
+        q = q.reshape(rows, cols // 256, 2, 4, 32)  # half, quarter, l
+        ql = np.concatenate([(q[:, :, :, 0] & 15) | ((q[:, :, :, 2] & 15) << 4),
+                             (q[:, :, :, 1] & 15) | ((q[:, :, :, 3] & 15) << 4)], axis=-1)  # [.., 2, 64]
+        qh = (q[:, :, :, 0] >> 4) | ((q[:, :, :, 1] >> 4) << 2) | ((q[:, :, :, 2] >> 4) << 4) | ((q[:, :, :, 3] >> 4) << 6)
+        blocks = np.concatenate([ql.reshape(rows, cols // 256, 128), qh.reshape(rows, cols // 256, 64),
+                                 sc.view(np.uint8), d.reshape(rows, cols // 256, 1).view(np.uint8)], axis=-1)
+        blocks = blocks.reshape(rows, cols // 256 * 210).astype(np.uint8)
+        deq = dequantize(blocks, gguf.GGMLQuantizationType.Q6_K)
+        assert np.array_equal(deq, kiln.dequantize_q6_k(kiln.Q6KWeight(kiln.tensor(blocks))).numpy())
+        assert np.abs(deq - t).max() <= 0.05 * np.abs(t).max()
+        return blocks
+
     w.add_tensor("token_embd.weight", mat(V, H))
     w.add_tensor("output_norm.weight", norm(H))
-    w.add_tensor("output.weight", mat(V, H))
+    w.add_tensor("output.weight", q6_k(mat(V, H)), raw_dtype=gguf.GGMLQuantizationType.Q6_K)
     for i in range(L):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", norm(H))
@@ -196,7 +221,10 @@ def write_q4_k_model():
         w.add_tensor(p + "attn_output.weight", q4_k(mat(H, heads * D)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
         w.add_tensor(p + "ffn_gate.weight", q4_k(mat(I, H)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
         w.add_tensor(p + "ffn_up.weight", q4_k(mat(I, H)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
-        w.add_tensor(p + "ffn_down.weight", q4_k(mat(H, I)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        if i == L - 1:
+            w.add_tensor(p + "ffn_down.weight", q6_k(mat(H, I)), raw_dtype=gguf.GGMLQuantizationType.Q6_K)
+        else:
+            w.add_tensor(p + "ffn_down.weight", q4_k(mat(H, I)), raw_dtype=gguf.GGMLQuantizationType.Q4_K)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -86,7 +86,19 @@ void bind_nn(nb::module_& m, nb::module_& F) {
         "Q4_K of a float weight [N, K] (K a multiple of 256) with llama.cpp's reference quantiser.");
   m.def("dequantize_q4_k", &dequantize_q4_k, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
         "d scale q - dmin min [N, K] in dtype.");
+  nb::class_<Q6KWeight>(m, "Q6KWeight",
+                        "A linear layer's weight [N, K] in Q6_K (llama.cpp's format, GGUF's bytes): blocks uint8 "
+                        "[N, K / 256 x 210], each 128 bytes of low 4 bits, 64 of high 2-bit pairs, 16 int8 scales "
+                        "(one per 16 values) and f16 d; value = d scale (code - 32). Read from GGUF files.")
+      .def("__init__", [](Q6KWeight* w, const Tensor& blocks) { new (w) Q6KWeight{blocks}; }, nb::arg("blocks"))
+      .def_ro("blocks", &Q6KWeight::blocks);
+  m.def("dequantize_q6_k", &dequantize_q6_k, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
+        "d scale (code - 32) [N, K] in dtype.");
   for (nb::module_* mod : {&m, &F}) {
+    mod->def("linear", [](const Tensor& x, const Q6KWeight& w, std::optional<Tensor> b) { return linear(x, w, b); },
+             nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
+             "input @ dequant(weight).T + bias for a Q6_K weight (CPU: int8 dot products on the input quantised "
+             "per block of 32; CUDA: the weight dequantised for each call).");
     mod->def("linear", [](const Tensor& x, const Q4KWeight& w, std::optional<Tensor> b) { return linear(x, w, b); },
              nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
              "input @ dequant(weight).T + bias for a Q4_K weight (as for Q8_0).");

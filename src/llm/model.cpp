@@ -62,6 +62,7 @@ void for_each_weight(const ModelWeights& w, F&& f) {
     if (l.q8) f(l.q8->values), f(l.q8->scales);
     if (l.q4) f(l.q4->values), f(l.q4->scales);
     if (l.q4k) f(l.q4k->blocks);
+    if (l.q6k) f(l.q6k->blocks);
     if (l.bias) f(*l.bias);
   };
   f(w.embed), f(w.final_norm), linear(w.lm_head);

@@ -15,6 +15,7 @@ Tensor Linear::operator()(const Tensor& x) const {
   if (q8) return linear(x, *q8, bias);
   if (q4) return linear(x, *q4, bias);
   if (q4k) return linear(x, *q4k, bias);
+  if (q6k) return linear(x, *q6k, bias);
   return linear(x, weight, bias);
 }
 
@@ -147,7 +148,11 @@ class Loader {
     ModelWeights m;
     m.embed = plain("model.embed_tokens.weight");
     m.final_norm = plain("model.norm.weight");
-    if (c_.tie_word_embeddings) m.lm_head.weight = m.embed;
+    // The output layer keeps a kept format's blocks too (a tied one those of the embedding, whose rows are
+    // looked up from the dequantised table).
+    const std::string head = c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    if (std::optional<Linear> kept = o_.keep_blocks ? blocks_of({head}) : std::nullopt) m.lm_head = std::move(*kept);
+    else if (c_.tie_word_embeddings) m.lm_head.weight = m.embed;
     else m.lm_head.weight = plain("lm_head.weight");
     for (int64_t i = 0; i < c_.num_layers; ++i) m.layers.push_back(layer(i));
     m.bytes = bytes_placed_;
@@ -279,13 +284,15 @@ class Loader {
 
   // The stored blocks of `weights` stacked along N as one kept-format Linear, when each has blocks of one format
   // (LoadOptions::keep_blocks); nothing otherwise. Q8_0 (34 bytes a block: f16 d, 32 int8) and Q4_0 (18: f16 d,
-  // 16 bytes of codes) are split into values and scales; Q4_K stays as stored.
+  // 16 bytes of codes) are split into values and scales; Q4_K stays as stored, and Q6_K on the CPU (CUDA has no
+  // Q6_K kernel: there such weights are dequantised, as other formats are).
   std::optional<Linear> blocks_of(const std::vector<std::string>& weights) {
     std::vector<BlockTensor> parts;
     for (const auto& w : weights) {
       std::optional<BlockTensor> b = src_.blocks(w);
       if (!b || (!parts.empty() && (b->format != parts[0].format || b->data.size(1) != parts[0].data.size(1))))
         return std::nullopt;
+      if (b->format == "q6_k" && o_.device.is_cuda()) return std::nullopt;
       parts.push_back(std::move(*b));
     }
     std::vector<Tensor> rows;
@@ -297,6 +304,11 @@ class Loader {
     if (f == "q4_k") {
       l.q4k = Q4KWeight{all.to(o_.device)};
       account(l.q4k->blocks);
+      return l;
+    }
+    if (f == "q6_k") {
+      l.q6k = Q6KWeight{all.to(o_.device)};
+      account(l.q6k->blocks);
       return l;
     }
     const int64_t block = f == "q8_0" ? 34 : 18, nb = row_bytes / block, qbytes = block - 2;

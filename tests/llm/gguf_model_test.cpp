@@ -107,10 +107,10 @@ TEST(GgufModel, Q4FilesKeepTheirLinearLayersInQ4) {
   EXPECT_GT(amax(abs(sub(a, b))).item<float>(), 0.f);
 }
 
-// A Q4_K file (random weights, scripts/make_gguf_models.py): its Q4_K layers hold the file's blocks as they are,
-// q/k/v of mixed formats (v in Q8_0) are dequantised and
-// run in Q8_0, and the logits are those of the same model with every kept weight dequantised, within the
-// activations' 8-bit quantisation.
+// A Q4_K file (random weights, scripts/make_gguf_models.py): its Q4_K layers, and on the CPU the Q6_K ones (the
+// output layer, the last layer's ffn_down, as llama.cpp's Q4_K_M files have), hold the file's blocks as they
+// are; q/k/v of mixed formats (v in Q8_0) are dequantised and run in Q8_0; the logits are those of the same
+// model with every kept weight dequantised, within the activations' 8-bit quantisation.
 TEST(GgufModel, Q4KFilesKeepTheirBlocks) {
   const std::string path = data("gguf/models/qwen3-wide-q4_k.gguf");
   ModelOptions o;
@@ -123,14 +123,23 @@ TEST(GgufModel, Q4KFilesKeepTheirBlocks) {
   EXPECT_TRUE(L.attn.qkv.q8.has_value());  // q, k in Q4_K and v in Q8_0: requantised to one format
   EXPECT_TRUE(test::equal(L.attn.o.q4k->blocks, f.raw("blk.0.attn_output.weight")));
   EXPECT_TRUE(test::equal(dequantize_q4_k(*L.mlp->down.q4k), f.get("blk.0.ffn_down.weight")));
-  EXPECT_TRUE(m.weights().lm_head.q8.has_value());
-  // The float model of the same values: every Q4_K weight dequantised.
+  const LayerWeights& L1 = m.weights().layers[1];
+  ASSERT_TRUE(L1.mlp && L1.mlp->down.q6k.has_value());
+  EXPECT_TRUE(test::equal(L1.mlp->down.q6k->blocks, f.raw("blk.1.ffn_down.weight")));
+  EXPECT_TRUE(test::equal(dequantize_q6_k(*L1.mlp->down.q6k), f.get("blk.1.ffn_down.weight")));
+  ASSERT_TRUE(m.weights().lm_head.q6k.has_value());
+  EXPECT_TRUE(test::equal(m.weights().lm_head.q6k->blocks, f.raw("output.weight")));
+  // The float model of the same values: every kept weight dequantised.
   ModelWeights w = m.weights();
+  auto to_float = [](Linear& lin) {
+    if (lin.q4k) lin.weight = dequantize_q4_k(*lin.q4k);
+    if (lin.q6k) lin.weight = dequantize_q6_k(*lin.q6k);
+    lin.q4k.reset();
+    lin.q6k.reset();
+  };
   for (LayerWeights& l : w.layers)
-    for (Linear* lin : {&l.attn.o, &l.mlp->gate_up, &l.mlp->down}) {
-      lin->weight = dequantize_q4_k(*lin->q4k);
-      lin->q4k.reset();
-    }
+    for (Linear* lin : {&l.attn.o, &l.mlp->gate_up, &l.mlp->down}) to_float(*lin);
+  to_float(w.lm_head);
   ModelOptions fo = o;
   fo.quant.clear();
   Model fm(m.config(), std::move(w), fo);

@@ -439,6 +439,30 @@ def test_q4_k_weights(rng, device):
         kiln.quantize_q4_k(kiln.tensor(w[:, :96], device=device))
 
 
+def test_q6_k_weights(rng, device):
+    # Random bytes are valid Q6_K blocks (d set small): numpy's reading of the format (ggml's block_q6_K: halves of
+    # 128 values from 64 bytes of nibbles and 32 of bit pairs, one int8 scale per 16 values) equals kiln's.
+    blocks = rng.integers(0, 256, size=(20, 3, 210), dtype=np.uint8)
+    blocks[..., 208:210] = np.full((20, 3, 1), 0.002, np.float16).view(np.uint8)
+    q = kiln.Q6KWeight(kiln.tensor(blocks.reshape(20, 630), device=device))
+    ql, qh = blocks[..., 0:128].reshape(20, 3, 2, 64), blocks[..., 128:192].reshape(20, 3, 2, 32)
+    sc = blocks[..., 192:208].view(np.int8).astype(np.float32)
+    d = blocks[..., 208:210].copy().view(np.float16)[..., 0].astype(np.float32)
+    lo = np.stack([ql[..., :32] & 15, ql[..., 32:] & 15, ql[..., :32] >> 4, ql[..., 32:] >> 4], 3)  # [.., 2, 4, 32]
+    hi = np.stack([(qh >> (2 * k)) & 3 for k in range(4)], 3)
+    codes = (lo | (hi << 4)).astype(np.float32).reshape(20, 3, 256) - 32
+    ref_deq = ((d[..., None, None] * sc[..., None]).reshape(20, 3, 16, 1) * codes.reshape(20, 3, 16, 16)).reshape(20, 768)
+    deq = to_numpy(kiln.dequantize_q6_k(q))
+    np.testing.assert_array_equal(deq, ref_deq)
+    for rows in (1, 5, 40):
+        x = rng.standard_normal((rows, 768)).astype(np.float32)
+        y = to_numpy(kiln.nn.functional.linear(kiln.tensor(x, device=device), q))
+        ref = x.astype(np.float64) @ deq.T.astype(np.float64)
+        np.testing.assert_allclose(y, ref, rtol=0, atol=0.02 * np.abs(ref).max())
+    with pytest.raises(kiln.KilnError, match="expects 768"):
+        kiln.nn.functional.linear(kiln.tensor(np.ones((1, 512), np.float32), device=device), q)
+
+
 def test_sampling_probs_is_the_distribution_sample_draws_from(rng, device):
     logits, nl = make(rng, (3, 50), kiln.float32, device, -3, 3)
     # temperature then top_k: softmax(l / T) over the k largest, renormalised

@@ -17,21 +17,26 @@
 
 namespace kiln::llm {
 
-// y = x W^T (+ b), with W a plain tensor [N, K], an FP8 weight with its scales, or a Q8_0, Q4_0 or Q4_K weight.
+// y = x W^T (+ b), with W a plain tensor [N, K], an FP8 weight with its scales, or a Q8_0, Q4_0, Q4_K or Q6_K
+// weight.
 struct Linear {
-  Tensor weight;                  // [N, K]; undefined when the weight is FP8, Q8_0, Q4_0 or Q4_K
+  Tensor weight;                  // [N, K]; undefined when the weight is FP8, Q8_0, Q4_0, Q4_K or Q6_K
   std::optional<Fp8Weight> fp8;   // the FP8 weight, when kept in FP8
   std::optional<Q8Weight> q8;     // the Q8_0 weight (ModelOptions::quant)
   std::optional<Q4Weight> q4;     // the Q4_0 weight (ModelOptions::quant)
   std::optional<Q4KWeight> q4k;   // the Q4_K weight (ModelOptions::quant)
+  std::optional<Q6KWeight> q6k;   // the Q6_K weight (a GGUF file's, on the CPU)
   std::optional<Tensor> bias;     // [N]
-  // The stored values ([N, K]; Q4_0's [N, K / 2] bytes; Q4_K's [N, K / 256 x 144] super-blocks).
+  // The stored values ([N, K]; Q4_0's [N, K / 2] bytes; Q4_K's [N, K / 256 x 144] super-blocks, Q6_K's x 210).
   const Tensor& values() const {
-    return fp8 ? fp8->values : q8 ? q8->values : q4 ? q4->values : q4k ? q4k->blocks : weight;
+    return fp8 ? fp8->values : q8 ? q8->values : q4 ? q4->values : q4k ? q4k->blocks : q6k ? q6k->blocks : weight;
   }
   int64_t out_features() const { return values().size(0); }
   int64_t in_features() const {
-    return q4 ? q4->values.size(1) * 2 : q4k ? q4k->blocks.size(1) / 144 * 256 : values().size(1);
+    return q4 ? q4->values.size(1) * 2
+           : q4k ? q4k->blocks.size(1) / 144 * 256
+           : q6k ? q6k->blocks.size(1) / 210 * 256
+                 : values().size(1);
   }
   // Bytes of the weight (values and scales) and the bias.
   int64_t nbytes() const;
