@@ -22,6 +22,16 @@ void dequantize_rows(const int8_t* q, const uint16_t* d, int64_t rows, int64_t K
 
 enum class Fmt { Q8, Q4, Q4K, Q6K };
 
+// Rows of super-blocks of 256 values (`bytes` each) to f32, unpack(row, K, out) a row at a time.
+void dequantize_superblocks(const Tensor& out, const Tensor& blocks, int64_t bytes,
+                            void (*unpack)(const uint8_t*, int64_t, float*)) {
+  const int64_t rows = blocks.size(0), K = out.size(1), row_bytes = K / 256 * bytes;
+  const uint8_t* q = blocks.data<const uint8_t>();
+  float* o = out.data<float>();
+#pragma omp parallel for schedule(static) if (rows * K >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) unpack(q + r * row_bytes, K, o + r * K);
+}
+
 // Q4: the weight rows are packed 4-bit codes (K / 2 bytes each); Q4K, Q6K: super-blocks of 256 in 144 or 210
 // bytes (no separate scales).
 template <class X, Fmt F>
@@ -125,20 +135,12 @@ void linear_q6k(const Tensor& out, const Tensor& x, const Tensor& blocks, const 
   });
 }
 
-void dequantize_q6k(const Tensor& out, const Tensor& blocks) {
-  const int64_t rows = blocks.size(0), K = out.size(1), row_bytes = K / kQ6KBlock * kQ6KBytes;
-  const uint8_t* q = blocks.data<const uint8_t>();
-  float* o = out.data<float>();
-#pragma omp parallel for schedule(static) if (rows * K >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) q6k_unpack_row(q + r * row_bytes, K, o + r * K);
+void dequantize_q4k(const Tensor& out, const Tensor& blocks) {
+  dequantize_superblocks(out, blocks, kQ4KBytes, q4k_unpack_row);
 }
 
-void dequantize_q4k(const Tensor& out, const Tensor& blocks) {
-  const int64_t rows = blocks.size(0), K = out.size(1), row_bytes = K / kQ4KBlock * kQ4KBytes;
-  const uint8_t* q = blocks.data<const uint8_t>();
-  float* o = out.data<float>();
-#pragma omp parallel for schedule(static) if (rows * K >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) q4k_unpack_row(q + r * row_bytes, K, o + r * K);
+void dequantize_q6k(const Tensor& out, const Tensor& blocks) {
+  dequantize_superblocks(out, blocks, kQ6KBytes, q6k_unpack_row);
 }
 
 void dequantize_q8(const Tensor& out, const Tensor& values, const Tensor& scales) {
