@@ -55,16 +55,20 @@ Tensor i32_scalar_buffer(int64_t v, Device d) { return full({1}, v, DType::I32, 
 
 // Every tensor of the weights (undefined ones included; tied tensors twice).
 template <class F>
+void for_each_linear_tensor(const Linear& l, F& f) {
+  f(l.weight);
+  if (l.fp8) f(l.fp8->values), f(l.fp8->scales);
+  if (l.q8) f(l.q8->values), f(l.q8->scales);
+  if (l.q4) f(l.q4->values), f(l.q4->scales);
+  if (l.q4k) f(l.q4k->blocks);
+  if (l.q6k) f(l.q6k->blocks);
+  if (l.bias) f(*l.bias);
+  for (const Linear& p : l.parts) for_each_linear_tensor(p, f);
+}
+
+template <class F>
 void for_each_weight(const ModelWeights& w, F&& f) {
-  auto linear = [&](const Linear& l) {
-    f(l.weight);
-    if (l.fp8) f(l.fp8->values), f(l.fp8->scales);
-    if (l.q8) f(l.q8->values), f(l.q8->scales);
-    if (l.q4) f(l.q4->values), f(l.q4->scales);
-    if (l.q4k) f(l.q4k->blocks);
-    if (l.q6k) f(l.q6k->blocks);
-    if (l.bias) f(*l.bias);
-  };
+  auto linear = [&](const Linear& l) { for_each_linear_tensor(l, f); };
   f(w.embed), f(w.final_norm), linear(w.lm_head);
   for (const LayerWeights& L : w.layers) {
     f(L.input_norm), f(L.post_norm), linear(L.attn.qkv), linear(L.attn.o), f(L.attn.q_norm), f(L.attn.k_norm);

@@ -11,6 +11,18 @@
 namespace kiln::llm {
 
 Tensor Linear::operator()(const Tensor& x) const {
+  if (!parts.empty()) {
+    Shape shape = x.sizes();
+    shape.back() = out_features();
+    Tensor out = empty(shape, x.dtype(), x.device());
+    int64_t n0 = 0;
+    for (const Linear& p : parts) {
+      const int64_t n = p.out_features();
+      out.narrow(out.dim() - 1, n0, n).copy_(p(x));
+      n0 += n;
+    }
+    return out;
+  }
   if (fp8) return linear(x, *fp8, bias);
   if (q8) return linear(x, *q8, bias);
   if (q4) return linear(x, *q4, bias);
@@ -20,6 +32,11 @@ Tensor Linear::operator()(const Tensor& x) const {
 }
 
 int64_t Linear::nbytes() const {
+  if (!parts.empty()) {
+    int64_t b = 0;
+    for (const Linear& p : parts) b += p.nbytes();
+    return b;
+  }
   int64_t b = static_cast<int64_t>(values().nbytes());
   if (fp8) b += static_cast<int64_t>(fp8->scales.nbytes());
   if (q8) b += static_cast<int64_t>(q8->scales.nbytes());
@@ -288,12 +305,17 @@ class Loader {
   // Q6_K kernel: there such weights are dequantised, as other formats are).
   std::optional<Linear> blocks_of(const std::vector<std::string>& weights) {
     std::vector<BlockTensor> parts;
+    bool mixed = false;
     for (const auto& w : weights) {
       std::optional<BlockTensor> b = src_.blocks(w);
-      if (!b || (!parts.empty() && (b->format != parts[0].format || b->data.size(1) != parts[0].data.size(1))))
-        return std::nullopt;
-      if (b->format == "q6_k" && o_.device.is_cuda()) return std::nullopt;
+      if (!b || (b->format == "q6_k" && o_.device.is_cuda())) return std::nullopt;
+      mixed |= !parts.empty() && (b->format != parts[0].format || b->data.size(1) != parts[0].data.size(1));
       parts.push_back(std::move(*b));
+    }
+    if (mixed) {  // each part in its own format (Linear::parts)
+      Linear l;
+      for (const auto& w : weights) l.parts.push_back(*blocks_of({w}));
+      return l;
     }
     std::vector<Tensor> rows;
     for (const BlockTensor& b : parts) rows.push_back(b.data);
@@ -341,6 +363,14 @@ class Loader {
       for (const auto& s : names) w.push_back(s + ".weight");
       if (std::optional<Linear> l = blocks_of(w)) {
         l->bias = stack_bias(names, o_.dtype.value_or(DType::F32));
+        if (l->bias && !l->parts.empty()) {  // each part adds its own rows of the bias
+          int64_t n0 = 0;
+          for (Linear& p : l->parts) {
+            p.bias = l->bias->narrow(0, n0, p.out_features());
+            n0 += p.out_features();
+          }
+          l->bias.reset();
+        }
         return *l;
       }
     }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include <unistd.h>
@@ -109,8 +110,8 @@ TEST(GgufModel, Q4FilesKeepTheirLinearLayersInQ4) {
 
 // A Q4_K file (random weights, scripts/make_gguf_models.py): its Q4_K layers, and on the CPU the Q6_K ones (the
 // output layer, the last layer's ffn_down, as llama.cpp's Q4_K_M files have), hold the file's blocks as they
-// are; q/k/v of mixed formats (v in Q8_0) are dequantised and run in Q8_0; the logits are those of the same
-// model with every kept weight dequantised, within the activations' 8-bit quantisation.
+// are; q/k/v of mixed formats (v in Q8_0) keep each part in its own format (Linear::parts); the logits are
+// those of the same model with every kept weight dequantised, within the activations' 8-bit quantisation.
 TEST(GgufModel, Q4KFilesKeepTheirBlocks) {
   const std::string path = data("gguf/models/qwen3-wide-q4_k.gguf");
   ModelOptions o;
@@ -120,7 +121,12 @@ TEST(GgufModel, Q4KFilesKeepTheirBlocks) {
   const LayerWeights& L = m.weights().layers[0];
   ASSERT_TRUE(L.attn.o.q4k.has_value());
   ASSERT_TRUE(L.mlp && L.mlp->gate_up.q4k.has_value() && L.mlp->down.q4k.has_value());
-  EXPECT_TRUE(L.attn.qkv.q8.has_value());  // q, k in Q4_K and v in Q8_0: requantised to one format
+  // q, k in Q4_K and v in Q8_0: three parts, each the file's blocks.
+  ASSERT_EQ(L.attn.qkv.parts.size(), 3u);
+  EXPECT_TRUE(L.attn.qkv.parts[0].q4k && L.attn.qkv.parts[1].q4k && L.attn.qkv.parts[2].q8);
+  EXPECT_TRUE(test::equal(L.attn.qkv.parts[1].q4k->blocks, f.raw("blk.0.attn_k.weight")));
+  EXPECT_TRUE(test::equal(dequantize_q8_0(*L.attn.qkv.parts[2].q8), f.get("blk.0.attn_v.weight")));
+  EXPECT_EQ(L.attn.qkv.out_features(), m.config().q_size() + 2 * m.config().kv_size());
   EXPECT_TRUE(test::equal(L.attn.o.q4k->blocks, f.raw("blk.0.attn_output.weight")));
   EXPECT_TRUE(test::equal(dequantize_q4_k(*L.mlp->down.q4k), f.get("blk.0.ffn_down.weight")));
   const LayerWeights& L1 = m.weights().layers[1];
@@ -131,14 +137,21 @@ TEST(GgufModel, Q4KFilesKeepTheirBlocks) {
   EXPECT_TRUE(test::equal(m.weights().lm_head.q6k->blocks, f.raw("output.weight")));
   // The float model of the same values: every kept weight dequantised.
   ModelWeights w = m.weights();
-  auto to_float = [](Linear& lin) {
-    if (lin.q4k) lin.weight = dequantize_q4_k(*lin.q4k);
-    if (lin.q6k) lin.weight = dequantize_q6_k(*lin.q6k);
-    lin.q4k.reset();
-    lin.q6k.reset();
+  std::function<Tensor(const Linear&)> dequantised = [&](const Linear& lin) {
+    if (!lin.parts.empty()) {
+      std::vector<Tensor> rows;
+      for (const Linear& p : lin.parts) rows.push_back(dequantised(p));
+      return cat(rows, 0);
+    }
+    return lin.q4k ? dequantize_q4_k(*lin.q4k) : lin.q6k ? dequantize_q6_k(*lin.q6k) : dequantize_q8_0(*lin.q8);
+  };
+  auto to_float = [&](Linear& lin) {
+    Linear plain;
+    plain.weight = dequantised(lin);
+    lin = plain;
   };
   for (LayerWeights& l : w.layers)
-    for (Linear* lin : {&l.attn.o, &l.mlp->gate_up, &l.mlp->down}) to_float(*lin);
+    for (Linear* lin : {&l.attn.qkv, &l.attn.o, &l.mlp->gate_up, &l.mlp->down}) to_float(*lin);
   to_float(w.lm_head);
   ModelOptions fo = o;
   fo.quant.clear();

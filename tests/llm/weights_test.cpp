@@ -2,6 +2,8 @@
 // stacking (per-expert and stacked checkpoints), FP8 weights kept or dequantised.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "kiln/llm/weights.h"
 #include "test_util.h"
 
@@ -102,6 +104,66 @@ TEST(Weights, LlamaBiasesStackWithTheirWeights) {
   const Tensor y = qkv(x);
   EXPECT_TRUE(test::all_close(y.narrow(1, 192, 64), linear(x, ck["model.layers.0.self_attn.v_proj.weight"],
                                                           ck["model.layers.0.self_attn.v_proj.bias"])));
+}
+
+// A source whose named weights also come as GGUF blocks (WeightSource::blocks).
+class BlockSource : public MapWeightSource {
+ public:
+  BlockSource(std::map<std::string, Tensor> t, std::map<std::string, BlockTensor> b)
+      : MapWeightSource(std::move(t)), b_(std::move(b)) {}
+  std::optional<BlockTensor> blocks(const std::string& name) const override {
+    const auto it = b_.find(name);
+    if (it == b_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, BlockTensor> b_;
+};
+
+// GGUF's bytes of a Q8_0 or Q4_0 weight: per block its f16 scale, then its codes.
+Tensor gguf_blocks(const Tensor& values, const Tensor& scales) {
+  const int64_t N = values.size(0), nb = scales.size(1), qb = values.size(1) / nb;
+  Tensor out = empty({N, nb * (2 + qb)}, DType::U8);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* o = out.data<uint8_t>() + (n * nb + b) * (2 + qb);
+      std::memcpy(o, static_cast<const uint8_t*>(scales.data_ptr()) + (n * nb + b) * 2, 2);
+      std::memcpy(o + 2, static_cast<const uint8_t*>(values.data_ptr()) + n * values.size(1) + b * qb,
+                  static_cast<size_t>(qb));
+    }
+  return out;
+}
+
+// q and k in Q8_0 and v in Q4_0 (as a Q4_K_M file keeps v in Q6_K): the stacked q/k/v keeps each part in its
+// own format with its own rows of the bias, and computes what the three separate products do.
+TEST(Weights, StackedPartsOfDifferentBlockFormatsKeepTheirOwn) {
+  const ModelConfig c = tiny(Arch::Llama);
+  auto ck = random_checkpoint(c);
+  const std::string p = "model.layers.0.self_attn.";
+  const Q8Weight q = quantize_q8_0(ck[p + "q_proj.weight"]), k = quantize_q8_0(ck[p + "k_proj.weight"]);
+  const Q4Weight v = quantize_q4_0(ck[p + "v_proj.weight"]);
+  std::map<std::string, BlockTensor> blocks{{p + "q_proj.weight", {"q8_0", gguf_blocks(q.values, q.scales)}},
+                                            {p + "k_proj.weight", {"q8_0", gguf_blocks(k.values, k.scales)}},
+                                            {p + "v_proj.weight", {"q4_0", gguf_blocks(v.values, v.scales)}}};
+  LoadOptions o;
+  o.keep_blocks = true;
+  const ModelWeights w = load_weights(c, BlockSource(ck, std::move(blocks)), o);
+  const Linear& qkv = w.layers[0].attn.qkv;
+  ASSERT_EQ(qkv.parts.size(), 3u);
+  EXPECT_TRUE(qkv.parts[0].q8 && qkv.parts[1].q8 && qkv.parts[2].q4 && !qkv.bias && !qkv.weight.defined());
+  EXPECT_EQ(qkv.out_features(), 256);
+  EXPECT_EQ(qkv.in_features(), 64);
+  EXPECT_TRUE(equal(qkv.parts[2].q4->values, v.values));
+  const Tensor bq = ck[p + "q_proj.bias"].to(DType::F32), bv = ck[p + "v_proj.bias"].to(DType::F32);
+  ASSERT_TRUE(qkv.parts[2].bias.has_value());
+  EXPECT_TRUE(equal(*qkv.parts[2].bias, bv));
+  const Tensor x = random_tensor({3, 64}, DType::F32);
+  const Tensor y = qkv(x);
+  EXPECT_TRUE(equal(y.narrow(1, 0, 128), linear(x, q, bq)));
+  EXPECT_TRUE(equal(y.narrow(1, 192, 64), linear(x, v, bv)));
+  // The other layers have no blocks: stacked into one plain weight as usual.
+  EXPECT_TRUE(w.layers[1].attn.qkv.parts.empty() && w.layers[1].attn.qkv.weight.defined());
 }
 
 TEST(Weights, MoeExpertsStackedFromPerExpertTensors) {

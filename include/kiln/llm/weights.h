@@ -27,16 +27,27 @@ struct Linear {
   std::optional<Q4KWeight> q4k;   // the Q4_K weight (ModelOptions::quant)
   std::optional<Q6KWeight> q6k;   // the Q6_K weight (a GGUF file's, on the CPU)
   std::optional<Tensor> bias;     // [N]
-  // The stored values ([N, K]; Q4_0's [N, K / 2] bytes; Q4_K's [N, K / 256 x 144] super-blocks, Q6_K's x 210).
+  // When not empty, the weight is these stacked along N, each with its own format and bias (a stacked q/k/v or
+  // gate/up whose parts a GGUF file keeps in different block formats, as Q4_K_M's v in Q6_K); the members
+  // above are then unset.
+  std::vector<Linear> parts;
+  // The stored values ([N, K]; Q4_0's [N, K / 2] bytes; Q4_K's [N, K / 256 x 144] super-blocks, Q6_K's x 210);
+  // the first part's for a Linear of parts.
   const Tensor& values() const {
+    if (!parts.empty()) return parts[0].values();
     return fp8 ? fp8->values : q8 ? q8->values : q4 ? q4->values : q4k ? q4k->blocks : q6k ? q6k->blocks : weight;
   }
-  int64_t out_features() const { return values().size(0); }
+  int64_t out_features() const {
+    int64_t n = 0;
+    for (const Linear& p : parts) n += p.out_features();
+    return parts.empty() ? values().size(0) : n;
+  }
   int64_t in_features() const {
-    return q4 ? q4->values.size(1) * 2
-           : q4k ? q4k->blocks.size(1) / 144 * 256
-           : q6k ? q6k->blocks.size(1) / 210 * 256
-                 : values().size(1);
+    return !parts.empty() ? parts[0].in_features()
+           : q4           ? q4->values.size(1) * 2
+           : q4k          ? q4k->blocks.size(1) / 144 * 256
+           : q6k          ? q6k->blocks.size(1) / 210 * 256
+                          : values().size(1);
   }
   // Bytes of the weight (values and scales) and the bias.
   int64_t nbytes() const;
@@ -79,8 +90,8 @@ struct ModelWeights {
   int64_t bytes = 0;  // bytes held (tied tensors once)
 };
 
-// A weight stored in one of llama.cpp's block formats that kiln multiplies in place: "q8_0", "q4_0" or "q4_k",
-// its bytes as ggml lays them out, uint8 [rows, bytes per row] (a CPU view of the file).
+// A weight stored in one of llama.cpp's block formats that kiln multiplies in place: "q8_0", "q4_0", "q4_k" or
+// "q6_k", its bytes as ggml lays them out, uint8 [rows, bytes per row] (a CPU view of the file).
 struct BlockTensor {
   std::string format;
   Tensor data;
@@ -130,9 +141,10 @@ struct LoadOptions {
   std::optional<DType> dtype;
   // FP8 checkpoints: keep the weights in FP8 with their scales (true) or dequantise them to `dtype` (false).
   bool keep_fp8 = true;
-  // Linear weights the source has in a kept block format (WeightSource::blocks: GGUF's Q8_0, Q4_0, Q4_K)
-  // become Q8Weight / Q4Weight / Q4KWeight from their stored bytes, when every part of a stacked weight (q/k/v,
-  // gate/up) has the same format; the others are dequantised as usual.
+  // Linear weights the source has in a kept block format (WeightSource::blocks: GGUF's Q8_0, Q4_0, Q4_K, and
+  // Q6_K on the CPU) become Q8Weight / Q4Weight / Q4KWeight / Q6KWeight from their stored bytes; a stacked
+  // weight (q/k/v, gate/up) whose parts have different kept formats keeps each (Linear::parts); the others are
+  // dequantised as usual.
   bool keep_blocks = false;
   // Called after each tensor is placed: (bytes done, bytes in all).
   std::function<void(int64_t, int64_t)> progress;
