@@ -289,6 +289,19 @@ Tensor dequantize_q4_k(const Q4KWeight& w, DType dtype = DType::F32);
 // mins through each block's sum of x; the rows split as for Q8_0). CUDA as for Q8_0.
 Tensor linear(const Tensor& x, const Q4KWeight& w, const std::optional<Tensor>& bias = std::nullopt);
 
+// A linear layer's weight [N, K] in llama.cpp's Q5_K format (GGUF's Q5_K_M files), its bytes as GGUF stores
+// them: Q4_K's super-block (f16 d and dmin, 12 bytes of 6-bit scales and mins) with 32 bytes of fifth bits
+// (qh) before the 128 bytes of 4-bit codes, 176 bytes per 256 values; sub-block j's codes gain bit j of qh[l]
+// (codes 0..31), value = d s_j q - dmin m_j. Kept as blocks uint8 [N, K / 256 x 176]; 5.5 bits a weight. Read
+// from GGUF files (no quantiser here).
+struct Q5KWeight {
+  Tensor blocks;
+};
+Tensor dequantize_q5_k(const Q5KWeight& w, DType dtype = DType::F32);
+// As linear(x, Q4KWeight) on the CPU (the fifth bits joined to the codes in registers). CUDA has no Q5_K kernel:
+// there the weight is dequantised to x's dtype for each call.
+Tensor linear(const Tensor& x, const Q5KWeight& w, const std::optional<Tensor>& bias = std::nullopt);
+
 // A linear layer's weight [N, K] in llama.cpp's Q6_K format (GGUF files keep output layers and some projections
 // of their 4-bit models in it), its bytes as GGUF stores them: blocks of 256 values along K, each 210 bytes:
 // 128 bytes of low 4 bits, 64 bytes of high 2-bit pairs, 16 int8 scales (one per 16 values) and an f16 d;

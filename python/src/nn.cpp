@@ -86,6 +86,14 @@ void bind_nn(nb::module_& m, nb::module_& F) {
         "Q4_K of a float weight [N, K] (K a multiple of 256) with llama.cpp's reference quantiser.");
   m.def("dequantize_q4_k", &dequantize_q4_k, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
         "d scale q - dmin min [N, K] in dtype.");
+  nb::class_<Q5KWeight>(m, "Q5KWeight",
+                        "A linear layer's weight [N, K] in Q5_K (llama.cpp's format, GGUF's bytes): blocks uint8 "
+                        "[N, K / 256 x 176], Q4_K's super-block with 32 bytes of fifth bits before the codes; value = "
+                        "d scale q - dmin min, q 0..31. Read from GGUF files.")
+      .def("__init__", [](Q5KWeight* w, const Tensor& blocks) { new (w) Q5KWeight{blocks}; }, nb::arg("blocks"))
+      .def_ro("blocks", &Q5KWeight::blocks);
+  m.def("dequantize_q5_k", &dequantize_q5_k, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
+        "d scale q - dmin min [N, K] in dtype.");
   nb::class_<Q6KWeight>(m, "Q6KWeight",
                         "A linear layer's weight [N, K] in Q6_K (llama.cpp's format, GGUF's bytes): blocks uint8 "
                         "[N, K / 256 x 210], each 128 bytes of low 4 bits, 64 of high 2-bit pairs, 16 int8 scales "
@@ -95,6 +103,9 @@ void bind_nn(nb::module_& m, nb::module_& F) {
   m.def("dequantize_q6_k", &dequantize_q6_k, nb::arg("weight"), nb::arg("dtype") = DType::F32, release_gil(),
         "d scale (code - 32) [N, K] in dtype.");
   for (nb::module_* mod : {&m, &F}) {
+    mod->def("linear", [](const Tensor& x, const Q5KWeight& w, std::optional<Tensor> b) { return linear(x, w, b); },
+             nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
+             "input @ dequant(weight).T + bias for a Q5_K weight (as for Q6_K).");
     mod->def("linear", [](const Tensor& x, const Q6KWeight& w, std::optional<Tensor> b) { return linear(x, w, b); },
              nb::arg("input"), nb::arg("weight"), nb::arg("bias") = nb::none(), release_gil(),
              "input @ dequant(weight).T + bias for a Q6_K weight (CPU: int8 dot products on the input quantised "

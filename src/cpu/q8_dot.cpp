@@ -110,10 +110,13 @@ inline void q4k_factors(const uint8_t* blk, float* dsc, float* dmn) {
   }
 }
 
-// Sub-block j's 32 codes: the low (even j) or high (odd j) nibbles of the 32 bytes of its pair.
-inline void q4k_codes(const uint8_t* blk, int j, uint8_t* out) {
-  const uint8_t* q = blk + 16 + 32 * (j / 2);
+// Sub-block j's 32 codes: the low (even j) or high (odd j) nibbles of the 32 bytes of its pair; Q5_K (the same
+// super-block with 32 bytes qh before the codes, 176 bytes) adds bit j of qh[l] as the codes' fifth bit.
+inline void q4k_codes(const uint8_t* blk, int j, uint8_t* out, bool q5 = false) {
+  const uint8_t* q = blk + (q5 ? 48 : 16) + 32 * (j / 2);
   for (int l = 0; l < 32; ++l) out[l] = (j % 2 == 0) ? (q[l] & 0x0F) : (q[l] >> 4);
+  if (q5)
+    for (int l = 0; l < 32; ++l) out[l] = static_cast<uint8_t>(out[l] | (((blk[16 + l] >> j) & 1) << 4));
 }
 
 // Q6_K: 32-value block b (0..7) of a super-block: its half n = b / 4 (128 values each: 64 bytes of low nibbles,
@@ -165,17 +168,18 @@ void q6k_dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, int64_t
 }
 
 void q4k_dot_rows_scalar(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
-                         const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
-  for (int64_t row = 0; row < nw; ++row, w += nsb * kQ4KBytes, out += 1) {
+                         const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo, bool q5) {
+  const int64_t bytes = q5 ? kQ5KBytes : kQ4KBytes;
+  for (int64_t row = 0; row < nw; ++row, w += nsb * bytes, out += 1) {
     for (int r = 0; r < rows; ++r) {
       float acc = 0.f, mins = 0.f;
       for (int64_t s = 0; s < nsb; ++s) {
-        const uint8_t* blk = w + s * kQ4KBytes;
+        const uint8_t* blk = w + s * bytes;
         float dsc[8], dmn[8];
         q4k_factors(blk, dsc, dmn);
         for (int j = 0; j < 8; ++j) {
           uint8_t c[32];
-          q4k_codes(blk, j, c);
+          q4k_codes(blk, j, c, q5);
           const int64_t b = s * 8 + j;
           int32_t isum = 0;
           for (int l = 0; l < 32; ++l) isum += int32_t{c[l]} * int32_t{xq[r * ldq + b * kQ8Block + l]};
@@ -415,27 +419,34 @@ KILN_Q8_AVX2 inline void q4k_factors_avx2(const uint8_t* blk, __m256& vsc, __m25
 // Q4_K, VNNI: each 32 bytes of codes are a pair of sub-blocks, [low nibbles | high nibbles] in one 512-bit
 // vector against 64 activations (the codes are unsigned: no correction), the pair's two d s_j x xd spread over
 // their 8 lanes each; the mins go to a separate sum, dmin m_j x xs[b], eight sub-blocks at once.
-template <int R>
+template <int R, bool Q5>
 KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd,
                                     const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+  constexpr int64_t kBytes = Q5 ? kQ5KBytes : kQ4KBytes, kCodes = Q5 ? 48 : 16;
+  const __m256i one = _mm256_set1_epi8(1);
   const __m512i spread[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                              _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
                              _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
                              _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int64_t row = 0; row < nw; ++row, w += nsb * kQ4KBytes, out += 1) {
+  for (int64_t row = 0; row < nw; ++row, w += nsb * kBytes, out += 1) {
     __m512 acc[R];
     __m256 mins[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
-      const uint8_t* blk = w + s * kQ4KBytes;
+      const uint8_t* blk = w + s * kBytes;
       __m256 vsc, vmn;
       q4k_factors_avx2(blk, vsc, vmn);
       __m512i cv[4];
       for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
-        cv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
-                                   _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kCodes + 32 * c));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (Q5) {
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        }
+        cv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
       }
       for (int r = 0; r < R; ++r) {
         const float* d = xd + r * ldd + s * 8;
@@ -459,20 +470,28 @@ KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* 
 // sub-block sums are folded into one vector's eight lanes (a tree of vphaddd), converted once and multiplied by
 // the eight factors d s_j x xd at once. Converting and multiplying each sub-block by its own factor (one FMA
 // chain of 8 steps a block) bound the kernel below the memory's rate.
-template <int R>
+// Q5_K (Q5 true): the same with bit j of qh[l] as the fifth bit of sub-block j's codes (codes <= 31: the
+// pairs of vpmaddubsw stay within int16).
+template <int R, bool Q5>
 KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd,
                                     const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  for (int64_t row = 0; row < nw; ++row, w += nsb * kQ4KBytes, out += 1) {
+  constexpr int64_t kBytes = Q5 ? kQ5KBytes : kQ4KBytes, kCodes = Q5 ? 48 : 16;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), one = _mm256_set1_epi8(1);
+  for (int64_t row = 0; row < nw; ++row, w += nsb * kBytes, out += 1) {
     __m256 acc[R], mins[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
-      const uint8_t* blk = w + s * kQ4KBytes;
+      const uint8_t* blk = w + s * kBytes;
       const int8_t* x = xq + s * kQ4KBlock;
       __m256i pair[R][4];  // pair[r][c]: sub-blocks 2c and 2c + 1, lanes summed two by two
       for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * c));
-        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kCodes + 32 * c));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (Q5) {
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        }
         for (int r = 0; r < R; ++r) {
           const int8_t* xr = x + r * ldq + 2 * c * kQ8Block;
           const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr));
@@ -674,20 +693,33 @@ void q4_unpack_row(const uint8_t* q, const uint16_t* d, int64_t K, float* out) {
   }
 }
 
-void q4k_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
-                  const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+namespace {
+template <bool Q5>
+void k_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
+                const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
 #if KILN_Q8_X86
   const Isa i = isa();
   if (i == Isa::Vnni && with_rows(rows, [&](auto r) {
-        q4k_dot_rows_vnni<decltype(r)::value>(xq, ldq, xd, xs, ldd, w, nsb, nw, out, ldo);
+        q4k_dot_rows_vnni<decltype(r)::value, Q5>(xq, ldq, xd, xs, ldd, w, nsb, nw, out, ldo);
       }))
     return;
   if (i == Isa::Avx2 && with_rows(rows, [&](auto r) {
-        q4k_dot_rows_avx2<decltype(r)::value>(xq, ldq, xd, xs, ldd, w, nsb, nw, out, ldo);
+        q4k_dot_rows_avx2<decltype(r)::value, Q5>(xq, ldq, xd, xs, ldd, w, nsb, nw, out, ldo);
       }))
     return;
 #endif
-  q4k_dot_rows_scalar(xq, ldq, xd, xs, ldd, rows, w, nsb, nw, out, ldo);
+  q4k_dot_rows_scalar(xq, ldq, xd, xs, ldd, rows, w, nsb, nw, out, ldo, Q5);
+}
+}  // namespace
+
+void q4k_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
+                  const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+  k_dot_rows<false>(xq, ldq, xd, xs, ldd, rows, w, nsb, nw, out, ldo);
+}
+
+void q5k_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
+                  const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
+  k_dot_rows<true>(xq, ldq, xd, xs, ldd, rows, w, nsb, nw, out, ldo);
 }
 
 void q4k_row_sums(const int8_t* xq, const float* xd, int64_t K, float* xs) {
@@ -812,17 +844,23 @@ void q4k_quantize_row(const float* x, int64_t K, uint8_t* out) {
   }
 }
 
-void q4k_unpack_row(const uint8_t* w, int64_t K, float* out) {
-  for (int64_t s = 0; s < K / kQ4KBlock; ++s, w += kQ4KBytes, out += kQ4KBlock) {
+namespace {
+void k_unpack_row(const uint8_t* w, int64_t K, float* out, bool q5) {
+  const int64_t bytes = q5 ? kQ5KBytes : kQ4KBytes;
+  for (int64_t s = 0; s < K / kQ4KBlock; ++s, w += bytes, out += kQ4KBlock) {
     float dsc[8], dmn[8];
     q4k_factors(w, dsc, dmn);
     for (int j = 0; j < 8; ++j) {
       uint8_t c[32];
-      q4k_codes(w, j, c);
+      q4k_codes(w, j, c, q5);
       for (int l = 0; l < 32; ++l) out[32 * j + l] = dsc[j] * static_cast<float>(c[l]) - dmn[j];
     }
   }
 }
+}  // namespace
+
+void q4k_unpack_row(const uint8_t* w, int64_t K, float* out) { k_unpack_row(w, K, out, false); }
+void q5k_unpack_row(const uint8_t* w, int64_t K, float* out) { k_unpack_row(w, K, out, true); }
 
 void q6k_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const int16_t* xg, int64_t ldd, int rows,
                   const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {

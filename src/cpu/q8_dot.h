@@ -48,6 +48,13 @@ void q4k_quantize_row(const float* x, int64_t K, uint8_t* out);
 // The row's values in f32.
 void q4k_unpack_row(const uint8_t* w, int64_t K, float* out);
 
+// Q5_K weights (Q5KWeight): Q4_K's super-block with 32 bytes of fifth bits (qh) between the scales and the
+// codes, 176 bytes: sub-block j's codes gain bit j of qh[l]. Arguments as q4k_dot_rows'.
+inline constexpr int64_t kQ5KBytes = 176;
+void q5k_dot_rows(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd, int rows,
+                  const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo);
+void q5k_unpack_row(const uint8_t* w, int64_t K, float* out);
+
 // Q6_K weights (Q6KWeight): super-blocks of 256 values in 210 bytes, GGUF's layout (kiln/nn.h), against
 // activation rows quantised per block of 32 (q8_quantize_row) with, per row (ldq / 16 apart), the sums of each
 // 16 consecutive quantised values (q6k_group_sums: the codes' -32 offset). Arguments as q8_dot_rows' (nsb
@@ -84,7 +91,9 @@ void dequantize_q8(const Tensor& out, const Tensor& values, const Tensor& scales
 // The same for a Q4_K weight (blocks uint8 [N, K / 256 x 144], contiguous).
 void linear_q4k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias);
 void dequantize_q4k(const Tensor& out, const Tensor& blocks);
-// The same for a Q6_K weight (blocks uint8 [N, K / 256 x 210], contiguous).
+// The same for a Q5_K weight (blocks uint8 [N, K / 256 x 176], contiguous) and a Q6_K one (x 210).
+void linear_q5k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias);
+void dequantize_q5k(const Tensor& out, const Tensor& blocks);
 void linear_q6k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias);
 void dequantize_q6k(const Tensor& out, const Tensor& blocks);
 }  // namespace kiln::cpu

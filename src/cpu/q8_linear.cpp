@@ -20,7 +20,7 @@ void dequantize_rows(const int8_t* q, const uint16_t* d, int64_t rows, int64_t K
     }
 }
 
-enum class Fmt { Q8, Q4, Q4K, Q6K };
+enum class Fmt { Q8, Q4, Q4K, Q5K, Q6K };
 
 // Rows of super-blocks of 256 values (`bytes` each) to f32, unpack(row, K, out) a row at a time.
 void dequantize_superblocks(const Tensor& out, const Tensor& blocks, int64_t bytes,
@@ -41,11 +41,13 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
   const int64_t M = x.size(0), K = x.size(1), N = values.size(0), nb = K / kQ8Block;
   const X* xp = x.data<const X>();
   const auto* wq = static_cast<const uint8_t*>(values.data_ptr());
+  constexpr bool KQ = F == Fmt::Q4K || F == Fmt::Q5K;  // Q4_K's layout (scales and mins; Q5_K adds fifth bits)
   const int64_t row_bytes = F == Fmt::Q4K   ? K / kQ4KBlock * kQ4KBytes
+                            : F == Fmt::Q5K ? K / kQ4KBlock * kQ5KBytes
                             : F == Fmt::Q6K ? K / kQ6KBlock * kQ6KBytes
                             : Q4            ? K / 2
                                             : K;
-  const auto* wd = F == Fmt::Q4K || F == Fmt::Q6K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
+  const auto* wd = KQ || F == Fmt::Q6K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
   X* op = out.data<X>();
   std::vector<float> bias_f;
   if (bias) {
@@ -57,7 +59,7 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
   std::vector<int8_t> xq(static_cast<size_t>(M * K));
   std::vector<float> xd(static_cast<size_t>(M * nb));
   std::vector<int32_t> xn(Q4 ? static_cast<size_t>(M * K / 4) : 0);
-  std::vector<float> xs(F == Fmt::Q4K ? static_cast<size_t>(M * nb) : 0);
+  std::vector<float> xs(KQ ? static_cast<size_t>(M * nb) : 0);
   std::vector<int16_t> xg(F == Fmt::Q6K ? static_cast<size_t>(M * K / 16) : 0);
 #pragma omp parallel if (M * K >= kParallelGrain)
   {
@@ -67,7 +69,7 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
       for (int64_t i = 0; i < K; ++i) xf[static_cast<size_t>(i)] = convert<float>(xp[m * K + i]);
       q8_quantize_row(xf.data(), K, xq.data() + m * K, xd.data() + m * nb);
       if constexpr (Q4) q4_row_corrections(xq.data() + m * K, K, xn.data() + m * (K / 4));
-      if constexpr (F == Fmt::Q4K) q4k_row_sums(xq.data() + m * K, xd.data() + m * nb, K, xs.data() + m * nb);
+      if constexpr (KQ) q4k_row_sums(xq.data() + m * K, xd.data() + m * nb, K, xs.data() + m * nb);
       if constexpr (F == Fmt::Q6K) q6k_group_sums(xq.data() + m * K, K, xg.data() + m * (K / 16));
     }
   }
@@ -85,6 +87,9 @@ void linear_q8_kernel(const Tensor& out, const Tensor& x, const Tensor& values, 
         if constexpr (F == Fmt::Q6K)
           q6k_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xg.data() + m0 * (K / 16), nb, rows,
                        wq + n0 * row_bytes, K / kQ6KBlock, nw, acc, kChunk);
+        else if constexpr (F == Fmt::Q5K)
+          q5k_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xs.data() + m0 * nb, nb, rows, wq + n0 * row_bytes,
+                       K / kQ4KBlock, nw, acc, kChunk);
         else if constexpr (F == Fmt::Q4K)
           q4k_dot_rows(xq.data() + m0 * K, K, xd.data() + m0 * nb, xs.data() + m0 * nb, nb, rows, wq + n0 * row_bytes,
                        K / kQ4KBlock, nw, acc, kChunk);
@@ -127,6 +132,14 @@ void linear_q4k(const Tensor& out, const Tensor& x, const Tensor& blocks, const 
   });
 }
 
+void linear_q5k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias) {
+  if (out.numel() == 0) return;
+  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "linear(q5_k)", [&](auto tag) {
+    using X = typename decltype(tag)::type;
+    linear_q8_kernel<X, Fmt::Q5K>(out, x, blocks, Tensor(), bias);
+  });
+}
+
 void linear_q6k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias) {
   if (out.numel() == 0) return;
   visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "linear(q6_k)", [&](auto tag) {
@@ -137,6 +150,10 @@ void linear_q6k(const Tensor& out, const Tensor& x, const Tensor& blocks, const 
 
 void dequantize_q4k(const Tensor& out, const Tensor& blocks) {
   dequantize_superblocks(out, blocks, kQ4KBytes, q4k_unpack_row);
+}
+
+void dequantize_q5k(const Tensor& out, const Tensor& blocks) {
+  dequantize_superblocks(out, blocks, kQ5KBytes, q5k_unpack_row);
 }
 
 void dequantize_q6k(const Tensor& out, const Tensor& blocks) {

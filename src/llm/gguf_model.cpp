@@ -151,10 +151,11 @@ class GgufWeightSource : public WeightSource {
     const auto it = map_.find(name);
     if (it == map_.end() || it->second.expert >= 0) return std::nullopt;
     const GgufTensorInfo& info = f_.info(it->second.gguf);
-    constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14;
+    constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
     const char* format = info.type == kQ8_0   ? "q8_0"
                          : info.type == kQ4_0 ? "q4_0"
                          : info.type == kQ4_K ? "q4_k"
+                         : info.type == kQ5_K ? "q5_k"
                          : info.type == kQ6_K ? "q6_k"
                                               : nullptr;
     if (!format || info.shape.size() != 2) return std::nullopt;

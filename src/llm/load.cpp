@@ -40,10 +40,10 @@ Model load_model(const std::string& dir, const ModelOptions& options,
       KILN_CHECK(need <= free_bytes, dir, ": the weights need ", need / (1 << 20), " MiB on ", options.device.str(),
                  " but only ", free_bytes / (1 << 20), " MiB are free");
     }
-    // The linear layers stored in Q8_0, Q4_0 or Q4_K (ggml types 8, 2, 12) are read into those formats from the
-    // file's blocks as they are (LoadOptions::keep_blocks; q/k/v and gate/up when their parts share a format).
-    // The other linear weights of a block-quantised file (another k-quant, or parts of different formats) are
-    // dequantised and, with lm_head, quantised to Q8_0 when the model is made.
+    // The linear layers stored in Q8_0, Q4_0 or Q4_K (ggml types 8, 2, 12), and on the CPU Q5_K and Q6_K, are
+    // read into those formats from the file's blocks as they are (LoadOptions::keep_blocks; q/k/v and gate/up of
+    // different formats part by part; the output layer too). The other linear weights of a block-quantised file
+    // are dequantised and quantised to Q8_0 when the model is made.
     constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12;
     ModelOptions mo = options;
     lo.keep_blocks = true;

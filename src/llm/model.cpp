@@ -61,6 +61,7 @@ void for_each_linear_tensor(const Linear& l, F& f) {
   if (l.q8) f(l.q8->values), f(l.q8->scales);
   if (l.q4) f(l.q4->values), f(l.q4->scales);
   if (l.q4k) f(l.q4k->blocks);
+  if (l.q5k) f(l.q5k->blocks);
   if (l.q6k) f(l.q6k->blocks);
   if (l.bias) f(*l.bias);
   for (const Linear& p : l.parts) for_each_linear_tensor(p, f);

@@ -27,6 +27,7 @@ Tensor Linear::operator()(const Tensor& x) const {
   if (q8) return linear(x, *q8, bias);
   if (q4) return linear(x, *q4, bias);
   if (q4k) return linear(x, *q4k, bias);
+  if (q5k) return linear(x, *q5k, bias);
   if (q6k) return linear(x, *q6k, bias);
   return linear(x, weight, bias);
 }
@@ -301,14 +302,14 @@ class Loader {
 
   // The stored blocks of `weights` stacked along N as one kept-format Linear, when each has blocks of one format
   // (LoadOptions::keep_blocks); nothing otherwise. Q8_0 (34 bytes a block: f16 d, 32 int8) and Q4_0 (18: f16 d,
-  // 16 bytes of codes) are split into values and scales; Q4_K stays as stored, and Q6_K on the CPU (CUDA has no
-  // Q6_K kernel: there such weights are dequantised, as other formats are).
+  // 16 bytes of codes) are split into values and scales; Q4_K stays as stored, and Q5_K / Q6_K on the CPU (CUDA
+  // has no kernel for them: there such weights are dequantised, as other formats are).
   std::optional<Linear> blocks_of(const std::vector<std::string>& weights) {
     std::vector<BlockTensor> parts;
     bool mixed = false;
     for (const auto& w : weights) {
       std::optional<BlockTensor> b = src_.blocks(w);
-      if (!b || (b->format == "q6_k" && o_.device.is_cuda())) return std::nullopt;
+      if (!b || ((b->format == "q5_k" || b->format == "q6_k") && o_.device.is_cuda())) return std::nullopt;
       mixed |= !parts.empty() && (b->format != parts[0].format || b->data.size(1) != parts[0].data.size(1));
       parts.push_back(std::move(*b));
     }
@@ -326,6 +327,11 @@ class Loader {
     if (f == "q4_k") {
       l.q4k = Q4KWeight{all.to(o_.device)};
       account(l.q4k->blocks);
+      return l;
+    }
+    if (f == "q5_k") {
+      l.q5k = Q5KWeight{all.to(o_.device)};
+      account(l.q5k->blocks);
       return l;
     }
     if (f == "q6_k") {

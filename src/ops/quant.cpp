@@ -1,4 +1,4 @@
-// Q8_0, Q4_0, Q4_K and Q6_K weights (kiln/nn.h: Q8Weight, Q4Weight, Q4KWeight, Q6KWeight): quantisation,
+// Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights (kiln/nn.h: Q8Weight, Q4Weight, Q4KWeight, Q5KWeight, Q6KWeight): quantisation,
 // dequantisation and linear. The CPU
 // kernels are in src/cpu/q8_dot.cpp and q8_linear.cpp, the CUDA ones in src/cuda/quant.cu. CUDA tensors are quantised through a
 // host copy (a load-time step); their dequantisation and products run on the device.
@@ -120,25 +120,62 @@ Tensor dequantize(const Q4KWeight& w, DType dtype, const char* op) {
   return out.to(w.blocks.device()).to(dtype);
 }
 
-// Q6_K: raw GGUF super-blocks of 210 bytes. No CUDA kernel: CUDA tensors are dequantised on the host.
-int64_t in_features(const Q6KWeight& w) { return w.blocks.size(1) / cpu::kQ6KBytes * cpu::kQ6KBlock; }
+// Q5_K and Q6_K: raw GGUF super-blocks (176 and 210 bytes), read from files only: no quantiser, and no CUDA
+// kernel (CUDA tensors are dequantised on the host).
+template <class W>
+struct HostBlocks;
+template <>
+struct HostBlocks<Q5KWeight> {
+  static constexpr const char* name = "q5_k";
+  static constexpr int64_t bytes = cpu::kQ5KBytes;
+  static void dequantize(const Tensor& out, const Tensor& blocks) { cpu::dequantize_q5k(out, blocks); }
+  static void linear(const Tensor& out, const Tensor& x, const Tensor& b, const Tensor* bias) {
+    cpu::linear_q5k(out, x, b, bias);
+  }
+};
+template <>
+struct HostBlocks<Q6KWeight> {
+  static constexpr const char* name = "q6_k";
+  static constexpr int64_t bytes = cpu::kQ6KBytes;
+  static void dequantize(const Tensor& out, const Tensor& blocks) { cpu::dequantize_q6k(out, blocks); }
+  static void linear(const Tensor& out, const Tensor& x, const Tensor& b, const Tensor* bias) {
+    cpu::linear_q6k(out, x, b, bias);
+  }
+};
+template <class W>
+constexpr bool kHostBlocks = std::is_same_v<W, Q5KWeight> || std::is_same_v<W, Q6KWeight>;
 
-void check_weight(const Q6KWeight& w, const char* op) {
-  KILN_CHECK(w.blocks.dim() == 2 && w.blocks.dtype() == DType::U8 && w.blocks.size(1) % cpu::kQ6KBytes == 0, op,
-             ": blocks must be uint8 [N, K / 256 x 210] (210 bytes per 256 values), got ", w.blocks.meta());
+template <class W>
+int64_t host_in_features(const W& w) {
+  return w.blocks.size(1) / HostBlocks<W>::bytes * 256;
+}
+int64_t in_features(const Q5KWeight& w) { return host_in_features(w); }
+int64_t in_features(const Q6KWeight& w) { return host_in_features(w); }
+
+template <class W>
+void host_check_weight(const W& w, const char* op) {
+  KILN_CHECK(w.blocks.dim() == 2 && w.blocks.dtype() == DType::U8 && w.blocks.size(1) % HostBlocks<W>::bytes == 0,
+             op, ": blocks must be uint8 [N, K / 256 x ", HostBlocks<W>::bytes, "] (", HostBlocks<W>::bytes,
+             " bytes per 256 values), got ", w.blocks.meta());
 }
 
-Tensor dequantize(const Q6KWeight& w, DType dtype, const char* op) {
+void check_weight(const Q5KWeight& w, const char* op) { host_check_weight(w, op); }
+void check_weight(const Q6KWeight& w, const char* op) { host_check_weight(w, op); }
+
+template <class W>
+Tensor host_dequantize(const W& w, DType dtype, const char* op) {
   check_weight(w, op);
   KILN_CHECK(dset(dtype) & kWeightTypes, op, ": dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
   const Tensor blocks = w.blocks.to(kCPU).contiguous();
   Tensor out = empty({blocks.size(0), in_features(w)}, DType::F32);
-  cpu::dequantize_q6k(out, blocks);
+  HostBlocks<W>::dequantize(out, blocks);
   return out.to(w.blocks.device()).to(dtype);
 }
+Tensor dequantize(const Q5KWeight& w, DType dtype, const char* op) { return host_dequantize(w, dtype, op); }
+Tensor dequantize(const Q6KWeight& w, DType dtype, const char* op) { return host_dequantize(w, dtype, op); }
 
 template <class W>
-constexpr bool kBlocks = std::is_same_v<W, Q4KWeight> || std::is_same_v<W, Q6KWeight>;
+constexpr bool kBlocks = std::is_same_v<W, Q4KWeight> || kHostBlocks<W>;
 
 template <class W>
 W rows_of(const W& w, int64_t n0, int64_t R) {
@@ -155,7 +192,7 @@ const Tensor& values_of(const W& w) {
 template <class W>
 const char* name_of() {
   if constexpr (std::is_same_v<W, Q4KWeight>) return "q4_k";
-  else if constexpr (std::is_same_v<W, Q6KWeight>) return "q6_k";
+  else if constexpr (kHostBlocks<W>) return HostBlocks<W>::name;
   else return Format<W>::name;
 }
 
@@ -181,7 +218,7 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
 #if KILN_HAVE_CUDA
   if (x.is_cuda()) {
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
-    if constexpr (std::is_same_v<W, Q6KWeight>)  // no Q6_K kernel on CUDA: dequantised for the dense product
+    if constexpr (kHostBlocks<W>)  // no Q5_K / Q6_K kernel on CUDA: dequantised for the dense product
       out.copy_(linear(x2, dequantize(w, x.dtype(), op.c_str()), bias));
     else if constexpr (std::is_same_v<W, Q4KWeight>)
       cuda::linear_quantized(out, x2, cuda::QuantFormat::Q4_K, w.blocks, Tensor(), bias ? &bias_c : nullptr);
@@ -193,8 +230,8 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
 #endif
   if (cpu::q8_dot_takes(M)) {
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
-    if constexpr (std::is_same_v<W, Q6KWeight>)
-      cpu::linear_q6k(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
+    if constexpr (kHostBlocks<W>)
+      HostBlocks<W>::linear(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
     else if constexpr (std::is_same_v<W, Q4KWeight>)
       cpu::linear_q4k(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
     else
@@ -243,6 +280,8 @@ Q4KWeight quantize_q4_k(const Tensor& w) {
   return {blocks.to(w.device())};
 }
 Tensor dequantize_q4_k(const Q4KWeight& w, DType dtype) { return dequantize(w, dtype, "dequantize_q4_k"); }
+Tensor dequantize_q5_k(const Q5KWeight& w, DType dtype) { return dequantize(w, dtype, "dequantize_q5_k"); }
+Tensor linear(const Tensor& x, const Q5KWeight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
 Tensor dequantize_q6_k(const Q6KWeight& w, DType dtype) { return dequantize(w, dtype, "dequantize_q6_k"); }
 Tensor linear(const Tensor& x, const Q6KWeight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
 Tensor linear(const Tensor& x, const Q4KWeight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }

@@ -486,3 +486,81 @@ TEST(Q6K, BadArgumentsAreErrors) {
   EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(256, 63), {1, 256}), Q6KWeight{q.blocks.to(DType::I8)}); },
                                  {"blocks must be uint8"}));
 }
+
+// ---- Q5_K ------------------------------------------------------------------------------------------------
+
+namespace {
+// Value i (0..255) of a Q5_K super-block from the format's definition (ggml's block_q5_K): f16 d and dmin, 12
+// bytes of 6-bit scales and mins (Q4_K's packing), 32 bytes qh, 128 bytes of nibbles; sub-block j = i / 32 takes
+// the low (even j) or high (odd j) nibble of qs[32 (j / 2) + l] and bit j of qh[l] as 16.
+double ref_q5k_value(const uint8_t* blk, int i) {
+  const int j = i / 32, l = i % 32;
+  const uint8_t* sc = blk + 4;
+  int s, m;
+  if (j < 4) {
+    s = sc[j] & 63;
+    m = sc[j + 4] & 63;
+  } else {
+    s = (sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4);
+    m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+  const uint8_t byte = blk[48 + 32 * (j / 2) + l];
+  const int q = ((j % 2 == 0) ? (byte & 0x0F) : (byte >> 4)) + (((blk[16 + l] >> j) & 1) ? 16 : 0);
+  uint16_t dh, mh;
+  std::memcpy(&dh, blk, 2);
+  std::memcpy(&mh, blk + 2, 2);
+  return double(f16_bits_to_f32(dh)) * s * q - double(f16_bits_to_f32(mh)) * m;
+}
+
+// N x K / 256 super-blocks of random bytes, d in [1e-3, 3e-3] and dmin in [0, 1e-3].
+Q5KWeight random_q5k(int64_t N, int64_t K, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Tensor blocks = empty({N, K / 256 * 176}, DType::U8);
+  uint8_t* b = blocks.data<uint8_t>();
+  for (int64_t i = 0; i < blocks.numel(); ++i) b[i] = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> d(1e-3f, 3e-3f), dmin(0.f, 1e-3f);
+  for (int64_t i = 0; i < N * (K / 256); ++i) {
+    const uint16_t h[2] = {f32_to_f16_bits(d(rng)), f32_to_f16_bits(dmin(rng))};
+    std::memcpy(b + i * 176, h, 4);
+  }
+  return {blocks};
+}
+}  // namespace
+
+TEST(Q5K, GgufBlocksDequantiseAsGgufPyReadsThem) {
+  const std::string dir = std::string(KILN_TEST_DATA_DIR) + "/gguf/";
+  const GgufFile f = GgufFile::open(dir + "types.gguf");
+  const Tensor raw = f.raw("t.q5_k");
+  ASSERT_EQ(raw.sizes(), Shape({2, 352}));
+  const Tensor ref = SafetensorsFile::open(dir + "types.ref.safetensors").get("t.q5_k").to(DType::F32);
+  EXPECT_TRUE(test::equal(dequantize_q5_k(Q5KWeight{raw}), ref.reshape({2, 512})));
+}
+
+TEST(Q5K, DequantisationFollowsTheFormat) {
+  const int64_t N = 5, K = 768;
+  const Q5KWeight q = random_q5k(N, K, 70);
+  const Tensor deq = dequantize_q5_k(q);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t sb = 0; sb < K / 256; ++sb) {
+      const uint8_t* blk = q.blocks.data<uint8_t>() + n * (K / 256 * 176) + sb * 176;
+      for (int i = 0; i < 256; ++i) {
+        const double v = ref_q5k_value(blk, i);
+        ASSERT_NEAR(deq.data<float>()[n * K + sb * 256 + i], v, 1e-6 * std::fabs(v) + 1e-9)
+            << "row " << n << " super-block " << sb << " value " << i;
+      }
+    }
+}
+
+TEST(Q5K, LinearMatchesReferencesOnEveryPath) {
+  uint64_t seed = 80;
+  check_linear_paths<Q5KWeight>([&](const Tensor& w) { return random_q5k(w.size(0), w.size(1), seed++); },
+                                [](const Q5KWeight& q) { return dequantize_q5_k(q); }, {256, 768, 2816});
+}
+
+TEST(Q5K, BadArgumentsAreErrors) {
+  const Q5KWeight q = random_q5k(4, 256, 81);
+  EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(2 * 512, 82), {2, 512}), q); },
+                                 {"linear(q5_k)", "expects 256"}));
+  EXPECT_TRUE(test::throws_error([&] { (void)dequantize_q5_k(Q5KWeight{q.blocks.narrow(1, 0, 100)}); },
+                                 {"blocks must be uint8 [N, K / 256 x 176]"}));
+}

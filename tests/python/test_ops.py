@@ -462,6 +462,28 @@ def test_q6_k_weights(rng, device):
         kiln.nn.functional.linear(kiln.tensor(np.ones((1, 512), np.float32), device=device), q)
 
 
+@pytest.mark.parametrize("fmt", ["Q5_K", "Q6_K"])
+def test_k_quant_blocks_read_as_gguf_py_reads_them(rng, device, fmt):
+    # Random bytes are valid Q5_K / Q6_K blocks once their f16 factors are set small: kiln's dequantisation equals
+    # llama.cpp's gguf-py's, and linear multiplies those values.
+    gguf = pytest.importorskip("gguf")
+    from gguf.quants import dequantize
+    size = {"Q5_K": 176, "Q6_K": 210}[fmt]
+    blocks = rng.integers(0, 256, size=(12, 2, size), dtype=np.uint8)
+    factors = np.full((12, 2, 2), 0.002, np.float16).view(np.uint8).reshape(12, 2, 4)
+    if fmt == "Q5_K":
+        blocks[..., 0:4] = factors
+    else:
+        blocks[..., 208:210] = factors[..., 0:2]
+    raw = blocks.reshape(12, 2 * size)
+    ref = dequantize(raw, getattr(gguf.GGMLQuantizationType, fmt)).astype(np.float32)
+    cls, deq_fn = (kiln.Q5KWeight, kiln.dequantize_q5_k) if fmt == "Q5_K" else (kiln.Q6KWeight, kiln.dequantize_q6_k)
+    q = cls(kiln.tensor(raw, device=device))
+    deq = to_numpy(deq_fn(q))
+    np.testing.assert_allclose(deq, ref, rtol=1e-6, atol=1e-9)
+    check_quantised_linear(rng, device, q, deq)
+
+
 def test_sampling_probs_is_the_distribution_sample_draws_from(rng, device):
     logits, nl = make(rng, (3, 50), kiln.float32, device, -3, 3)
     # temperature then top_k: softmax(l / T) over the k largest, renormalised

@@ -18,13 +18,14 @@
 namespace kiln::llm {
 
 // y = x W^T (+ b), with W a plain tensor [N, K], an FP8 weight with its scales, or a Q8_0, Q4_0, Q4_K or Q6_K
-// weight.
+// weight (or Q5_K).
 struct Linear {
-  Tensor weight;                  // [N, K]; undefined when the weight is FP8, Q8_0, Q4_0, Q4_K or Q6_K
+  Tensor weight;                  // [N, K]; undefined when the weight is FP8 or in a block format
   std::optional<Fp8Weight> fp8;   // the FP8 weight, when kept in FP8
   std::optional<Q8Weight> q8;     // the Q8_0 weight (ModelOptions::quant)
   std::optional<Q4Weight> q4;     // the Q4_0 weight (ModelOptions::quant)
   std::optional<Q4KWeight> q4k;   // the Q4_K weight (ModelOptions::quant)
+  std::optional<Q5KWeight> q5k;   // the Q5_K weight (a GGUF file's, on the CPU)
   std::optional<Q6KWeight> q6k;   // the Q6_K weight (a GGUF file's, on the CPU)
   std::optional<Tensor> bias;     // [N]
   // When not empty, the weight is these stacked along N, each with its own format and bias (a stacked q/k/v or
@@ -35,7 +36,13 @@ struct Linear {
   // the first part's for a Linear of parts.
   const Tensor& values() const {
     if (!parts.empty()) return parts[0].values();
-    return fp8 ? fp8->values : q8 ? q8->values : q4 ? q4->values : q4k ? q4k->blocks : q6k ? q6k->blocks : weight;
+    return fp8 ? fp8->values
+           : q8 ? q8->values
+           : q4 ? q4->values
+           : q4k ? q4k->blocks
+           : q5k ? q5k->blocks
+           : q6k ? q6k->blocks
+                 : weight;
   }
   int64_t out_features() const {
     int64_t n = 0;
@@ -46,6 +53,7 @@ struct Linear {
     return !parts.empty() ? parts[0].in_features()
            : q4           ? q4->values.size(1) * 2
            : q4k          ? q4k->blocks.size(1) / 144 * 256
+           : q5k          ? q5k->blocks.size(1) / 176 * 256
            : q6k          ? q6k->blocks.size(1) / 210 * 256
                           : values().size(1);
   }
@@ -90,8 +98,8 @@ struct ModelWeights {
   int64_t bytes = 0;  // bytes held (tied tensors once)
 };
 
-// A weight stored in one of llama.cpp's block formats that kiln multiplies in place: "q8_0", "q4_0", "q4_k" or
-// "q6_k", its bytes as ggml lays them out, uint8 [rows, bytes per row] (a CPU view of the file).
+// A weight stored in one of llama.cpp's block formats that kiln multiplies in place: "q8_0", "q4_0", "q4_k",
+// "q5_k" or "q6_k", its bytes as ggml lays them out, uint8 [rows, bytes per row] (a CPU view of the file).
 struct BlockTensor {
   std::string format;
   Tensor data;
@@ -142,7 +150,7 @@ struct LoadOptions {
   // FP8 checkpoints: keep the weights in FP8 with their scales (true) or dequantise them to `dtype` (false).
   bool keep_fp8 = true;
   // Linear weights the source has in a kept block format (WeightSource::blocks: GGUF's Q8_0, Q4_0, Q4_K, and
-  // Q6_K on the CPU) become Q8Weight / Q4Weight / Q4KWeight / Q6KWeight from their stored bytes; a stacked
+  // Q5_K / Q6_K on the CPU) become Q8Weight / Q4Weight / Q4KWeight / Q5KWeight / Q6KWeight from their stored bytes; a stacked
   // weight (q/k/v, gate/up) whose parts have different kept formats keeps each (Linear::parts); the others are
   // dequantised as usual.
   bool keep_blocks = false;
