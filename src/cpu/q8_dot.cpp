@@ -416,19 +416,32 @@ KILN_Q8_AVX2 inline void q4k_factors_avx2(const uint8_t* blk, __m256& vsc, __m25
   vmn = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(mh)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))));
 }
 
+// Sub-blocks 2c and 2c + 1 of a Q4_K (Q5 false) or Q5_K super-block: the low and high nibbles of their 32
+// bytes, Q5_K's with bits 2c and 2c + 1 of qh[l] as 16.
+template <bool Q5>
+KILN_Q8_AVX2 inline void k_pair_codes(const uint8_t* blk, int c, __m256i& lo, __m256i& hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (Q5 ? 48 : 16) + 32 * c));
+  lo = _mm256_and_si256(v, m4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  if constexpr (Q5) {
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+  }
+}
+
 // Q4_K, VNNI: each 32 bytes of codes are a pair of sub-blocks, [low nibbles | high nibbles] in one 512-bit
 // vector against 64 activations (the codes are unsigned: no correction), the pair's two d s_j x xd spread over
 // their 8 lanes each; the mins go to a separate sum, dmin m_j x xs[b], eight sub-blocks at once.
 template <int R, bool Q5>
 KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd,
                                     const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
-  constexpr int64_t kBytes = Q5 ? kQ5KBytes : kQ4KBytes, kCodes = Q5 ? 48 : 16;
-  const __m256i one = _mm256_set1_epi8(1);
+  constexpr int64_t kBytes = Q5 ? kQ5KBytes : kQ4KBytes;
   const __m512i spread[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                              _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
                              _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
                              _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t row = 0; row < nw; ++row, w += nsb * kBytes, out += 1) {
     __m512 acc[R];
     __m256 mins[R];
@@ -439,13 +452,8 @@ KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* 
       q4k_factors_avx2(blk, vsc, vmn);
       __m512i cv[4];
       for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kCodes + 32 * c));
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if constexpr (Q5) {
-          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
-          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
-        }
+        __m256i lo, hi;
+        k_pair_codes<Q5>(blk, c, lo, hi);
         cv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
       }
       for (int r = 0; r < R; ++r) {
@@ -475,8 +483,8 @@ KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* 
 template <int R, bool Q5>
 KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, const float* xs, int64_t ldd,
                                     const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
-  constexpr int64_t kBytes = Q5 ? kQ5KBytes : kQ4KBytes, kCodes = Q5 ? 48 : 16;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), one = _mm256_set1_epi8(1);
+  constexpr int64_t kBytes = Q5 ? kQ5KBytes : kQ4KBytes;
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t row = 0; row < nw; ++row, w += nsb * kBytes, out += 1) {
     __m256 acc[R], mins[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = _mm256_setzero_ps();
@@ -485,13 +493,8 @@ KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* 
       const int8_t* x = xq + s * kQ4KBlock;
       __m256i pair[R][4];  // pair[r][c]: sub-blocks 2c and 2c + 1, lanes summed two by two
       for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kCodes + 32 * c));
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if constexpr (Q5) {
-          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
-          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
-        }
+        __m256i lo, hi;
+        k_pair_codes<Q5>(blk, c, lo, hi);
         for (int r = 0; r < R; ++r) {
           const int8_t* xr = x + r * ldq + 2 * c * kQ8Block;
           const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr));

@@ -458,17 +458,26 @@ TEST(Q6K, GgufBlocksDequantiseAsGgufPyReadsThem) {
   EXPECT_TRUE(test::equal(dequantize_q6_k(Q6KWeight{raw}, DType::BF16), ref.reshape({3, 256}).to(DType::BF16)));
 }
 
-TEST(Q6K, DequantisationFollowsTheFormat) {
+// Every value of N x 3 random super-blocks of `bytes` bytes against the format's transcription ref(block, i).
+template <class W, class Random, class Deq, class Ref>
+void check_dequantisation(Random random, Deq dequantize, Ref ref, int64_t bytes, uint64_t seed) {
   const int64_t N = 5, K = 768;
-  const Q6KWeight q = random_q6k(N, K, 50);
-  const Tensor deq = dequantize_q6_k(q);
+  const W q = random(N, K, seed);
+  const Tensor deq = dequantize(q);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t sb = 0; sb < K / 256; ++sb) {
-      const uint8_t* blk = q.blocks.data<uint8_t>() + n * (K / 256 * 210) + sb * 210;
-      for (int i = 0; i < 256; ++i)
-        ASSERT_EQ(deq.data<float>()[n * K + sb * 256 + i], static_cast<float>(ref_q6k_value(blk, i)))
+      const uint8_t* blk = q.blocks.template data<uint8_t>() + n * (K / 256 * bytes) + sb * bytes;
+      for (int i = 0; i < 256; ++i) {
+        const double v = ref(blk, i);
+        ASSERT_NEAR(deq.template data<float>()[n * K + sb * 256 + i], v, 1e-6 * std::fabs(v) + 1e-9)
             << "row " << n << " super-block " << sb << " value " << i;
+      }
     }
+}
+
+TEST(Q6K, DequantisationFollowsTheFormat) {
+  check_dequantisation<Q6KWeight>(random_q6k, [](const Q6KWeight& q) { return dequantize_q6_k(q); }, ref_q6k_value,
+                                  210, 50);
 }
 
 TEST(Q6K, LinearMatchesReferencesOnEveryPath) {
@@ -537,18 +546,8 @@ TEST(Q5K, GgufBlocksDequantiseAsGgufPyReadsThem) {
 }
 
 TEST(Q5K, DequantisationFollowsTheFormat) {
-  const int64_t N = 5, K = 768;
-  const Q5KWeight q = random_q5k(N, K, 70);
-  const Tensor deq = dequantize_q5_k(q);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t sb = 0; sb < K / 256; ++sb) {
-      const uint8_t* blk = q.blocks.data<uint8_t>() + n * (K / 256 * 176) + sb * 176;
-      for (int i = 0; i < 256; ++i) {
-        const double v = ref_q5k_value(blk, i);
-        ASSERT_NEAR(deq.data<float>()[n * K + sb * 256 + i], v, 1e-6 * std::fabs(v) + 1e-9)
-            << "row " << n << " super-block " << sb << " value " << i;
-      }
-    }
+  check_dequantisation<Q5KWeight>(random_q5k, [](const Q5KWeight& q) { return dequantize_q5_k(q); }, ref_q5k_value,
+                                  176, 70);
 }
 
 TEST(Q5K, LinearMatchesReferencesOnEveryPath) {
