@@ -4,7 +4,8 @@
 llama.cpp runs through PyPI's llama-cpp-python, which builds llama.cpp for the machine it installs on
 (`build/venv/bin/pip install llama-cpp-python`: a few minutes of compiling). The model is a random checkpoint
 with Qwen3-0.6B's shapes (bench/presets.py, bf16 N(0, 0.02) weights, tests/data's Qwen2 tokenizer),
-written once, then `kiln quantize DIR FILE.gguf --type T` for each type. Both engines then read that file:
+written once, then `kiln quantize DIR FILE.gguf --type T` for each type (q4_k_m and q5_k_m: llama.cpp's own
+quantiser from the F16 file, Q6_K output and mixed-format layers included). Both engines then read that file:
 - kiln: `kiln bench -m FILE.gguf --device cpu -p P -n N -r R` with OMP_NUM_THREADS = --threads (--dtype f16 for
   the F16 file, bf16 for the others: the activations' type; Q8_0 / Q4_K layers stay in their blocks);
 - llama.cpp: Llama(FILE.gguf, n_threads = --threads, n_batch = P); prefill = eval of P random tokens on an empty
@@ -82,6 +83,17 @@ def write_checkpoint(d, seed=0):
             f.write((x.view(np.uint32) >> 16).astype(np.uint16).tobytes())
 
 
+def llama_quantize(src, dst, ftype, threads):
+    """llama.cpp's quantiser (llama_model_quantize) from `src` to `dst`."""
+    import ctypes
+    import llama_cpp
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = {"q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M, "q5_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M}[ftype]
+    p.nthread = threads
+    if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p)) != 0:
+        raise SystemExit(f"llama_model_quantize failed for {dst}")
+
+
 def run_kiln(kiln, gguf, dtype, a):
     out = gguf + ".kiln.json"
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
@@ -138,7 +150,14 @@ def main():
     rows = []
     for t in a.types.split(","):
         gguf = os.path.join(work, f"qwen3-0.6b-{t}.gguf")
-        if not os.path.exists(gguf):
+        if not os.path.exists(gguf) and t in ("q4_k_m", "q5_k_m"):
+            # llama.cpp's own Q4_K_M / Q5_K_M from the F16 file: Q4_K (Q5_K) layers, a Q6_K embedding and output,
+            # and Q6_K attn_v and ffn_down in some layers (q/k/v of mixed formats), as the files people download are.
+            f16 = os.path.join(work, "qwen3-0.6b-f16.gguf")
+            if not os.path.exists(f16):
+                subprocess.run([a.kiln, "quantize", ckpt, f16, "--type", "f16"], check=True, stdout=subprocess.DEVNULL)
+            llama_quantize(f16, gguf, t, a.threads)
+        elif not os.path.exists(gguf):
             subprocess.run([a.kiln, "quantize", ckpt, gguf, "--type", t], check=True, stdout=subprocess.DEVNULL)
         size = os.path.getsize(gguf)
         k = run_kiln(a.kiln, gguf, "f16" if t == "f16" else "bf16", a)
