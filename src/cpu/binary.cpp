@@ -20,9 +20,9 @@ template <class S, class F>
 void run(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   using M = opmath_t<S>;
   if constexpr (std::is_same_v<S, Half>) {
-    // f16 rows with unit strides widen and narrow 256 values at a time (F16C where the CPU has it: converted
-    // one at a time, an f16 prefill's residual additions cost more than their arithmetic); the same float
-    // arithmetic and the same rounding (to nearest even) as the loop below.
+    // f16 rows with unit strides widen and narrow 256 values at a time (F16C where the CPU has it; element by
+    // element the conversions cost more than the arithmetic); the same float arithmetic and the same rounding
+    // (to nearest even) as the loop below.
     StridedLoop<3> loop(out.sizes(), {&out, &a, &b});
     loop.for_each_row([&](char* const* p, int64_t n, const int64_t* st) {
       auto* o = reinterpret_cast<Half*>(p[0]);

@@ -24,7 +24,7 @@ namespace kiln::cpu {
 // weights several times slower than bf16. Defined in cpu/matmul.cpp.
 bool have_f16c();
 void f16c_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out);
-// The same for bf16 w (AVX2 + FMA; several accumulators per row: the clones' loop kept one FMA chain).
+// The same for bf16 w (AVX2 + FMA; several accumulators per row, so that no single FMA chain bounds it).
 void bf16_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out);
 void f16c_widen(const uint16_t* w, int64_t n, float* out);
 void f16c_narrow(const float* x, int64_t n, uint16_t* out);  // round to nearest even, as kiln's Half(float)

@@ -151,8 +151,8 @@ constexpr int64_t kHalfInPlaceRows = 16;
 // The f32 slice of b for the sgemm path: 16 MB.
 constexpr int64_t kHalfSliceElems = int64_t{1} << 22;
 
-// The f32 slice of b, kept per thread between products and never initialised: a fresh 16 MB vector was zeroed
-// and faulted in page by page on every product (a quarter of a prompt's time beside the sgemm).
+// The f32 slice of b, kept per thread between products and never initialised: a fresh 16 MB vector per product
+// would be zeroed and faulted in page by page each time.
 float* half_slice_buffer(size_t n) {
   thread_local std::unique_ptr<float[]> buf;
   thread_local size_t cap = 0;

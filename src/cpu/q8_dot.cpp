@@ -476,8 +476,8 @@ KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* 
 
 // Q4_K, AVX2: vpmaddubsw on the unsigned codes and signed x, vpmaddwd to 32-bit lanes; a block's eight
 // sub-block sums are folded into one vector's eight lanes (a tree of vphaddd), converted once and multiplied by
-// the eight factors d s_j x xd at once. Converting and multiplying each sub-block by its own factor (one FMA
-// chain of 8 steps a block) bound the kernel below the memory's rate.
+// the eight factors d s_j x xd at once: one FMA a block rather than a chain of eight, which would bind the
+// kernel below the memory's rate.
 // Q5_K (Q5 true): the same with bit j of qh[l] as the fifth bit of sub-block j's codes (codes <= 31: the
 // pairs of vpmaddubsw stay within int16).
 template <int R, bool Q5>
