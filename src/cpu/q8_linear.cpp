@@ -124,28 +124,24 @@ void linear_q8(const Tensor& out, const Tensor& x, const Tensor& values, const T
   });
 }
 
+namespace {
+template <Fmt F>
+void linear_superblocks(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias, const char* op) {
+  if (out.numel() == 0) return;
+  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), op, [&](auto tag) {
+    linear_q8_kernel<typename decltype(tag)::type, F>(out, x, blocks, Tensor(), bias);
+  });
+}
+}  // namespace
+
 void linear_q4k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias) {
-  if (out.numel() == 0) return;
-  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "linear(q4_k)", [&](auto tag) {
-    using X = typename decltype(tag)::type;
-    linear_q8_kernel<X, Fmt::Q4K>(out, x, blocks, Tensor(), bias);
-  });
+  linear_superblocks<Fmt::Q4K>(out, x, blocks, bias, "linear(q4_k)");
 }
-
 void linear_q5k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias) {
-  if (out.numel() == 0) return;
-  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "linear(q5_k)", [&](auto tag) {
-    using X = typename decltype(tag)::type;
-    linear_q8_kernel<X, Fmt::Q5K>(out, x, blocks, Tensor(), bias);
-  });
+  linear_superblocks<Fmt::Q5K>(out, x, blocks, bias, "linear(q5_k)");
 }
-
 void linear_q6k(const Tensor& out, const Tensor& x, const Tensor& blocks, const Tensor* bias) {
-  if (out.numel() == 0) return;
-  visit_dtypes<dset(DType::F32, DType::F16, DType::BF16)>(x.dtype(), "linear(q6_k)", [&](auto tag) {
-    using X = typename decltype(tag)::type;
-    linear_q8_kernel<X, Fmt::Q6K>(out, x, blocks, Tensor(), bias);
-  });
+  linear_superblocks<Fmt::Q6K>(out, x, blocks, bias, "linear(q6_k)");
 }
 
 void dequantize_q4k(const Tensor& out, const Tensor& blocks) {

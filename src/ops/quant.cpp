@@ -214,20 +214,21 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
   out_shape.back() = N;
   const Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
-  Tensor out = empty({M, N}, x.dtype(), x.device());
 #if KILN_HAVE_CUDA
   if (x.is_cuda()) {
+    // No Q5_K / Q6_K kernel on CUDA: the weight dequantised for the dense product.
+    if constexpr (kHostBlocks<W>) return linear(x2, dequantize(w, x.dtype(), op.c_str()), bias).view(out_shape);
+    Tensor out = empty({M, N}, x.dtype(), x.device());
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
-    if constexpr (kHostBlocks<W>)  // no Q5_K / Q6_K kernel on CUDA: dequantised for the dense product
-      out.copy_(linear(x2, dequantize(w, x.dtype(), op.c_str()), bias));
-    else if constexpr (std::is_same_v<W, Q4KWeight>)
+    if constexpr (std::is_same_v<W, Q4KWeight>)
       cuda::linear_quantized(out, x2, cuda::QuantFormat::Q4_K, w.blocks, Tensor(), bias ? &bias_c : nullptr);
-    else
+    else if constexpr (!kHostBlocks<W>)
       cuda::linear_quantized(out, x2, std::is_same_v<W, Q4Weight> ? cuda::QuantFormat::Q4_0 : cuda::QuantFormat::Q8_0,
                              w.values, w.scales, bias ? &bias_c : nullptr);
     return out.view(out_shape);
   }
 #endif
+  Tensor out = empty({M, N}, x.dtype(), x.device());
   if (cpu::q8_dot_takes(M)) {
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
     if constexpr (kHostBlocks<W>)
