@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +18,14 @@ namespace kiln::test {
 inline std::mt19937_64& rng() {
   static std::mt19937_64 g(std::random_device{}());
   return g;
+}
+
+// True under compute-sanitizer (scripts/device-test.sh sets KILN_UNDER_SANITIZER in its sanitizer modes, where
+// kernels run 10-100x slower): statistical tests then draw a few batches for memory and barrier safety and
+// skip the statistics, which the plain run checks.
+inline bool under_gpu_sanitizer() {
+  const char* v = std::getenv("KILN_UNDER_SANITIZER");
+  return v != nullptr && *v != '\0' && *v != '0';
 }
 
 // Host values uniform in [lo, hi) as a tensor of `dtype` (converted from f64).

@@ -380,7 +380,8 @@ const DistCase kDistCases[] = {
 TEST(CudaSample, FollowsTheFilteredDistributionOnASmallVocabulary) {
   KILN_REQUIRE_CUDA();
   const std::vector<double> l = {1.0, 2.0, 0.5, -1.0, 1.5, 0.0};
-  const int64_t draws = 60000;
+  const bool stats = !test::under_gpu_sanitizer();
+  const int64_t draws = stats ? 60000 : 512;
   for (DType dt : {DType::F32, DType::BF16}) {
     Tensor row = from_vector<double>(l, Shape{1, 6}).to(dt);
     const std::vector<double> lr = row.to_vector<double>();
@@ -390,7 +391,7 @@ TEST(CudaSample, FollowsTheFilteredDistributionOnASmallVocabulary) {
       Generator gen(rng()());
       std::vector<int64_t> counts(6, 0);
       add_counts(sample(rows, c.p, &gen), counts);
-      expect_distribution(counts, reference_probs(lr, c.p));
+      if (stats) expect_distribution(counts, reference_probs(lr, c.p));
     }
   }
 }
@@ -405,8 +406,9 @@ TEST(CudaSample, FollowsTheFilteredDistributionAcrossChunks) {
   const std::vector<double> l = {1.0, 2.0, 0.5, -1.0, 1.5, 0.0};
   std::vector<float> host(static_cast<size_t>(v), -kInfF);
   for (int j = 0; j < 6; ++j) host[static_cast<size_t>(at[j])] = static_cast<float>(l[j]);
+  const bool stats = !test::under_gpu_sanitizer();
   for (int64_t rows : {2000, 64}) {
-    const int64_t calls = (60000 + rows - 1) / rows;
+    const int64_t calls = stats ? (60000 + rows - 1) / rows : 1;
     Tensor logits = from_vector<float>(host, Shape{1, v}).expand({rows, v}).to(kGpu);
     for (const DistCase& c : kDistCases) {
       SCOPED_TRACE(std::string(c.name) + ", rows " + std::to_string(rows));
@@ -421,7 +423,7 @@ TEST(CudaSample, FollowsTheFilteredDistributionAcrossChunks) {
         elsewhere -= counts[j];
       }
       EXPECT_EQ(elsewhere, 0) << "tokens of -inf logits were drawn";
-      expect_distribution(counts, reference_probs(l, c.p));
+      if (stats) expect_distribution(counts, reference_probs(l, c.p));
     }
   }
 }
