@@ -119,11 +119,15 @@ class GgufWeightSource : public WeightSource {
   Tensor get(const std::string& name) const override {
     const auto it = map_.find(name);
     KILN_CHECK(it != map_.end(), f_.path(), ": no tensor for \"", name, "\"");
-    Tensor t = f_.get(it->second.gguf, DType::F32);
-    if (it->second.expert >= 0) {
-      KILN_CHECK(t.dim() == 3 && t.size(0) == c_.num_experts, f_.path(), ": ", it->second.gguf, " is ", t.meta(),
-                 "; expected [", c_.num_experts, ", rows, cols]");
-      t = t.select(0, it->second.expert).contiguous();
+    Tensor t;
+    if (it->second.expert >= 0) {  // only this expert's slice of the stacked tensor is converted
+      const auto [rows, bytes] = expert_rows(it->second);
+      const GgufTensorInfo& info = f_.info(it->second.gguf);
+      t = empty({info.shape[1], info.shape[2]}, DType::F32);
+      gguf_dequantize(info.type, f_.raw(it->second.gguf).narrow(0, it->second.expert * rows, rows).data<const uint8_t>(),
+                      static_cast<uint64_t>(t.numel()), t.data<float>());
+    } else {
+      t = f_.get(it->second.gguf, DType::F32);
     }
     // llama.cpp's converter reorders Llama's q and k rows per head (its RoPE pairs adjacent dims): back to the
     // Hugging Face order.
@@ -141,15 +145,13 @@ class GgufWeightSource : public WeightSource {
     KILN_CHECK(it != map_.end(), f_.path(), ": no tensor for \"", name, "\"");
     const GgufTensorInfo& info = f_.info(it->second.gguf);
     if (it->second.expert < 0) return {info.shape, DType::F32, static_cast<int64_t>(info.nbytes)};
-    KILN_CHECK(info.shape.size() == 3 && info.shape[0] == c_.num_experts, f_.path(), ": ", it->second.gguf, " is ",
-               shape_str(info.shape), "; expected [", c_.num_experts, ", rows, cols]");
-    return {Shape(info.shape.begin() + 1, info.shape.end()), DType::F32,
-            static_cast<int64_t>(info.nbytes) / c_.num_experts};
+    const auto [rows, bytes] = expert_rows(it->second);
+    return {Shape(info.shape.begin() + 1, info.shape.end()), DType::F32, rows * bytes};
   }
 
   std::optional<BlockTensor> blocks(const std::string& name) const override {
     const auto it = map_.find(name);
-    if (it == map_.end() || it->second.expert >= 0) return std::nullopt;
+    if (it == map_.end()) return std::nullopt;
     const GgufTensorInfo& info = f_.info(it->second.gguf);
     constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
     const char* format = info.type == kQ8_0   ? "q8_0"
@@ -158,7 +160,12 @@ class GgufWeightSource : public WeightSource {
                          : info.type == kQ5_K ? "q5_k"
                          : info.type == kQ6_K ? "q6_k"
                                               : nullptr;
-    if (!format || info.shape.size() != 2) return std::nullopt;
+    if (!format) return std::nullopt;
+    if (it->second.expert >= 0) {  // the expert's rows of the stacked tensor
+      const auto [rows, bytes] = expert_rows(it->second);
+      return BlockTensor{format, f_.raw(it->second.gguf).narrow(0, it->second.expert * rows, rows)};
+    }
+    if (info.shape.size() != 2) return std::nullopt;
     Tensor t = f_.raw(it->second.gguf);
     // Llama's q and k rows back to the Hugging Face order: whole rows of blocks move.
     if (c_.arch == Arch::Llama) {
@@ -176,6 +183,15 @@ class GgufWeightSource : public WeightSource {
 
   void add(const std::string& hf, const std::string& gguf) {
     if (f_.contains(gguf)) map_.emplace(hf, Entry{gguf, -1});
+  }
+
+  // An expert's slice of its stacked tensor [E, rows, cols]: {rows, stored bytes per row}.
+  std::pair<int64_t, int64_t> expert_rows(const Entry& e) const {
+    const GgufTensorInfo& info = f_.info(e.gguf);
+    KILN_CHECK(info.shape.size() == 3 && info.shape[0] == c_.num_experts, f_.path(), ": ", e.gguf, " is ",
+               shape_str(info.shape), "; expected [", c_.num_experts, ", rows, cols]");
+    const int64_t rows = info.shape[1];
+    return {rows, static_cast<int64_t>(info.nbytes) / (c_.num_experts * std::max<int64_t>(rows, 1))};
   }
 
   Tensor unpermute(const Tensor& t, int64_t heads, const std::string& name) const {

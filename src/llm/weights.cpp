@@ -452,6 +452,22 @@ class Loader {
       m.down = plain(p + "mlp.experts.down_proj");
       return m;
     }
+    // Experts whose weights all come in kept block formats stay in them on the CPU, one Linear each.
+    if (o_.keep_blocks && !o_.device.is_cuda()) {
+      bool all = true;
+      for (int64_t e = 0; e < E && all; ++e) {
+        const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
+        for (const char* w : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) all &= src_.blocks(ep + w).has_value();
+      }
+      if (all) {
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
+          m.expert_gate_up.push_back(*blocks_of({ep + "gate_proj.weight", ep + "up_proj.weight"}));
+          m.expert_down.push_back(*blocks_of({ep + "down_proj.weight"}));
+        }
+        return m;
+      }
+    }
     const std::string e0 = p + "mlp.experts.0.";
     const bool fp8 = is_fp8_module(c_, e0 + "gate_proj.weight");
     const DType stored = src_.meta(e0 + "gate_proj.weight").dtype;

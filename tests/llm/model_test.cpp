@@ -93,9 +93,10 @@ TEST_P(Engine, MarksItsWeightsConstant) {
 }
 
 // The model with its linear layers quantised when made (ModelOptions::quant) against the float model of the same
-// weights: the layers hold the format (lm_head Q8_0 in both, a tied one too; the embedding stays), bytes per
-// token below the float model's over `bytes_divisor`, logits within `rel` of the float model's range, and
-// token-by-token decode equal to prefill (one activation row is quantised as each of prefill's rows is).
+// weights: the layers hold the format (lm_head Q8_0 in both, a tied one too; the embedding stays; on the CPU each
+// MoE expert too), bytes per token below the float model's over `bytes_divisor`, logits within `rel` of the
+// float model's range, and token-by-token decode equal to prefill (one activation row is quantised as each of
+// prefill's rows is).
 void check_quantised_model(const ModelConfig& c, const std::string& format, int64_t bytes_divisor, float rel) {
   SCOPED_TRACE(format);
   ModelOptions o;
@@ -115,11 +116,21 @@ void check_quantised_model(const ModelConfig& c, const std::string& format, int6
     EXPECT_TRUE(holds(L.attn.qkv) && holds(L.attn.o));
     EXPECT_EQ(L.attn.qkv.in_features(), c.hidden_size);
     if (L.mlp) EXPECT_TRUE(holds(L.mlp->gate_up) && holds(L.mlp->down));
+    if (L.moe) {
+      EXPECT_FALSE(L.moe->gate_up.defined() || L.moe->down.defined());
+      ASSERT_EQ(L.moe->expert_gate_up.size(), static_cast<size_t>(c.num_experts));
+      ASSERT_EQ(L.moe->expert_down.size(), static_cast<size_t>(c.num_experts));
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const Linear &gu = L.moe->expert_gate_up[static_cast<size_t>(e)], &dn = L.moe->expert_down[static_cast<size_t>(e)];
+        EXPECT_TRUE(holds(gu) && holds(dn)) << "expert " << e;
+        EXPECT_EQ(gu.out_features(), 2 * c.moe_intermediate_size);
+        EXPECT_EQ(dn.in_features(), c.moe_intermediate_size);
+      }
+    }
   }
   EXPECT_TRUE(q.weights().lm_head.q8.has_value());
   EXPECT_TRUE(q.weights().embed.defined());
-  // The experts of MoE layers stay in their float dtype.
-  EXPECT_LT(q.bytes_per_token(), f.bytes_per_token() / (c.num_experts > 0 ? 1 : bytes_divisor));
+  EXPECT_LT(q.bytes_per_token(), f.bytes_per_token() / bytes_divisor);
   const Tensor lf = f.prefill(kPrompt, true), lq = q.prefill(kPrompt, true);
   const float scale = amax(abs(lf)).item<float>(), err = amax(abs(sub(lq, lf))).item<float>();
   EXPECT_LT(err, rel * scale);
@@ -158,6 +169,41 @@ TEST_P(Engine, QuantisedWeightsStayNearTheFloatModel) {
   o.quant = "q4_z";
   EXPECT_TRUE(test::throws_error([&] { Model bad(c, random_weights(c, kCPU, DType::F32, 7), o); },
                                  {"q4_z", "q8_0", "q4_0", "q4_k"}));
+}
+
+// MoE experts as one Linear each (MoeWeights::expert_gate_up / expert_down, the path of block-format experts)
+// holding the same f32 values as the stacked experts: the same logits, for a prompt (tokens grouped per expert)
+// and token by token (one row).
+TEST(EngineMoe, ExpertsAsLinearsMatchTheStackedExperts) {
+  const ModelConfig c = tiny_config("Qwen3MoeForCausalLM");
+  ModelOptions o;
+  o.max_context = 64;
+  o.dtype = DType::F32;
+  Model stacked(c, random_weights(c, kCPU, DType::F32, 11), o);
+  ModelWeights w = random_weights(c, kCPU, DType::F32, 11);
+  int64_t moe_layers = 0;
+  for (LayerWeights& L : w.layers) {
+    if (!L.moe) continue;
+    ++moe_layers;
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      Linear gu, dn;
+      gu.weight = L.moe->gate_up.select(0, e).clone();
+      dn.weight = L.moe->down.select(0, e).clone();
+      L.moe->expert_gate_up.push_back(gu);
+      L.moe->expert_down.push_back(dn);
+    }
+    L.moe->gate_up = Tensor();
+    L.moe->down = Tensor();
+  }
+  ASSERT_GT(moe_layers, 0);
+  Model split(c, std::move(w), o);
+  const Tensor a = stacked.prefill(kPrompt, true), b = split.prefill(kPrompt, true);
+  EXPECT_TRUE(test::all_close(b, a, test::Tolerance{1e-5, 1e-5}));
+  EXPECT_EQ(split.bytes_per_token(), stacked.bytes_per_token());
+  split.reset();
+  Tensor last = split.prefill(std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + 4));
+  for (size_t t = 4; t < kPrompt.size(); ++t) last = split.step(kPrompt[t]);
+  EXPECT_TRUE(test::all_close(last, a.select(0, 11), test::Tolerance{1e-5, 1e-5}));
 }
 
 TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {

@@ -365,6 +365,8 @@ int run_bench_model(const LlmOptions& o) {
       add(L.moe->router);
       add(L.moe->gate_up);
       add(L.moe->down);
+      for (const llm::Linear& e : L.moe->expert_gate_up) add_linear(e);
+      for (const llm::Linear& e : L.moe->expert_down) add_linear(e);
     }
   }
   // Decode after longer prompts (--contexts): random tokens, one run each.

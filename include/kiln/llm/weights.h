@@ -76,10 +76,14 @@ struct MlpWeights {
 
 struct MoeWeights {
   Tensor router;   // [E, H]
-  Tensor gate_up;  // [E, 2I, H]
-  Tensor down;     // [E, H, I]
+  Tensor gate_up;  // [E, 2I, H]; undefined when the experts are in a block format
+  Tensor down;     // [E, H, I]; undefined when the experts are in a block format
   // FP8 experts: the scales of gate_up [E, 2I / bn, H / bk] and down [E, H / bn, I / bk] (f32).
   std::optional<Tensor> gate_up_scales, down_scales;
+  // Experts in a block format (CPU: a GGUF file's Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K experts as stored, or
+  // ModelOptions::quant): one Linear per expert, gate_up [2I, H] and down [H, I]; empty otherwise.
+  std::vector<Linear> expert_gate_up, expert_down;
+  bool block_experts() const { return !expert_gate_up.empty(); }
 };
 
 struct LayerWeights {
@@ -152,7 +156,7 @@ struct LoadOptions {
   // Linear weights the source has in a kept block format (WeightSource::blocks: GGUF's Q8_0, Q4_0, Q4_K, and
   // Q5_K / Q6_K on the CPU) become Q8Weight / Q4Weight / Q4KWeight / Q5KWeight / Q6KWeight from their stored bytes; a stacked
   // weight (q/k/v, gate/up) whose parts have different kept formats keeps each (Linear::parts); the others are
-  // dequantised as usual.
+  // dequantised as usual. On the CPU, MoE experts too (MoeWeights::expert_gate_up / expert_down).
   bool keep_blocks = false;
   // Called after each tensor is placed: (bytes done, bytes in all).
   std::function<void(int64_t, int64_t)> progress;
