@@ -3,16 +3,18 @@
 
 llama.cpp runs through PyPI's llama-cpp-python, which builds llama.cpp for the machine it installs on
 (`build/venv/bin/pip install llama-cpp-python`: a few minutes of compiling). The model is a random checkpoint
-with Qwen3-0.6B's shapes (bench/presets.py, bf16 N(0, 0.02) weights, tests/data's Qwen2 tokenizer),
-written once, then `kiln quantize DIR FILE.gguf --type T` for each type (q4_k_m and q5_k_m: llama.cpp's own
-quantiser from the F16 file, Q6_K output and mixed-format layers included). Both engines then read that file:
+(bf16 N(0, 0.02) weights, tests/data's Qwen2 tokenizer) with Qwen3-0.6B's shapes, or with --model qwen3-moe
+Qwen3-30B-A3B's in 4 layers (bench/presets.py; 128 experts, top 8), written once, then `kiln quantize DIR
+FILE.gguf --type T` for each type (q4_k_m and q5_k_m: llama.cpp's own quantiser from the F16 file, Q6_K output
+and mixed-format layers included; kiln's q8_0 and q4_k files keep MoE experts in Q8_0). Both engines then read that file:
 - kiln: `kiln bench -m FILE.gguf --device cpu -p P -n N -r R` with OMP_NUM_THREADS = --threads (--dtype f16 for
   the F16 file, bf16 for the others: the activations' type; Q8_0 / Q4_K layers stay in their blocks);
 - llama.cpp: Llama(FILE.gguf, n_threads = --threads, n_batch = P); prefill = eval of P random tokens on an empty
   cache, decode = N evals of one token after it (what llama-bench calls pp and tg); the best of R runs after one
   warm-up.
 
-    python3 bench/llama_cpp_cpu.py --kiln build/bin/kiln [--types f16,bf16,q8_0,q4_k] [-p 128] [-n 32] [-r 3]
+    python3 bench/llama_cpp_cpu.py --kiln build/bin/kiln [--model qwen3-0.6b|qwen3-moe]
+        [--types f16,bf16,q8_0,q4_k,q4_k_m,q5_k_m] [-p 128] [-n 32] [-r 3]
         [--threads 2] [--workdir DIR] [--json FILE]
 """
 import argparse
@@ -46,9 +48,16 @@ def cpu_description():
     return {"model": name, "flags": [f for f in wanted if f in flags]}
 
 
-def write_checkpoint(d, seed=0):
-    """A random bf16 checkpoint of the qwen3-0.6b preset with the Qwen2 tokenizer, as safetensors."""
-    cfg = dict(PRESETS["qwen3-0.6b"], torch_dtype="bfloat16", bos_token_id=151643, eos_token_id=151645)
+# The models side by side: a preset, and for the MoE one fewer layers (Qwen3-30B-A3B's layer shapes, 128
+# experts, top 8; what a decoded token reads per layer is that of the full model).
+MODELS = {"qwen3-0.6b": ("qwen3-0.6b", {}),
+          "qwen3-moe": ("qwen3-30b-a3b", {"num_hidden_layers": 4})}
+
+
+def write_checkpoint(d, model, seed=0):
+    """A random bf16 checkpoint of `model` (MODELS) with the Qwen2 tokenizer, as safetensors."""
+    preset, overrides = MODELS[model]
+    cfg = dict(PRESETS[preset], torch_dtype="bfloat16", bos_token_id=151643, eos_token_id=151645, **overrides)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
@@ -58,14 +67,24 @@ def write_checkpoint(d, seed=0):
     H, I, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     D, Hq, Hk = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     shapes = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,)}
+    if not cfg.get("tie_word_embeddings", False):
+        shapes["lm_head.weight"] = (V, H)
     for i in range(L):
         p = f"model.layers.{i}."
         shapes.update({p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
                        p + "self_attn.q_proj.weight": (Hq * D, H), p + "self_attn.k_proj.weight": (Hk * D, H),
                        p + "self_attn.v_proj.weight": (Hk * D, H), p + "self_attn.o_proj.weight": (H, Hq * D),
-                       p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,),
-                       p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
-                       p + "mlp.down_proj.weight": (H, I)})
+                       p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,)})
+        if cfg.get("num_experts"):
+            E, Ie = cfg["num_experts"], cfg["moe_intermediate_size"]
+            shapes[p + "mlp.gate.weight"] = (E, H)
+            for e in range(E):
+                q = f"{p}mlp.experts.{e}."
+                shapes.update({q + "gate_proj.weight": (Ie, H), q + "up_proj.weight": (Ie, H),
+                               q + "down_proj.weight": (H, Ie)})
+        else:
+            shapes.update({p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H),
+                           p + "mlp.down_proj.weight": (H, I)})
     rng = np.random.default_rng(seed)
     header, offset = {}, 0
     for name, shape in shapes.items():
@@ -130,6 +149,7 @@ def run_llama_cpp(gguf, a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kiln", required=True, help="the kiln command (build/bin/kiln)")
+    ap.add_argument("--model", default="qwen3-0.6b", choices=sorted(MODELS))
     ap.add_argument("--types", default="f16,bf16,q8_0,q4_k")
     ap.add_argument("-p", type=int, default=128)
     ap.add_argument("-n", type=int, default=32)
@@ -144,16 +164,16 @@ def main():
     if work is None:
         tmp = tempfile.TemporaryDirectory()
         work = tmp.name
-    ckpt = os.path.join(work, "qwen3-0.6b-random")
+    ckpt = os.path.join(work, f"{a.model}-random")
     if not os.path.exists(os.path.join(ckpt, "model.safetensors")):
-        write_checkpoint(ckpt)
+        write_checkpoint(ckpt, a.model)
     rows = []
     for t in a.types.split(","):
-        gguf = os.path.join(work, f"qwen3-0.6b-{t}.gguf")
+        gguf = os.path.join(work, f"{a.model}-{t}.gguf")
         if not os.path.exists(gguf) and t in ("q4_k_m", "q5_k_m"):
             # llama.cpp's own Q4_K_M / Q5_K_M from the F16 file: Q4_K (Q5_K) layers, a Q6_K embedding and output,
             # and Q6_K attn_v and ffn_down in some layers (q/k/v of mixed formats), as the files people download are.
-            f16 = os.path.join(work, "qwen3-0.6b-f16.gguf")
+            f16 = os.path.join(work, f"{a.model}-f16.gguf")
             if not os.path.exists(f16):
                 subprocess.run([a.kiln, "quantize", ckpt, f16, "--type", "f16"], check=True, stdout=subprocess.DEVNULL)
             llama_quantize(f16, gguf, t, a.threads)
@@ -175,7 +195,7 @@ def main():
     if a.json:
         import llama_cpp
         with open(a.json, "w") as f:
-            json.dump({"machine": platform.processor() or platform.machine(), "cpu": cpu_description(),
+            json.dump({"model": a.model, "machine": platform.processor() or platform.machine(), "cpu": cpu_description(),
                        "threads": a.threads, "p": a.p, "n": a.n, "r": a.r, "llama_cpp_python": llama_cpp.__version__,
                        "rows": rows}, f, indent=1)
     if tmp:

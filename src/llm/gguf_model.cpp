@@ -522,7 +522,7 @@ std::map<std::string, int64_t> write_gguf_model(const std::string& dir, const st
         used.insert(n);
       }
       shape.insert(shape.begin(), c.num_experts);
-      const uint32_t ty = !quantized ? base : matrix_type(kQ8_0, shape.back());
+      const uint32_t ty = !quantized ? base : matrix_type(base, shape.back());
       const std::string prefix = hf + "mlp.experts.", suffix = h;
       const int64_t E = c.num_experts;
       tensors.push_back({gg + g, shape, ty, [ck, prefix, suffix, E, ty] {

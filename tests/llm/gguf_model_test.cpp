@@ -162,13 +162,13 @@ TEST(GgufModel, Q4KFilesKeepTheirBlocks) {
   EXPECT_GT(diff, 0.f);
 }
 
-// A Qwen3-MoE Q8_0 file keeps its experts in Q8_0 on the CPU, one Linear per expert holding its slice of the
-// stacked ffn_*_exps tensors as stored, and computes what the same model with those experts dequantised into the
-// stacked layout (moe_forward) computes, up to the activations' 8-bit quantisation. Compared after the first
-// layer (an MoE layer): there both route the same hidden states; in later layers of this random tiny model that
-// rounding may flip a near-tied expert choice (the logits of both stay near the float model's, tested above).
-TEST(GgufModel, MoeFilesKeepTheirExpertsInBlocks) {
-  const std::string path = data("gguf/models/qwen3-moe-tiny-q8_0.gguf");
+// A Qwen3-MoE file whose experts are Q8_0 or Q4_0 keeps them in that format on the CPU, one Linear per expert
+// holding its slice of the stacked ffn_*_exps tensors as stored, and computes what the same model with those
+// experts dequantised into the stacked layout (moe_forward) computes, up to the activations' 8-bit
+// quantisation. Compared after the first layer (an MoE layer): there both route the same hidden states; in later
+// layers of a random tiny model that rounding may flip a near-tied expert choice.
+void expect_block_experts_match_stacked(const std::string& path, const std::string& format) {
+  SCOPED_TRACE(path);
   ModelOptions o;
   o.max_context = 16;
   Model m = load_model(path, o);
@@ -176,6 +176,8 @@ TEST(GgufModel, MoeFilesKeepTheirExpertsInBlocks) {
   const ModelConfig& c = m.config();
   const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
   ASSERT_TRUE(c.is_moe_layer(0));
+  const auto held = [&](const Linear& l) { return format == "q8_0" ? l.q8.has_value() : l.q4.has_value(); };
+  const auto dequantised = [&](const Linear& l) { return format == "q8_0" ? dequantize_q8_0(*l.q8) : dequantize_q4_0(*l.q4); };
   ModelWeights w = m.weights();
   int64_t moe_layers = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -189,17 +191,13 @@ TEST(GgufModel, MoeFilesKeepTheirExpertsInBlocks) {
     const Tensor gate = f.get(b + "ffn_gate_exps.weight"), up = f.get(b + "ffn_up_exps.weight");
     const Tensor down = f.get(b + "ffn_down_exps.weight");
     ASSERT_EQ(gate.sizes(), (Shape{E, I, H}));
-    const Tensor raw_down = f.raw(b + "ffn_down_exps.weight");
     Tensor gu = empty({E, 2 * I, H}, DType::F32), dn = empty({E, H, I}, DType::F32);
     for (int64_t e = 0; e < E; ++e) {
       SCOPED_TRACE(str("layer ", i, " expert ", e));
       const Linear &lg = L.moe->expert_gate_up[static_cast<size_t>(e)], &ld = L.moe->expert_down[static_cast<size_t>(e)];
-      ASSERT_TRUE(lg.q8 && ld.q8);
-      EXPECT_TRUE(test::equal(dequantize_q8_0(*lg.q8), cat({gate.select(0, e), up.select(0, e)}, 0)));
-      EXPECT_TRUE(test::equal(dequantize_q8_0(*ld.q8), down.select(0, e)));
-      // The int8 codes are the file's bytes: each 34-byte block's last 32.
-      EXPECT_TRUE(test::equal(ld.q8->values.view({H, I / 32, 32}).to(DType::U8),
-                              raw_down.narrow(0, e * H, H).view({H, I / 32, 34}).narrow(2, 2, 32)));
+      ASSERT_TRUE(held(lg) && held(ld));
+      EXPECT_TRUE(test::equal(dequantised(lg), cat({gate.select(0, e), up.select(0, e)}, 0)));
+      EXPECT_TRUE(test::equal(dequantised(ld), down.select(0, e)));
       gu.select(0, e).copy_(cat({gate.select(0, e), up.select(0, e)}, 0));
       dn.select(0, e).copy_(down.select(0, e));
     }
@@ -219,6 +217,19 @@ TEST(GgufModel, MoeFilesKeepTheirExpertsInBlocks) {
   EXPECT_GT(scale, 0.1);
   EXPECT_LE(diff, 0.02 * scale);
   EXPECT_GT(diff, 0.0);
+}
+
+TEST(GgufModel, MoeFilesKeepTheirExpertsInBlocks) {
+  expect_block_experts_match_stacked(data("gguf/models/qwen3-moe-tiny-q8_0.gguf"), "q8_0");
+  // The int8 codes are the file's bytes: each 34-byte block's last 32.
+  const std::string path = data("gguf/models/qwen3-moe-tiny-q8_0.gguf");
+  ModelOptions o;
+  o.max_context = 16;
+  const Model m = load_model(path, o);
+  const Linear& d = m.weights().layers[0].moe->expert_down[5];
+  const int64_t H = m.config().hidden_size, I = m.config().moe_intermediate_size;
+  EXPECT_TRUE(test::equal(d.q8->values.view({H, I / 32, 32}).to(DType::U8),
+                          GgufFile::open(path).raw("blk.0.ffn_down_exps.weight").narrow(0, 5 * H, H).view({H, I / 32, 34}).narrow(2, 2, 32)));
 }
 
 // The fields of a config that change the computation (rms_norm_eps as f32: GGUF holds f32).
@@ -378,6 +389,18 @@ TEST(GgufWrite, ShippedModelWithItsTokenizer) {
   std::ifstream is(dir + "/chat_template.jinja");
   const std::string tmpl((std::istreambuf_iterator<char>(is)), std::istreambuf_iterator<char>());
   EXPECT_EQ(gguf_chat_template(GgufFile::open(out)), tmpl);
+}
+
+// A Qwen3-MoE checkpoint written as q4_0: the stacked experts in Q4_0 (as llama.cpp's 4-bit files have them),
+// kept in their blocks when loaded on the CPU (expect_block_experts_match_stacked above).
+TEST(GgufWrite, MoeExpertsTakeTheFormat) {
+  const TempDir tmp;
+  const std::string out = tmp.file("moe-q4_0.gguf");
+  write_gguf_model(data("models/qwen3-moe-tiny"), out, "q4_0");
+  const GgufFile f = GgufFile::open(out);
+  for (const char* t : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"})
+    EXPECT_EQ(gguf_type_name(f.info(str("blk.0.", t, ".weight")).type), "Q4_0") << t;
+  expect_block_experts_match_stacked(out, "q4_0");
 }
 
 TEST(GgufWrite, RefusesWhatItCannotWrite) {

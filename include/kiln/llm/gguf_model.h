@@ -27,8 +27,8 @@ int64_t gguf_weight_elements(const GgufFile& f);
 // model) as the GGUF file `path`, in llama.cpp's names and layout (convert_hf_to_gguf.py's: Llama's q and k rows
 // permuted, experts stacked per layer), with the config as {arch}.* metadata, the tokenizer.json and chat
 // template as tokenizer.* metadata, and Llama 3's RoPE scaling as rope_freqs. `type`: f32, f16, bf16 (every
-// matrix in that type), or q8_0, q4_0, q4_k: the layers' linear weights in that format (q4_k: Q8_0 where K
-// is not a multiple of 256), the embedding, lm_head and experts in Q8_0; norms, biases and the router in f32.
+// matrix in that type), or q8_0, q4_0, q4_k: the layers' linear weights and MoE experts in that format (q4_k:
+// Q8_0 where K is not a multiple of 256), the embedding and lm_head in Q8_0; norms, biases and the router in f32.
 // Returns the tensors written per ggml type name.
 std::map<std::string, int64_t> write_gguf_model(const std::string& dir, const std::string& path, const std::string& type);
 
