@@ -8,13 +8,15 @@
 #     --filter   passed to both sides (e.g. '^linear/' or 'softmax|rms_norm')
 #     --repeats  timed batches / graph replays per case (default 100; a full run then takes ~2 min after the
 #                build, each side printing per-section times as it goes)
-#     --e2e P    also the engine: `kiln bench --preset` and bench/torch_e2e.py (transformers) for each preset in
-#                the comma-separated list P (e.g. qwen3-8b,qwen3-30b-a3b), decode rates side by side
+#     --e2e P    also the engine: `kiln bench --preset`, bench/torch_e2e.py (transformers) and bench/gpt_fast.py
+#                (gpt-fast-style torch.compile, the strongest PyTorch peer at batch 1) for each preset in the
+#                comma-separated list P (e.g. qwen3-8b,qwen3-30b-a3b), decode rates side by side
 #     --contexts L  with --e2e: also kiln's decode after prompts of each length in the comma-separated list L
 #                (e.g. 2048,8192), to see how decode slows as the context grows
 #     --no-ops   skip the operator benchmark (with --e2e: only the engine)
 #     --vae P    also `kiln bench vae --preset P` (f32 and bf16) and bench/torch_vae.py, same run (vae_*.json)
 #   OPS_TIMEOUT=S  seconds each `kiln bench ops` run may take (default 400; a hang shows as rc=124)
+#   GPT_FAST=0     with --e2e: leave out bench/gpt_fast.py (its compilation takes 1-2 minutes a preset)
 #
 # To compare two builds or two settings of kiln on one card, use scripts/ab-binaries.sh. To keep the results,
 # copy the JSON files into a result set, bench/results/<gpu>-<date>/, and run scripts/plots.py
@@ -95,8 +97,8 @@ fi
 # ---- the engine: kiln and transformers on the same presets (random weights at real shapes)
 e2e_rc=0
 if [ -n "$E2E" ]; then
-  echo "| preset | kiln pp512 t/s | kiln tg128 t/s | kiln GB/s (weights/token x tg) | transformers tg128 t/s | speedup |" > "$OUT/e2e.md"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: |" >> "$OUT/e2e.md"
+  echo "| preset | kiln pp512 t/s | kiln tg128 t/s | kiln GB/s (weights/token x tg) | transformers tg128 t/s | speedup | compiled PyTorch pp512 / tg128 t/s | speedup |" > "$OUT/e2e.md"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" >> "$OUT/e2e.md"
   for p in ${E2E//,/ }; do
     t=$(date +%s)
     timeout 240 "$BUILD/bin/kiln" bench --preset "$p" -p 512 -n 128 -r 3 --device cuda --json "$OUT/e2e_kiln_$p.json" \
@@ -108,24 +110,28 @@ if [ -n "$E2E" ]; then
       timeout 300 python3 bench/torch_e2e.py --preset "$base" -p 512 -n 128 -r 2 "${experts[@]}" \
         --json "$OUT/e2e_torch_$base.json" >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
     fi
-    python3 - "$p" "$OUT/e2e_kiln_$p.json" "$OUT/e2e_torch_$base.json" >> "$OUT/e2e.md" <<'PY'
+    if [ ! -s "$OUT/e2e_gptfast_$base.json" ] && [ "${GPT_FAST:-1}" = 1 ]; then
+      timeout 420 python3 bench/gpt_fast.py --preset "$base" -p 512 -n 128 -r 3 --json "$OUT/e2e_gptfast_$base.json"         >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
+    fi
+    python3 - "$p" "$OUT/e2e_kiln_$p.json" "$OUT/e2e_torch_$base.json" "$OUT/e2e_gptfast_$base.json" >> "$OUT/e2e.md" <<'PY'
 import json, sys
-p, kj, tj = sys.argv[1:]
+p, kj, tj, gj = sys.argv[1:]
 def load(f):
     try:
         return json.load(open(f))
     except Exception:
         return {}
-k, t = load(kj), load(tj)
-kt, tt = k.get("tg_mean"), t.get("tg_median")
-sp = f"{kt / tt:.1f}x" if kt and tt else "-"
+k, t, g = load(kj), load(tj), load(gj)
+kt, tt, gt = k.get("tg_mean"), t.get("tg_median"), g.get("tg_median")
+sp = lambda o: f"{kt / o:.2f}x" if kt and o else "-"
 f = lambda v, s=".1f": format(v, s) if v else "-"
-print(f"| {p} | {f(k.get('pp_mean'))} | {f(k.get('tg_mean'))} | {f(k.get('decode_gbps'), '.0f')} | {f(tt, '.2f')} | {sp} |")
+print(f"| {p} | {f(k.get('pp_mean'))} | {f(kt)} | {f(k.get('decode_gbps'), '.0f')} | {f(tt, '.2f')} | {sp(tt)} | "
+      f"{f(g.get('pp_median'))} / {f(gt, '.2f')} | {sp(gt)} |")
 PY
     for c in ${CONTEXTS//,/ }; do
       timeout 240 "$BUILD/bin/kiln" bench --preset "$p" -p "$c" -n 128 -r 2 --device cuda --json "$OUT/e2e_kiln_$p-p$c.json" \
         >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
-      python3 -c "import json, sys; k = json.load(open(sys.argv[1])); print(f'| {sys.argv[2]} (prompt {sys.argv[3]}) | {k[\"pp_mean\"]:.1f} | {k[\"tg_mean\"]:.1f} | {k[\"decode_gbps\"]:.0f} | - | - |')" \
+      python3 -c "import json, sys; k = json.load(open(sys.argv[1])); print(f'| {sys.argv[2]} (prompt {sys.argv[3]}) | {k[\"pp_mean\"]:.1f} | {k[\"tg_mean\"]:.1f} | {k[\"decode_gbps\"]:.0f} | - | - | - | - |')" \
         "$OUT/e2e_kiln_$p-p$c.json" "$p" "$c" >> "$OUT/e2e.md" 2>> "$OUT/e2e.log" || e2e_rc=1
     done
     echo "== e2e $p: $(( $(date +%s) - t )) s"
