@@ -316,6 +316,32 @@ Tensor dequantize_q6_k(const Q6KWeight& w, DType dtype = DType::F32);
 // no Q6_K kernel: there the weight is dequantised to x's dtype for each call.
 Tensor linear(const Tensor& x, const Q6KWeight& w, const std::optional<Tensor>& bias = std::nullopt);
 
+// A weight in any of the block formats above.
+using BlockWeight = std::variant<Q8Weight, Q4Weight, Q4KWeight, Q5KWeight, Q6KWeight>;
+Tensor linear(const Tensor& x, const BlockWeight& w, const std::optional<Tensor>& bias = std::nullopt);
+// Rows [start, start + length) of the weight: views of its tensors.
+BlockWeight narrow_rows(const BlockWeight& w, int64_t start, int64_t length);
+int64_t out_features(const BlockWeight& w);
+int64_t in_features(const BlockWeight& w);
+Tensor dequantize(const BlockWeight& w, DType dtype = DType::F32);
+// The format's name: "q8_0", "q4_0", "q4_k", "q5_k" or "q6_k".
+const char* format_name(const BlockWeight& w);
+
+// MoE experts in block formats, stacked along N as GGUF's expert tensors are: gate_up [E x 2I, H] (expert e's
+// gate rows, then its up rows, from row e x 2I) and down [E x H, I] (expert e's from row e x H); the two may be
+// in different formats.
+struct BlockExperts {
+  BlockWeight gate_up, down;
+  int64_t num_experts = 0;
+};
+// moe_forward over block-format experts; x f32/f16/bf16 [T, H]. The router's top-k picks each token's experts;
+// each expert hit runs once, as linear(x, its block rows) (the CPU's int8 dot products on x quantised per block of
+// 32) on the rows of the tokens routed to it: gate_up, SiLU x up rounded to x's dtype, down; each token's expert
+// outputs weighted and summed in f32 in router order, rounded once to x's dtype. CUDA multiplies the experts
+// dequantised to x's dtype (moe_forward's stacked path).
+Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const BlockExperts& experts, int64_t top_k,
+                   bool norm_topk_prob);
+
 }  // namespace kiln
 
 // ---- torch.nn.functional: normalisation, dropout, embedding, losses, padding, counting -----------------------

@@ -268,6 +268,20 @@ void bind_nn(nb::module_& m, nb::module_& F) {
   }, nb::arg("input"), nb::arg("router_weight"), nb::arg("experts"), nb::arg("top_k"), nb::arg("norm_topk_prob"),
      release_gil());
   m.def("dequantize_fp8_experts", &dequantize_fp8_experts, nb::arg("experts"), nb::arg("dtype"), release_gil());
+  nb::class_<BlockExperts>(m, "BlockExperts",
+                           "Experts in block formats, stacked as GGUF's expert tensors: gate_up [E x 2I, H] (expert e's "
+                           "gate rows, then its up rows, from row e x 2I), down [E x H, I]; each a Q8Weight, Q4Weight, "
+                           "Q4KWeight, Q5KWeight or Q6KWeight.")
+      .def("__init__", [](BlockExperts* e, const BlockWeight& gate_up, const BlockWeight& down, int64_t num_experts) {
+        new (e) BlockExperts{gate_up, down, num_experts};
+      }, nb::arg("gate_up"), nb::arg("down"), nb::arg("num_experts"))
+      .def_ro("gate_up", &BlockExperts::gate_up)
+      .def_ro("down", &BlockExperts::down)
+      .def_ro("num_experts", &BlockExperts::num_experts);
+  m.def("moe_forward", [](const Tensor& x, const Tensor& rw, const BlockExperts& e, int64_t top_k, bool norm) {
+    return moe_forward(x, rw, e, top_k, norm);
+  }, nb::arg("input"), nb::arg("router_weight"), nb::arg("experts"), nb::arg("top_k"), nb::arg("norm_topk_prob"),
+     release_gil());
 
   // ---- FP8 ----------------------------------------------------------------------------------------------
   m.def("quantize_fp8", [](const Tensor& x, std::string_view recipe, DType fp8_dtype, bool activation, int64_t block) {

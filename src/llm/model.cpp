@@ -76,8 +76,8 @@ void for_each_weight(const ModelWeights& w, F&& f) {
     if (L.mlp) linear(L.mlp->gate_up), linear(L.mlp->down);
     if (L.moe) {
       f(L.moe->router), f(L.moe->gate_up), f(L.moe->down);
-      for (const Linear& e : L.moe->expert_gate_up) linear(e);
-      for (const Linear& e : L.moe->expert_down) linear(e);
+      if (L.moe->blocks)
+        for (const BlockWeight* b : {&L.moe->blocks->gate_up, &L.moe->blocks->down}) linear(Linear::of(*b));
       if (L.moe->gate_up_scales) f(*L.moe->gate_up_scales);
       if (L.moe->down_scales) f(*L.moe->down_scales);
     }
@@ -150,20 +150,18 @@ void Model::quantize_linears(const std::string& format) {
   for (LayerWeights& L : weights_.layers) {
     q(L.attn.qkv, format), q(L.attn.o, format);
     if (L.mlp) q(L.mlp->gate_up, format), q(L.mlp->down, format);
-    // MoE experts, on the CPU: one block-format Linear per expert (CUDA keeps its grouped kernels' stacked
-    // experts as they are).
+    // MoE experts, on the CPU: stacked in the format (moe_forward's BlockExperts; CUDA keeps its grouped
+    // kernels' experts as they are).
     MoeWeights* m = L.moe ? &*L.moe : nullptr;
     if (!m || options_.device.is_cuda() || !m->gate_up.defined() || m->gate_up_scales ||
         m->gate_up.size(2) % 32 != 0 || m->down.size(2) % 32 != 0)
       continue;
-    for (int64_t e = 0; e < m->gate_up.size(0); ++e) {
-      Linear gu, dn;
-      gu.weight = m->gate_up.select(0, e);
-      dn.weight = m->down.select(0, e);
-      q(gu, format), q(dn, format);
-      m->expert_gate_up.push_back(std::move(gu));
-      m->expert_down.push_back(std::move(dn));
-    }
+    const int64_t E = m->gate_up.size(0);
+    Linear gu, dn;
+    gu.weight = m->gate_up.reshape({E * m->gate_up.size(1), m->gate_up.size(2)});
+    dn.weight = m->down.reshape({E * m->down.size(1), m->down.size(2)});
+    q(gu, format), q(dn, format);
+    m->blocks = BlockExperts{gu.block(), dn.block(), E};
     m->gate_up = Tensor();
     m->down = Tensor();
   }
@@ -269,50 +267,6 @@ static AttendFn paged_attention(const ModelConfig& c, const Model::State& s, KVP
   };
 }
 
-// The MoE block over experts in a block format (MoeWeights::expert_gate_up / expert_down; CPU): the router's
-// top-k, then each chosen expert's gate_up, SiLU x up and down on the rows of the tokens routed to it; each
-// token's expert outputs weighted and summed in f32 in router order (as moe_forward sums), rounded once to h's
-// dtype.
-static Tensor moe_block_experts(const Tensor& h, const MoeWeights& m, const ModelConfig& c) {
-  const int64_t T = h.size(0), H = h.size(1), k = c.num_experts_per_tok;
-  const int64_t E = static_cast<int64_t>(m.expert_gate_up.size());
-  const MoeRouting r = moe_route(h, m.router, k, c.norm_topk_prob);
-  const Tensor experts = r.experts.cpu().contiguous(), weights = r.weights.cpu().to(DType::F32).contiguous();
-  const int32_t* ep = experts.data<const int32_t>();
-  // rows[e]: the tokens routed to expert e; at[t * k + j]: the row of token t in its j-th expert's output.
-  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(E));
-  std::vector<int64_t> at(static_cast<size_t>(T * k));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = ep[t * k + j];
-      KILN_CHECK(e >= 0 && e < E, "moe: expert ", e, " out of range [0, ", E, ")");
-      auto& list = rows[static_cast<size_t>(e)];
-      at[static_cast<size_t>(t * k + j)] = static_cast<int64_t>(list.size());
-      list.push_back(t);
-    }
-  std::vector<Tensor> y(static_cast<size_t>(E));  // f32 [rows, H] per expert
-  for (int64_t e = 0; e < E; ++e) {
-    const auto& list = rows[static_cast<size_t>(e)];
-    if (list.empty()) continue;
-    const Tensor xs = T == 1 ? h : index_select(h, 0, from_vector<int64_t>(list));
-    const size_t ue = static_cast<size_t>(e);
-    y[ue] = m.expert_down[ue](silu_and_mul(m.expert_gate_up[ue](xs))).to(DType::F32).contiguous();
-  }
-  Tensor out = empty({T, H}, DType::F32);
-  float* op = out.data<float>();
-  const float* wp = weights.data<const float>();
-  for (int64_t t = 0; t < T; ++t) {
-    float* o = op + t * H;
-    std::fill(o, o + H, 0.0f);
-    for (int64_t j = 0; j < k; ++j) {
-      const float w = wp[t * k + j];
-      const float* src = y[static_cast<size_t>(ep[t * k + j])].data<const float>() + at[static_cast<size_t>(t * k + j)] * H;
-      for (int64_t i = 0; i < H; ++i) o[i] += w * src[i];
-    }
-  }
-  return out.to(h.dtype());
-}
-
 // One pass over all layers for the new tokens `ids`; returns the hidden state after the final norm [T, H].
 static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, const Tensor& ids, DType dtype, Trace* trace,
                          const AttendFn& attend_layer) {
@@ -336,8 +290,8 @@ static Tensor run_layers(const ModelConfig& c, const ModelWeights& w, const Tens
       const Fp8Experts e{L.moe->gate_up, *L.moe->gate_up_scales, L.moe->down, *L.moe->down_scales, c.fp8->block_n,
                          c.fp8->block_k};
       m = moe_forward(h, L.moe->router, e, c.num_experts_per_tok, c.norm_topk_prob);
-    } else if (L.moe && L.moe->block_experts()) {
-      m = moe_block_experts(h, *L.moe, c);
+    } else if (L.moe && L.moe->blocks) {
+      m = moe_forward(h, L.moe->router, *L.moe->blocks, c.num_experts_per_tok, c.norm_topk_prob);
     } else if (L.moe) {
       m = moe_forward(h, L.moe->router, L.moe->gate_up, L.moe->down, c.num_experts_per_tok, c.norm_topk_prob);
     } else if (L.mlp->gate_up.weight.defined() && !L.mlp->gate_up.bias) {
@@ -855,12 +809,10 @@ int64_t Model::bytes_per_token() const {
   for (const LayerWeights& L : weights_.layers) {
     b += lin(L.attn.qkv) + lin(L.attn.o) + static_cast<int64_t>(L.input_norm.nbytes() + L.post_norm.nbytes());
     if (L.mlp) b += lin(L.mlp->gate_up) + lin(L.mlp->down);
-    if (L.moe && L.moe->block_experts()) {
-      const int64_t E = static_cast<int64_t>(L.moe->expert_gate_up.size()), k = config_.num_experts_per_tok;
-      int64_t all = 0;
-      for (int64_t e = 0; e < E; ++e)
-        all += lin(L.moe->expert_gate_up[static_cast<size_t>(e)]) + lin(L.moe->expert_down[static_cast<size_t>(e)]);
-      b += static_cast<int64_t>(L.moe->router.nbytes()) + all / E * k;
+    if (L.moe && L.moe->blocks) {
+      const BlockExperts& x = *L.moe->blocks;
+      const int64_t all = Linear::of(x.gate_up).nbytes() + Linear::of(x.down).nbytes();
+      b += static_cast<int64_t>(L.moe->router.nbytes()) + all / x.num_experts * config_.num_experts_per_tok;
     } else if (L.moe) {
       const int64_t E = L.moe->gate_up.size(0), k = config_.num_experts_per_tok;
       b += static_cast<int64_t>(L.moe->router.nbytes()) +

@@ -32,6 +32,29 @@ Tensor Linear::operator()(const Tensor& x) const {
   return linear(x, weight, bias);
 }
 
+BlockWeight Linear::block() const {
+  KILN_CHECK(parts.empty() && !weight.defined() && !fp8, "Linear::block: the weight is not in one block format");
+  if (q8) return *q8;
+  if (q4) return *q4;
+  if (q4k) return *q4k;
+  if (q5k) return *q5k;
+  KILN_CHECK(q6k.has_value(), "Linear::block: the weight is not in one block format");
+  return *q6k;
+}
+
+Linear Linear::of(const BlockWeight& w) {
+  Linear l;
+  std::visit([&](const auto& v) {
+    using W = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<W, Q8Weight>) l.q8 = v;
+    else if constexpr (std::is_same_v<W, Q4Weight>) l.q4 = v;
+    else if constexpr (std::is_same_v<W, Q4KWeight>) l.q4k = v;
+    else if constexpr (std::is_same_v<W, Q5KWeight>) l.q5k = v;
+    else l.q6k = v;
+  }, w);
+  return l;
+}
+
 int64_t Linear::nbytes() const {
   if (!parts.empty()) {
     int64_t b = 0;
@@ -321,44 +344,57 @@ class Loader {
     std::vector<Tensor> rows;
     for (const BlockTensor& b : parts) rows.push_back(b.data);
     const Tensor all = rows.size() == 1 ? rows[0].contiguous() : cat(rows, 0);
+    return Linear::of(block_weight(BlockTensor{parts[0].format, all}, weights[0]));
+  }
+
+  // Stored blocks uint8 [N, bytes per row] of a kept format as the weight kiln multiplies, on the target device:
+  // Q4_K, Q5_K and Q6_K as they are; Q8_0 (34 bytes a block: f16 d, 32 int8) and Q4_0 (18: f16 d, 16 bytes of
+  // codes) split into values and scales.
+  BlockWeight block_weight(const BlockTensor& b, const std::string& what) {
+    const std::string& f = b.format;
+    const Tensor& all = b.data;
     const int64_t N = all.size(0), row_bytes = all.size(1);
-    Linear l;
-    const std::string& f = parts[0].format;
-    if (f == "q4_k") {
-      l.q4k = Q4KWeight{all.to(o_.device)};
-      account(l.q4k->blocks);
-      return l;
-    }
-    if (f == "q5_k") {
-      l.q5k = Q5KWeight{all.to(o_.device)};
-      account(l.q5k->blocks);
-      return l;
-    }
-    if (f == "q6_k") {
-      l.q6k = Q6KWeight{all.to(o_.device)};
-      account(l.q6k->blocks);
-      return l;
+    if (f == "q4_k" || f == "q5_k" || f == "q6_k") {
+      const Tensor placed = all.to(o_.device);
+      account(placed);
+      if (f == "q4_k") return Q4KWeight{placed};
+      if (f == "q5_k") return Q5KWeight{placed};
+      return Q6KWeight{placed};
     }
     const int64_t block = f == "q8_0" ? 34 : 18, nb = row_bytes / block, qbytes = block - 2;
-    KILN_CHECK(row_bytes % block == 0, src_.describe(), ": ", weights[0], " rows of ", row_bytes, " bytes are not ",
+    KILN_CHECK(row_bytes % block == 0, src_.describe(), ": ", what, " rows of ", row_bytes, " bytes are not ",
                block, "-byte ", f, " blocks");
     Tensor values = empty({N, nb * qbytes}, f == "q8_0" ? DType::I8 : DType::U8), scales = empty({N, nb}, DType::F16);
-    const uint8_t* src = all.data<const uint8_t>();
+    const uint8_t* src = all.contiguous().data<const uint8_t>();
     auto* v = static_cast<uint8_t*>(values.data_ptr());
     auto* d = static_cast<uint8_t*>(scales.data_ptr());
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = src + n * row_bytes + b * block;
-        std::memcpy(d + (n * nb + b) * 2, blk, 2);
-        std::memcpy(v + (n * nb + b) * qbytes, blk + 2, static_cast<size_t>(qbytes));
+      for (int64_t k = 0; k < nb; ++k) {
+        const uint8_t* blk = src + n * row_bytes + k * block;
+        std::memcpy(d + (n * nb + k) * 2, blk, 2);
+        std::memcpy(v + (n * nb + k) * qbytes, blk + 2, static_cast<size_t>(qbytes));
       }
     values = values.to(o_.device);
     scales = scales.to(o_.device);
-    if (f == "q8_0") l.q8 = Q8Weight{values, scales};
-    else l.q4 = Q4Weight{values, scales};
     account(values);
     account(scales);
-    return l;
+    if (f == "q8_0") return Q8Weight{values, scales};
+    return Q4Weight{values, scales};
+  }
+
+  // The stored blocks of every expert's `weights` of layer prefix p (one format, one row width), stacked expert
+  // by expert (each expert's weights in the order given); nothing when any is not in a kept block format.
+  std::optional<BlockTensor> stacked_expert_blocks(const std::string& p, const std::vector<std::string>& weights) {
+    std::vector<Tensor> rows;
+    std::string format;
+    for (int64_t e = 0; e < c_.num_experts; ++e)
+      for (const std::string& w : weights) {
+        std::optional<BlockTensor> b = src_.blocks(p + "mlp.experts." + std::to_string(e) + "." + w);
+        if (!b || (!format.empty() && (b->format != format || b->data.size(1) != rows[0].size(1)))) return std::nullopt;
+        format = b->format;
+        rows.push_back(b->data);
+      }
+    return BlockTensor{format, cat(rows, 0)};
   }
 
   // Modules `names` (without ".weight") stacked along N into one Linear: FP8 (values and block scales stacked;
@@ -452,19 +488,14 @@ class Loader {
       m.down = plain(p + "mlp.experts.down_proj");
       return m;
     }
-    // Experts whose weights all come in kept block formats stay in them on the CPU, one Linear each.
+    // Experts whose gate/up and down come in kept block formats (gate and up in one) stay in them on the CPU,
+    // stacked as moe_forward's BlockExperts: gate_up [E x 2I, bytes] (each expert's gate rows, then its up
+    // rows), down [E x H, bytes].
     if (o_.keep_blocks && !o_.device.is_cuda()) {
-      bool all = true;
-      for (int64_t e = 0; e < E && all; ++e) {
-        const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-        for (const char* w : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) all &= src_.blocks(ep + w).has_value();
-      }
-      if (all) {
-        for (int64_t e = 0; e < E; ++e) {
-          const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-          m.expert_gate_up.push_back(*blocks_of({ep + "gate_proj.weight", ep + "up_proj.weight"}));
-          m.expert_down.push_back(*blocks_of({ep + "down_proj.weight"}));
-        }
+      std::optional<BlockTensor> gu = stacked_expert_blocks(p, {"gate_proj.weight", "up_proj.weight"});
+      std::optional<BlockTensor> dn = gu ? stacked_expert_blocks(p, {"down_proj.weight"}) : std::nullopt;
+      if (gu && dn) {
+        m.blocks = BlockExperts{block_weight(*gu, p + "mlp.experts.*.gate_up"), block_weight(*dn, p + "mlp.experts.*.down"), E};
         return m;
       }
     }

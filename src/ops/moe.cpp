@@ -256,4 +256,74 @@ Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const Fp8Expert
   return out.to(x.dtype());
 }
 
+Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const BlockExperts& experts, int64_t top_k,
+                   bool norm_topk_prob) {
+  const char* op = "moe_forward";
+  KILN_CHECK(x.dim() == 2, op, ": x must be [T, H], got ", x.meta());
+  KILN_CHECK(dset(x.dtype()) & kMoeTypes, op, ": x must be ", dtype_set_str(kMoeTypes), ", got ", x.meta());
+  const int64_t T = x.size(0), H = x.size(1), E = experts.num_experts;
+  KILN_CHECK(E >= 1, op, ": num_experts must be positive, got ", E);
+  const int64_t gu_rows = out_features(experts.gate_up), dn_rows = out_features(experts.down);
+  KILN_CHECK(gu_rows % (2 * E) == 0 && in_features(experts.gate_up) == H && dn_rows == E * H, op,
+             ": block experts must be gate_up [E x 2I, H] and down [E x H, I] with E = ", E, " and H = ", H, ", got ",
+             format_name(experts.gate_up), " gate_up of ", gu_rows, " x ", in_features(experts.gate_up), " and ",
+             format_name(experts.down), " down of ", dn_rows, " x ", in_features(experts.down));
+  const int64_t I = gu_rows / (2 * E);
+  KILN_CHECK(in_features(experts.down) == I, op, ": down's K = ", in_features(experts.down), " must be I = ", I);
+  KILN_CHECK(router_weight.dim() == 2 && router_weight.size(0) == E && router_weight.size(1) == H, op,
+             ": router_weight ", router_weight.meta(), " must be [E, H] = [", E, ", ", H, "]");
+  KILN_CHECK(router_weight.dtype() == x.dtype() && router_weight.device() == x.device(), op, ": router_weight ",
+             router_weight.meta(), " must match x ", x.meta(), " in dtype and device");
+  KILN_CHECK(top_k >= 1 && top_k <= E && top_k <= 64, op, ": top_k must be in [1, min(E, 64)] (E = ", E, "), got ",
+             top_k);
+  for (const BlockWeight* w : {&experts.gate_up, &experts.down}) {
+    const Tensor& v = std::visit([](const auto& b) -> const Tensor& {
+      if constexpr (requires { b.values; }) return b.values;
+      else return b.blocks;
+    }, *w);
+    KILN_CHECK(v.device() == x.device(), op, ": block experts ", v.meta(), " are not on x's device ", x.device().str());
+  }
+#if KILN_HAVE_CUDA
+  if (x.is_cuda()) {
+    const Tensor gu = dequantize(experts.gate_up, x.dtype()).view({E, 2 * I, H});
+    const Tensor dn = dequantize(experts.down, x.dtype()).view({E, H, I});
+    return cuda::moe_forward(x, router_weight, gu, dn, top_k, norm_topk_prob);
+  }
+#endif
+  const MoeRouting r = moe_route(x, router_weight, top_k, norm_topk_prob);
+  const Tensor ex = r.experts.contiguous(), wt = r.weights.to(DType::F32).contiguous();
+  const int32_t* ep = ex.data<const int32_t>();
+  // rows[e]: the tokens routed to expert e; at[t * k + j]: token t's row in its j-th expert's output.
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(E));
+  std::vector<int64_t> at(static_cast<size_t>(T * top_k));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < top_k; ++j) {
+      auto& list = rows[static_cast<size_t>(ep[t * top_k + j])];
+      at[static_cast<size_t>(t * top_k + j)] = static_cast<int64_t>(list.size());
+      list.push_back(t);
+    }
+  std::vector<Tensor> y(static_cast<size_t>(E));  // f32 [rows, H] per expert hit
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& list = rows[static_cast<size_t>(e)];
+    if (list.empty()) continue;
+    const Tensor xs = static_cast<int64_t>(list.size()) == T && T == 1 ? x : index_select(x, 0, from_vector<int64_t>(list));
+    const Tensor h = silu_and_mul(linear(xs, narrow_rows(experts.gate_up, e * 2 * I, 2 * I)));
+    y[static_cast<size_t>(e)] = linear(h, narrow_rows(experts.down, e * H, H)).to(DType::F32).contiguous();
+  }
+  Tensor out = empty({T, H}, DType::F32);
+  float* o = out.data<float>();
+  const float* w = wt.data<const float>();
+  for (int64_t t = 0; t < T; ++t) {
+    float* ot = o + t * H;
+    std::fill(ot, ot + H, 0.0f);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const float wj = w[t * top_k + j];
+      const float* src = y[static_cast<size_t>(ep[t * top_k + j])].data<const float>() +
+                         at[static_cast<size_t>(t * top_k + j)] * H;
+      for (int64_t i = 0; i < H; ++i) ot[i] += wj * src[i];
+    }
+  }
+  return out.to(x.dtype());
+}
+
 }  // namespace kiln

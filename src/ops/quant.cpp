@@ -287,4 +287,30 @@ Tensor dequantize_q6_k(const Q6KWeight& w, DType dtype) { return dequantize(w, d
 Tensor linear(const Tensor& x, const Q6KWeight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
 Tensor linear(const Tensor& x, const Q4KWeight& w, const std::optional<Tensor>& bias) { return linear_quantized(x, w, bias); }
 
+Tensor linear(const Tensor& x, const BlockWeight& w, const std::optional<Tensor>& bias) {
+  return std::visit([&](const auto& v) { return linear_quantized(x, v, bias); }, w);
+}
+BlockWeight narrow_rows(const BlockWeight& w, int64_t start, int64_t length) {
+  return std::visit(
+      [&](const auto& v) -> BlockWeight {
+        const int64_t n = values_of(v).size(0);
+        KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow_rows: rows [", start, ", ",
+                   start + length, ") of a ", name_of<std::decay_t<decltype(v)>>(), " weight of ", n, " rows");
+        return rows_of(v, start, length);
+      },
+      w);
+}
+int64_t out_features(const BlockWeight& w) {
+  return std::visit([](const auto& v) { return values_of(v).size(0); }, w);
+}
+int64_t in_features(const BlockWeight& w) {
+  return std::visit([](const auto& v) { return in_features(v); }, w);
+}
+Tensor dequantize(const BlockWeight& w, DType dtype) {
+  return std::visit([&](const auto& v) { return dequantize(v, dtype, "dequantize"); }, w);
+}
+const char* format_name(const BlockWeight& w) {
+  return std::visit([](const auto& v) { return name_of<std::decay_t<decltype(v)>>(); }, w);
+}
+
 }  // namespace kiln

@@ -185,8 +185,7 @@ void expect_block_experts_match_stacked(const std::string& path, const std::stri
     if (!L.moe) continue;
     ++moe_layers;
     ASSERT_TRUE(L.moe->block_experts());
-    ASSERT_EQ(L.moe->expert_gate_up.size(), static_cast<size_t>(E));
-    ASSERT_EQ(L.moe->expert_down.size(), static_cast<size_t>(E));
+    EXPECT_EQ(L.moe->blocks->num_experts, E);
     const std::string b = str("blk.", i, ".");
     const Tensor gate = f.get(b + "ffn_gate_exps.weight"), up = f.get(b + "ffn_up_exps.weight");
     const Tensor down = f.get(b + "ffn_down_exps.weight");
@@ -194,15 +193,15 @@ void expect_block_experts_match_stacked(const std::string& path, const std::stri
     Tensor gu = empty({E, 2 * I, H}, DType::F32), dn = empty({E, H, I}, DType::F32);
     for (int64_t e = 0; e < E; ++e) {
       SCOPED_TRACE(str("layer ", i, " expert ", e));
-      const Linear &lg = L.moe->expert_gate_up[static_cast<size_t>(e)], &ld = L.moe->expert_down[static_cast<size_t>(e)];
+      const Linear lg = Linear::of(narrow_rows(L.moe->blocks->gate_up, e * 2 * I, 2 * I));
+      const Linear ld = Linear::of(narrow_rows(L.moe->blocks->down, e * H, H));
       ASSERT_TRUE(held(lg) && held(ld));
       EXPECT_TRUE(test::equal(dequantised(lg), cat({gate.select(0, e), up.select(0, e)}, 0)));
       EXPECT_TRUE(test::equal(dequantised(ld), down.select(0, e)));
       gu.select(0, e).copy_(cat({gate.select(0, e), up.select(0, e)}, 0));
       dn.select(0, e).copy_(down.select(0, e));
     }
-    L.moe->expert_gate_up.clear();
-    L.moe->expert_down.clear();
+    L.moe->blocks.reset();
     L.moe->gate_up = gu;
     L.moe->down = dn;
   }
@@ -226,7 +225,8 @@ TEST(GgufModel, MoeFilesKeepTheirExpertsInBlocks) {
   ModelOptions o;
   o.max_context = 16;
   const Model m = load_model(path, o);
-  const Linear& d = m.weights().layers[0].moe->expert_down[5];
+  const int64_t Hd = m.config().hidden_size;
+  const Linear d = Linear::of(narrow_rows(m.weights().layers[0].moe->blocks->down, 5 * Hd, Hd));
   const int64_t H = m.config().hidden_size, I = m.config().moe_intermediate_size;
   EXPECT_TRUE(test::equal(d.q8->values.view({H, I / 32, 32}).to(DType::U8),
                           GgufFile::open(path).raw("blk.0.ffn_down_exps.weight").narrow(0, 5 * H, H).view({H, I / 32, 34}).narrow(2, 2, 32)));

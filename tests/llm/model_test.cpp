@@ -116,16 +116,14 @@ void check_quantised_model(const ModelConfig& c, const std::string& format, int6
     EXPECT_TRUE(holds(L.attn.qkv) && holds(L.attn.o));
     EXPECT_EQ(L.attn.qkv.in_features(), c.hidden_size);
     if (L.mlp) EXPECT_TRUE(holds(L.mlp->gate_up) && holds(L.mlp->down));
-    if (L.moe) {
+    if (L.moe) {  // the experts stacked in the format
       EXPECT_FALSE(L.moe->gate_up.defined() || L.moe->down.defined());
-      ASSERT_EQ(L.moe->expert_gate_up.size(), static_cast<size_t>(c.num_experts));
-      ASSERT_EQ(L.moe->expert_down.size(), static_cast<size_t>(c.num_experts));
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        const Linear &gu = L.moe->expert_gate_up[static_cast<size_t>(e)], &dn = L.moe->expert_down[static_cast<size_t>(e)];
-        EXPECT_TRUE(holds(gu) && holds(dn)) << "expert " << e;
-        EXPECT_EQ(gu.out_features(), 2 * c.moe_intermediate_size);
-        EXPECT_EQ(dn.in_features(), c.moe_intermediate_size);
-      }
+      ASSERT_TRUE(L.moe->blocks.has_value());
+      const BlockExperts& b = *L.moe->blocks;
+      EXPECT_EQ(b.num_experts, c.num_experts);
+      EXPECT_TRUE(holds(Linear::of(b.gate_up)) && holds(Linear::of(b.down)));
+      EXPECT_EQ(out_features(b.gate_up), c.num_experts * 2 * c.moe_intermediate_size);
+      EXPECT_EQ(in_features(b.down), c.moe_intermediate_size);
     }
   }
   EXPECT_TRUE(q.weights().lm_head.q8.has_value());
@@ -169,41 +167,6 @@ TEST_P(Engine, QuantisedWeightsStayNearTheFloatModel) {
   o.quant = "q4_z";
   EXPECT_TRUE(test::throws_error([&] { Model bad(c, random_weights(c, kCPU, DType::F32, 7), o); },
                                  {"q4_z", "q8_0", "q4_0", "q4_k"}));
-}
-
-// MoE experts as one Linear each (MoeWeights::expert_gate_up / expert_down, the path of block-format experts)
-// holding the same f32 values as the stacked experts: the same logits, for a prompt (tokens grouped per expert)
-// and token by token (one row).
-TEST(EngineMoe, ExpertsAsLinearsMatchTheStackedExperts) {
-  const ModelConfig c = tiny_config("Qwen3MoeForCausalLM");
-  ModelOptions o;
-  o.max_context = 64;
-  o.dtype = DType::F32;
-  Model stacked(c, random_weights(c, kCPU, DType::F32, 11), o);
-  ModelWeights w = random_weights(c, kCPU, DType::F32, 11);
-  int64_t moe_layers = 0;
-  for (LayerWeights& L : w.layers) {
-    if (!L.moe) continue;
-    ++moe_layers;
-    for (int64_t e = 0; e < c.num_experts; ++e) {
-      Linear gu, dn;
-      gu.weight = L.moe->gate_up.select(0, e).clone();
-      dn.weight = L.moe->down.select(0, e).clone();
-      L.moe->expert_gate_up.push_back(gu);
-      L.moe->expert_down.push_back(dn);
-    }
-    L.moe->gate_up = Tensor();
-    L.moe->down = Tensor();
-  }
-  ASSERT_GT(moe_layers, 0);
-  Model split(c, std::move(w), o);
-  const Tensor a = stacked.prefill(kPrompt, true), b = split.prefill(kPrompt, true);
-  EXPECT_TRUE(test::all_close(b, a, test::Tolerance{1e-5, 1e-5}));
-  EXPECT_EQ(split.bytes_per_token(), stacked.bytes_per_token());
-  split.reset();
-  Tensor last = split.prefill(std::vector<int64_t>(kPrompt.begin(), kPrompt.begin() + 4));
-  for (size_t t = 4; t < kPrompt.size(); ++t) last = split.step(kPrompt[t]);
-  EXPECT_TRUE(test::all_close(last, a.select(0, 11), test::Tolerance{1e-5, 1e-5}));
 }
 
 TEST_P(Engine, GreedyGenerationIsDeterministicAndStops) {

@@ -406,6 +406,38 @@ def test_q4_0_weights(rng, device):
     check_quantised_linear(rng, device, q, deq)
 
 
+def test_moe_forward_block_experts(rng, device):
+    """moe_forward over Q8_0 / Q4_0 experts stacked as GGUF stores them, against the MoE block in NumPy (f64) with
+    the experts dequantised: the same routing, within the activations' 8-bit quantisation."""
+    T, H, I, E, k = 6, 64, 32, 8, 2
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    router = rng.uniform(-1, 1, (E, H)).astype(np.float32)
+    gu_w = rng.uniform(-0.3, 0.3, (E * 2 * I, H)).astype(np.float32)
+    dn_w = rng.uniform(-0.3, 0.3, (E * H, I)).astype(np.float32)
+    gu = kiln.quantize_q8_0(kiln.tensor(gu_w, device=device))
+    dn = kiln.quantize_q4_0(kiln.tensor(dn_w, device=device))
+    experts = kiln.BlockExperts(gu, dn, E)
+    assert experts.num_experts == E
+    y = to_numpy(kiln.moe_forward(kiln.tensor(x, device=device), kiln.tensor(router, device=device), experts, k, True))
+    g = to_numpy(kiln.dequantize_q8_0(gu)).astype(np.float64).reshape(E, 2 * I, H)
+    d = to_numpy(kiln.dequantize_q4_0(dn)).astype(np.float64).reshape(E, H, I)
+    logits = x.astype(np.float64) @ router.T.astype(np.float64)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    ref = np.zeros((T, H))
+    for t in range(T):
+        top = np.argsort(-p[t], kind="stable")[:k]
+        w = p[t, top] / p[t, top].sum()
+        for e, we in zip(top, w):
+            a = g[e] @ x[t]
+            h = a[:I] / (1 + np.exp(-a[:I])) * a[I:]
+            ref[t] += we * (d[e] @ h)
+    np.testing.assert_allclose(y, ref, rtol=0, atol=0.03 * np.abs(ref).max())
+    with pytest.raises(kiln.KilnError, match="num_experts"):
+        kiln.moe_forward(kiln.tensor(x, device=device), kiln.tensor(router, device=device),
+                         kiln.BlockExperts(gu, dn, 0), k, True)
+
+
 def test_fp8_quantise_and_products(rng, device):
     x, nx = make(rng, (16, 256), kiln.float32, device, -2, 2)
     for recipe in ("tensorwise", "rowwise", "blockwise"):

@@ -365,8 +365,8 @@ int run_bench_model(const LlmOptions& o) {
       add(L.moe->router);
       add(L.moe->gate_up);
       add(L.moe->down);
-      for (const llm::Linear& e : L.moe->expert_gate_up) add_linear(e);
-      for (const llm::Linear& e : L.moe->expert_down) add_linear(e);
+      if (L.moe->blocks)
+        for (const BlockWeight* b : {&L.moe->blocks->gate_up, &L.moe->blocks->down}) add_linear(llm::Linear::of(*b));
     }
   }
   // Decode after longer prompts (--contexts): random tokens, one run each.

@@ -32,6 +32,9 @@ struct Linear {
   // gate/up whose parts a GGUF file keeps in different block formats, as Q4_K_M's v in Q6_K); the members
   // above are then unset.
   std::vector<Linear> parts;
+  // The weight of a single-format block Linear (q8 / q4 / q4k / q5k / q6k set), and the Linear of one.
+  BlockWeight block() const;
+  static Linear of(const BlockWeight& w);
   // The stored values ([N, K]; Q4_0's [N, K / 2] bytes; Q4_K's [N, K / 256 x 144] super-blocks, Q6_K's x 210);
   // the first part's for a Linear of parts.
   const Tensor& values() const {
@@ -80,10 +83,10 @@ struct MoeWeights {
   Tensor down;     // [E, H, I]; undefined when the experts are in a block format
   // FP8 experts: the scales of gate_up [E, 2I / bn, H / bk] and down [E, H / bn, I / bk] (f32).
   std::optional<Tensor> gate_up_scales, down_scales;
-  // Experts in a block format (CPU: a GGUF file's Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K experts as stored, or
-  // ModelOptions::quant): one Linear per expert, gate_up [2I, H] and down [H, I]; empty otherwise.
-  std::vector<Linear> expert_gate_up, expert_down;
-  bool block_experts() const { return !expert_gate_up.empty(); }
+  // Experts in block formats, stacked (moe_forward's BlockExperts: on the CPU a GGUF file's Q8_0 / Q4_0 / Q4_K /
+  // Q5_K / Q6_K experts as stored, or ModelOptions::quant's); gate_up and down are undefined then.
+  std::optional<BlockExperts> blocks;
+  bool block_experts() const { return blocks.has_value(); }
 };
 
 struct LayerWeights {
