@@ -159,7 +159,7 @@ struct LoadOptions {
   // Linear weights the source has in a kept block format (WeightSource::blocks: GGUF's Q8_0, Q4_0, Q4_K, and
   // Q5_K / Q6_K on the CPU) become Q8Weight / Q4Weight / Q4KWeight / Q5KWeight / Q6KWeight from their stored bytes; a stacked
   // weight (q/k/v, gate/up) whose parts have different kept formats keeps each (Linear::parts); the others are
-  // dequantised as usual. On the CPU, MoE experts too (MoeWeights::expert_gate_up / expert_down).
+  // dequantised as usual. On the CPU, MoE experts too (MoeWeights::blocks).
   bool keep_blocks = false;
   // Called after each tensor is placed: (bytes done, bytes in all).
   std::function<void(int64_t, int64_t)> progress;
