@@ -71,21 +71,42 @@ int split_for(int64_t n, int chunks, int unroll, int device) {
   return split;
 }
 
+// n: the weight rows of one product (values' rows, or a group's: the stack's rows / grp.num when grouped).
 template <int F, int MT>
 void launch_gemv(const int8_t* xq, const float* xd, const int* xs, int rows, int k, const Tensor& values,
                  const Tensor& scales, const void* bias, int otype, void* y, int64_t ldy, bool dependent, int device,
-                 cudaStream_t stream) {
-  const int64_t n = values.size(0);
-  const int split = split_for(n, kernels::q_chunks_per_row<F>(k), kernels::qgemv_unroll<MT>(), device);
+                 cudaStream_t stream, int64_t n, const kernels::QGroups& grp = {}, int num_groups = 1) {
+  const int split = split_for(n * num_groups, kernels::q_chunks_per_row<F>(k), kernels::qgemv_unroll<MT>(), device);
   const int64_t per_block = kernels::kGemvWarps / split;
   const int64_t blocks = (n + per_block - 1) / per_block;
   KILN_CHECK(blocks <= INT_MAX, "linear(quantized): N = ", n, " needs too many blocks");
   const uint16_t* ws = F == kernels::kQ4_K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
-  const int64_t ldws = F == kernels::kQ4_K ? 0 : (n > 1 ? scales.stride(0) : 0);
-  const int64_t ldw = n > 1 ? values.stride(0) : 0;
-  launch_dependent_if(dependent, kernels::qgemv_kernel<F, MT>, dim3(static_cast<unsigned>(blocks)),
+  const int64_t ldws = F == kernels::kQ4_K ? 0 : (values.size(0) > 1 ? scales.stride(0) : 0);
+  const int64_t ldw = values.size(0) > 1 ? values.stride(0) : 0;
+  launch_dependent_if(dependent, kernels::qgemv_kernel<F, MT>,
+                      dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(num_groups)),
                       dim3(kernels::kGemvThreads), 0, stream, device, "linear(quantized)", xq, xd, xs, rows, k,
-                      static_cast<const uint8_t*>(values.data_ptr()), ldw, ws, ldws, n, bias, otype, y, ldy, split);
+                      static_cast<const uint8_t*>(values.data_ptr()), ldw, ws, ldws, n, bias, otype, y, ldy, split,
+                      grp);
+}
+
+// x2's rows quantised for the int8 kernels: codes [m, k], scales and code sums [m, k / 32].
+struct QuantizedRows {
+  Tensor q, d, s;
+};
+QuantizedRows quantize_rows(const Tensor& x, const char* op) {
+  const int64_t m = x.size(0), k = x.size(1), nb = k / kernels::kQBlock;
+  const Device dev = x.device();
+  QuantizedRows r{empty({m, k}, DType::I8, dev), empty({m, nb}, DType::F32, dev), empty({m, nb}, DType::I32, dev)};
+  visit_dtypes<kActTypes>(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t blocks = (m * nb + 7) / 8;
+    launch_dependent(kernels::quantize_x_q8_kernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0,
+                     stream_of(dev), dev.index, op, static_cast<const T*>(x.data_ptr()), m > 1 ? x.stride(0) : k,
+                     static_cast<int>(m), static_cast<int>(k), r.q.data<int8_t>(), r.d.data<float>(),
+                     r.s.data<int32_t>());
+  });
+  return r;
 }
 
 // The weight dequantised to x's dtype in slices of rows (slice_elements() values at most at a time), each
@@ -157,14 +178,8 @@ void linear_quantized(const Tensor& y, const Tensor& x2, QuantFormat f, const Te
   const Tensor x = x2.stride(1) == 1 ? x2 : x2.contiguous();
   const int64_t nb = k / kernels::kQBlock;
   // The activations' codes, scales and code sums (a few KB; fresh buffers, so 16-byte aligned).
-  Tensor xq = empty({m, k}, DType::I8, dev), xd = empty({m, nb}, DType::F32, dev), xs = empty({m, nb}, DType::I32, dev);
-  visit_dtypes<kActTypes>(x.dtype(), "linear(quantized)", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const int64_t blocks = (m * nb + 7) / 8;
-    launch_dependent(kernels::quantize_x_q8_kernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream,
-                     dev.index, "linear(quantized)", static_cast<const T*>(x.data_ptr()), m > 1 ? x.stride(0) : k,
-                     static_cast<int>(m), static_cast<int>(k), xq.data<int8_t>(), xd.data<float>(), xs.data<int32_t>());
-  });
+  const QuantizedRows xr = quantize_rows(x, "linear(quantized)");
+  const Tensor &xq = xr.q, &xd = xr.d, &xs = xr.s;
   Tensor bias_c;
   if (bias) bias_c = bias->contiguous();
   const bool dependent = constant_input(values) && constant_input(scales) && constant_input(bias_c);
@@ -181,13 +196,50 @@ void linear_quantized(const Tensor& y, const Tensor& x2, QuantFormat f, const Te
       const int ik = static_cast<int>(k);
       // A launch after the first reads x's codes written two kernels back: its wait covers them.
       switch (rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : 8) {
-        case 1: launch_gemv<F, 1>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream); break;
-        case 2: launch_gemv<F, 2>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream); break;
-        case 4: launch_gemv<F, 4>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream); break;
-        default: launch_gemv<F, 8>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream); break;
+        case 1: launch_gemv<F, 1>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream, n); break;
+        case 2: launch_gemv<F, 2>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream, n); break;
+        case 4: launch_gemv<F, 4>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream, n); break;
+        default: launch_gemv<F, 8>(q, d, s, rows, ik, values, scales, bp, otype, yp, n, dependent, dev.index, stream, n); break;
       }
     }
   });
+}
+
+Tensor moe_block_experts_one(const Tensor& x, const Tensor& weights, const Tensor& experts, const QuantStack& gate_up,
+                             const QuantStack& down, int64_t num_experts) {
+  const char* op = "moe_forward(block experts)";
+  const int64_t H = x.size(1), k = experts.size(1), E = num_experts;
+  const int64_t I2 = gate_up.values.size(0) / E, I = I2 / 2;
+  KILN_CHECK(x.size(0) == 1 && E <= INT_MAX && k <= 65535 && H <= INT_MAX / 2 && I <= INT_MAX / 2, op,
+             ": one token and int-sized shapes expected, got x ", x.meta(), " with ", E, " experts");
+  const Device dev = x.device();
+  DeviceGuard guard(dev);
+  const cudaStream_t stream = stream_of(dev);
+  const Tensor ids = experts.contiguous();
+  // y [k, n] (otype) = the expert ids[g]'s rows of `w` times row g x gx of the quantised activations.
+  auto grouped = [&](const QuantizedRows& xr, int64_t gx, const QuantStack& w, int64_t n, int64_t kk, DType out) {
+    const Tensor values = kernel_values(w.values), scales = kernel_scales(w.scales);
+    Tensor y = empty({k, n}, out, dev);
+    kernels::QGroups grp;
+    grp.ids = ids.data<const int32_t>();
+    grp.num = static_cast<int>(E);
+    grp.gw = n * values.stride(0);
+    grp.gws = w.format == QuantFormat::Q4_K ? 0 : n * scales.stride(0);
+    grp.gx = gx;
+    grp.gy = n;
+    with_format(w.format, [&](auto fc) {
+      constexpr int F = decltype(fc)::value;
+      launch_gemv<F, 1>(xr.q.data<int8_t>(), xr.d.data<float>(), xr.s.data<int32_t>(), 1, static_cast<int>(kk), values,
+                        scales, nullptr, out_type(out), y.data_ptr(), n, true, dev.index, stream, n, grp,
+                        static_cast<int>(k));
+    });
+    return y;
+  };
+  const Tensor x1 = x.stride(1) == 1 ? x : x.contiguous();
+  const Tensor gu = grouped(quantize_rows(x1, op), 0, gate_up, I2, H, x.dtype());  // [k, 2I]
+  const Tensor h = kiln::silu_and_mul(gu);                                         // [k, I]
+  const Tensor y = grouped(quantize_rows(h, op), 1, down, H, I, DType::F32);       // [k, H] f32
+  return kiln::matmul(weights.to(DType::F32).view({1, k}), y).to(x.dtype());
 }
 
 }  // namespace kiln::cuda

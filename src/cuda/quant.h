@@ -22,6 +22,21 @@ inline constexpr int64_t kQuantGemvRows = 32;
 void linear_quantized(const Tensor& y, const Tensor& x2, QuantFormat f, const Tensor& values, const Tensor& scales,
                       const Tensor* bias);
 
+// A stack of weights of one format for the grouped product: values [G x n, ...] and scales as above.
+struct QuantStack {
+  QuantFormat format;
+  Tensor values, scales;
+};
+
+// One token's MoE block over experts in block formats (moe_forward(x, router, BlockExperts) on CUDA): x [1, H]
+// (f32, f16 or bf16), the routing's weights [1, k] (x's dtype) and experts [1, k] (int32, on the device),
+// gate_up [E x 2I, H] and down [E x H, I] stacks. x is quantised once, one grouped launch runs the k experts'
+// gate_up rows (each block of the launch reads its expert's index after the dependent-launch wait), SiLU x up in
+// x's dtype is quantised per row, a second grouped launch runs the down rows into f32, and the routing weights
+// combine them. Only device work: a CUDA graph can capture it. Returns [1, H] in x's dtype.
+Tensor moe_block_experts_one(const Tensor& x, const Tensor& weights, const Tensor& experts, const QuantStack& gate_up,
+                             const QuantStack& down, int64_t num_experts);
+
 // out [N, K] (contiguous f32, f16 or bf16) = the weight's values, computed as the CPU computes them (f32 out
 // is the same bits), rounded once to out's dtype. Any strides and alignment.
 void dequantize_quantized(QuantFormat f, const Tensor& values, const Tensor& scales, const Tensor& out);

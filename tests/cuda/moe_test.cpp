@@ -756,6 +756,69 @@ TEST(CudaMoeForward, GraphCaptureAndReplay) {
   }
 }
 
+// ---- experts in block formats ----------------------------------------------------------------------------------
+
+BlockWeight quantize_block(const Tensor& w, const std::string& f) {
+  if (f == "q4_k") return quantize_q4_k(w);
+  if (f == "q4_0") return quantize_q4_0(w);
+  return quantize_q8_0(w);
+}
+
+BlockWeight block_on(const BlockWeight& w, Device d) {
+  return std::visit([&](const auto& b) -> BlockWeight {
+    using W = std::decay_t<decltype(b)>;
+    if constexpr (requires { b.scales; }) return W{b.values.to(d), b.scales.to(d)};
+    else return W{b.blocks.to(d)};
+  }, w);
+}
+
+// moe_forward over block experts on CUDA against the CPU's on the same experts. One token runs the grouped
+// int8 kernels, which quantise x and SiLU x up as the CPU does (the same codes and scales), so the two differ by
+// the order of f32 sums (and in bf16 by where those move a rounding); more tokens multiply the experts
+// dequantised (activations not quantised): within the CPU's 8-bit activation error of it. A captured graph
+// replays the one-token block with new activations, routed on the device.
+TEST(CudaMoeBlocks, MatchTheCpu) {
+  KILN_REQUIRE_CUDA();
+  struct Case {
+    int64_t T, H, I, E, k;
+    const char *gate_up, *down;
+    DType dtype;
+  };
+  for (const Case& c : {Case{1, 256, 256, 8, 2, "q8_0", "q8_0", DType::F32}, Case{1, 256, 256, 16, 8, "q4_k", "q4_k", DType::BF16},
+                        Case{1, 512, 64, 8, 4, "q4_k", "q4_0", DType::F16}, Case{1, 64, 32, 128, 8, "q4_0", "q8_0", DType::F32},
+                        Case{6, 256, 256, 8, 2, "q4_k", "q8_0", DType::BF16}}) {
+    SCOPED_TRACE(str("T ", c.T, " H ", c.H, " I ", c.I, " E ", c.E, " k ", c.k, " ", c.gate_up, "/", c.down, " ",
+                     dtype_name(c.dtype)));
+    const Tensor x = test::random_tensor({c.T, c.H}, c.dtype);
+    const Tensor router = test::random_tensor({c.E, c.H}, c.dtype, -1, 1);
+    const BlockExperts e{quantize_block(test::random_tensor({c.E * 2 * c.I, c.H}, DType::F32, -0.3, 0.3), c.gate_up),
+                         quantize_block(test::random_tensor({c.E * c.H, c.I}, DType::F32, -0.3, 0.3), c.down), c.E};
+    const BlockExperts eg{block_on(e.gate_up, kGpu), block_on(e.down, kGpu), c.E};
+    const Tensor cpu = moe_forward(x, router, e, c.k, true).to(DType::F64);
+    Tensor xg = x.to(kGpu);
+    const Tensor rg = router.to(kGpu);
+    const Tensor gpu = moe_forward(xg, rg, eg, c.k, true);
+    ASSERT_EQ(gpu.sizes(), x.sizes());
+    ASSERT_EQ(gpu.dtype(), c.dtype);
+    const double scale = amax(abs(cpu)).item<double>();
+    const double diff = amax(abs(sub(gpu.to(kCPU).to(DType::F64), cpu))).item<double>();
+    const double rel = c.T > 1 ? 0.03 : c.dtype == DType::F32 ? 2e-3 : 2e-2;
+    EXPECT_GT(scale, 0.05);
+    EXPECT_LE(diff, rel * scale) << "scale " << scale;
+    if (c.T != 1) continue;
+    Stream s = Stream::create(kGpu);
+    Graph g;
+    Tensor out;
+    g.capture(s, [&] { out = moe_forward(xg, rg, eg, c.k, true); });
+    xg.copy_(test::random_tensor({1, c.H}, c.dtype, -2, 2, kGpu));
+    const Tensor eager = moe_forward(xg, rg, eg, c.k, true).to(kCPU);
+    synchronize(kGpu);
+    g.replay();
+    s.synchronize();
+    EXPECT_TRUE(test::equal(out.to(kCPU), eager));
+  }
+}
+
 // More experts than the tile kernels' offsets scan holds (E > 2048) with many routed rows: a clear error
 // before anything runs; with one token (the decode kernel) the block still runs.
 TEST(CudaMoeForward, TooManyExpertsForTheTilesIsAnError) {

@@ -150,15 +150,26 @@ constexpr int qgemv_unroll() {
   return MT <= 4 ? 4 : 2;
 }
 
+// Grouped launches (MoE experts in block formats): blockIdx.y picks group g of the weight stack, whose index
+// e = ids[g] (written by the kernel before: read after the dependent-launch wait) selects the weight at
+// w + e x gw bytes (scales at ws + e x gws); group g reads x's rows from row g x gx and writes y from element
+// g x gy. ids null: one group, the plain product.
+struct QGroups {
+  const int32_t* ids = nullptr;
+  int num = 1;           // entries of the stack (ids outside [0, num) read entry 0)
+  int64_t gw = 0, gws = 0, gx = 0, gy = 0;
+};
+
 // xq [rows, k] int8, xd / xs [rows, k / 32] (the activations' codes, scales and code sums; contiguous).
 // w: the weight's bytes, row stride ldw bytes; ws: Q8_0 / Q4_0's f16 scales (as bits), row stride ldws; n
 // weight rows. bias (nullable) and y in `otype`; y row stride ldy. 1 <= rows <= MT; k a multiple of 32 (Q4_K:
-// 256); w, ldw, xq 16-byte aligned. grid = ceil(n / (kGemvWarps / split)) blocks of kGemvThreads.
+// 256); w, ldw, gw, xq 16-byte aligned. grid = (ceil(n / (kGemvWarps / split)), groups) blocks of kGemvThreads.
 template <int F, int MT>
 __global__ void __launch_bounds__(kGemvThreads)
     qgemv_kernel(const int8_t* xq, const float* xd, const int* xs, int rows, int k, const uint8_t* __restrict__ w,
                  int64_t ldw, const uint16_t* __restrict__ ws, int64_t ldws, int64_t n,
-                 const void* __restrict__ bias, int otype, void* __restrict__ y, int64_t ldy, int split) {
+                 const void* __restrict__ bias, int otype, void* __restrict__ y, int64_t ldy, int split,
+                 QGroups grp) {
   constexpr int U = qgemv_unroll<MT>();
   __shared__ float partial[kGemvWarps * MT];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
@@ -166,17 +177,31 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int t = (warp % split) * 32 + lane, group_threads = 32 * split;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * groups + group;
   const int64_t wrow = row < n ? row : n - 1;  // rows past n load the last one and store nothing
+  const int nb = k / kQBlock;
+
+  pdl_allow_dependents();
+  bool waited = false;
+  if (grp.ids != nullptr) {  // the group's weight, x rows and output
+    pdl_wait();
+    waited = true;
+    const int g = static_cast<int>(blockIdx.y);
+    int e = ld_after_wait(grp.ids + g);
+    if (e < 0 || e >= grp.num) e = 0;
+    w += e * grp.gw;
+    if (F != kQ4_K) ws += e * grp.gws;
+    xq += g * grp.gx * k;
+    xd += g * grp.gx * nb;
+    xs += g * grp.gx * nb;
+    y = static_cast<char*>(y) + g * grp.gy * (otype == kQOutF32 ? 4 : 2);
+  }
   const uint8_t* wr = w + wrow * ldw;
   const uint16_t* sr = F == kQ4_K ? nullptr : ws + wrow * ldws;
   const int chunks = q_chunks_per_row<F>(k);
-  const int nb = k / kQBlock;
 
   float acc[1][MT];
 #pragma unroll
   for (int m = 0; m < MT; ++m) acc[0][m] = 0.f;
 
-  pdl_allow_dependents();
-  bool waited = false;
   for (int c0 = t; c0 < chunks; c0 += U * group_threads) {
     uint4 wv[U], hv[U];
     float dw[U];
