@@ -758,12 +758,6 @@ TEST(CudaMoeForward, GraphCaptureAndReplay) {
 
 // ---- experts in block formats ----------------------------------------------------------------------------------
 
-BlockWeight quantize_block(const Tensor& w, const std::string& f) {
-  if (f == "q4_k") return quantize_q4_k(w);
-  if (f == "q4_0") return quantize_q4_0(w);
-  return quantize_q8_0(w);
-}
-
 BlockWeight block_on(const BlockWeight& w, Device d) {
   return std::visit([&](const auto& b) -> BlockWeight {
     using W = std::decay_t<decltype(b)>;
@@ -779,20 +773,14 @@ BlockWeight block_on(const BlockWeight& w, Device d) {
 // replays the one-token block with new activations, routed on the device.
 TEST(CudaMoeBlocks, MatchTheCpu) {
   KILN_REQUIRE_CUDA();
-  struct Case {
-    int64_t T, H, I, E, k;
-    const char *gate_up, *down;
-    DType dtype;
-  };
+  using Case = test::BlockMoeCase;
   for (const Case& c : {Case{1, 256, 256, 8, 2, "q8_0", "q8_0", DType::F32}, Case{1, 256, 256, 16, 8, "q4_k", "q4_k", DType::BF16},
                         Case{1, 512, 64, 8, 4, "q4_k", "q4_0", DType::F16}, Case{1, 64, 32, 128, 8, "q4_0", "q8_0", DType::F32},
                         Case{6, 256, 256, 8, 2, "q4_k", "q8_0", DType::BF16}}) {
-    SCOPED_TRACE(str("T ", c.T, " H ", c.H, " I ", c.I, " E ", c.E, " k ", c.k, " ", c.gate_up, "/", c.down, " ",
-                     dtype_name(c.dtype)));
+    SCOPED_TRACE(c.name());
     const Tensor x = test::random_tensor({c.T, c.H}, c.dtype);
     const Tensor router = test::random_tensor({c.E, c.H}, c.dtype, -1, 1);
-    const BlockExperts e{quantize_block(test::random_tensor({c.E * 2 * c.I, c.H}, DType::F32, -0.3, 0.3), c.gate_up),
-                         quantize_block(test::random_tensor({c.E * c.H, c.I}, DType::F32, -0.3, 0.3), c.down), c.E};
+    const BlockExperts e = c.experts([](const Shape& s) { return test::random_tensor(s, DType::F32, -0.3, 0.3); });
     const BlockExperts eg{block_on(e.gate_up, kGpu), block_on(e.down, kGpu), c.E};
     const Tensor cpu = moe_forward(x, router, e, c.k, true).to(DType::F64);
     Tensor xg = x.to(kGpu);

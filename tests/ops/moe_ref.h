@@ -3,11 +3,34 @@
 #pragma once
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kiln/nn.h"
 
 namespace kiln::test {
+
+// w [N, K] quantised to the block format named f ("q8_0", "q4_0" or "q4_k").
+inline BlockWeight quantize_block(const Tensor& w, const std::string& f) {
+  if (f == "q4_k") return quantize_q4_k(w);
+  if (f == "q4_0") return quantize_q4_0(w);
+  return quantize_q8_0(w);
+}
+
+// A case of moe_forward over block experts: T tokens of H, E experts of I, top k, the formats of gate_up and down.
+struct BlockMoeCase {
+  int64_t T, H, I, E, k;
+  const char *gate_up, *down;
+  DType dtype;
+  std::string name() const {
+    return str("T ", T, " H ", H, " I ", I, " E ", E, " k ", k, " ", gate_up, "/", down, " ", dtype_name(dtype));
+  }
+  // Random experts (uniform in [-0.3, 0.3)) quantised to the case's formats, on the CPU.
+  template <class Random>
+  BlockExperts experts(Random random) const {
+    return {quantize_block(random(Shape{E * 2 * I, H}), gate_up), quantize_block(random(Shape{E * H, I}), down), E};
+  }
+};
 
 // out[t] = sum over t's slots j of weight(t, j) * down_e(h), h = silu(gate_e x_t) * (up_e x_t) rounded to
 // h_dtype before the down projection (as moe_forward stores h); x [T, H], gate_up [E, 2I, H], down [E, H, I]

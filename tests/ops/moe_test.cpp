@@ -541,31 +541,19 @@ TEST(LinearFp8, SlicedPathAcrossSeveralSlices) {
 
 // ---- experts in block formats ----------------------------------------------------------------------------------
 
-BlockWeight quantize_as(const Tensor& w, const std::string& f) {
-  if (f == "q4_k") return quantize_q4_k(w);
-  if (f == "q4_0") return quantize_q4_0(w);
-  return quantize_q8_0(w);
-}
-
 // Block experts against the dense computation with the same experts dequantised (the plain-loop reference in
 // double): they differ only by the activations' 8-bit quantisation (x and SiLU x up, per row and block of 32).
 // Each token's output is also the one it gets alone (a token's rows are quantised on their own: grouping the
 // tokens per expert changes only the order of the kernels' f32 sums, which differs between row counts).
 TEST(MoeForwardBlocks, MatchesTheDequantisedExperts) {
-  struct Case {
-    int64_t T, H, I, E, k;
-    const char *gate_up, *down;
-    DType dtype;
-  };
+  using Case = test::BlockMoeCase;
   for (const Case& c : {Case{1, 64, 32, 8, 2, "q8_0", "q8_0", DType::F32}, Case{9, 64, 64, 6, 3, "q4_0", "q8_0", DType::F32},
                         Case{5, 256, 256, 4, 2, "q4_k", "q4_k", DType::F32}, Case{7, 256, 32, 8, 8, "q4_k", "q4_0", DType::BF16},
                         Case{12, 64, 32, 16, 2, "q8_0", "q4_0", DType::F16}}) {
-    SCOPED_TRACE(str("T ", c.T, " H ", c.H, " I ", c.I, " E ", c.E, " k ", c.k, " ", c.gate_up, "/", c.down, " ",
-                     dtype_name(c.dtype)));
+    SCOPED_TRACE(c.name());
     const Tensor x = random_tensor({c.T, c.H}, c.dtype);
     const Tensor router = random_tensor({c.E, c.H}, c.dtype, -1, 1);
-    const BlockExperts e{quantize_as(random_tensor({c.E * 2 * c.I, c.H}, DType::F32, -0.3, 0.3), c.gate_up),
-                         quantize_as(random_tensor({c.E * c.H, c.I}, DType::F32, -0.3, 0.3), c.down), c.E};
+    const BlockExperts e = c.experts([](const Shape& s) { return random_tensor(s, DType::F32, -0.3, 0.3); });
     EXPECT_EQ(std::string(format_name(e.gate_up)), c.gate_up);
     const Tensor out = moe_forward(x, router, e, c.k, true);
     ASSERT_EQ(out.sizes(), x.sizes());
