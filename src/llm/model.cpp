@@ -150,10 +150,9 @@ void Model::quantize_linears(const std::string& format) {
   for (LayerWeights& L : weights_.layers) {
     q(L.attn.qkv, format), q(L.attn.o, format);
     if (L.mlp) q(L.mlp->gate_up, format), q(L.mlp->down, format);
-    // MoE experts, on the CPU: stacked in the format (moe_forward's BlockExperts; CUDA keeps its grouped
-    // kernels' experts as they are).
+    // MoE experts: stacked in the format (moe_forward's BlockExperts).
     MoeWeights* m = L.moe ? &*L.moe : nullptr;
-    if (!m || options_.device.is_cuda() || !m->gate_up.defined() || m->gate_up_scales ||
+    if (!m || !m->gate_up.defined() || m->gate_up_scales ||
         m->gate_up.size(2) % 32 != 0 || m->down.size(2) % 32 != 0)
       continue;
     const int64_t E = m->gate_up.size(0);

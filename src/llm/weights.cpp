@@ -390,7 +390,9 @@ class Loader {
     for (int64_t e = 0; e < c_.num_experts; ++e)
       for (const std::string& w : weights) {
         std::optional<BlockTensor> b = src_.blocks(p + "mlp.experts." + std::to_string(e) + "." + w);
-        if (!b || (!format.empty() && (b->format != format || b->data.size(1) != rows[0].size(1)))) return std::nullopt;
+        if (!b || (!format.empty() && (b->format != format || b->data.size(1) != rows[0].size(1))) ||
+            ((b->format == "q5_k" || b->format == "q6_k") && o_.device.is_cuda()))
+          return std::nullopt;
         format = b->format;
         rows.push_back(b->data);
       }
@@ -488,10 +490,10 @@ class Loader {
       m.down = plain(p + "mlp.experts.down_proj");
       return m;
     }
-    // Experts whose gate/up and down come in kept block formats (gate and up in one) stay in them on the CPU,
-    // stacked as moe_forward's BlockExperts: gate_up [E x 2I, bytes] (each expert's gate rows, then its up
-    // rows), down [E x H, bytes].
-    if (o_.keep_blocks && !o_.device.is_cuda()) {
+    // Experts whose gate/up and down come in kept block formats (gate and up in one; on CUDA Q8_0, Q4_0 or Q4_K)
+    // stay in them, stacked as moe_forward's BlockExperts: gate_up [E x 2I, bytes] (each expert's gate rows, then
+    // its up rows), down [E x H, bytes].
+    if (o_.keep_blocks) {
       std::optional<BlockTensor> gu = stacked_expert_blocks(p, {"gate_proj.weight", "up_proj.weight"});
       std::optional<BlockTensor> dn = gu ? stacked_expert_blocks(p, {"down_proj.weight"}) : std::nullopt;
       if (gu && dn) {

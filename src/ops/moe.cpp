@@ -301,13 +301,17 @@ Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const BlockExpe
       const MoeRouting r = moe_route(x, router_weight, top_k, norm_topk_prob);
       return cuda::moe_block_experts_one(x, r.weights, r.experts, *sg, *sd, E);
     }
-    const Tensor gu = dequantize(experts.gate_up, x.dtype()).view({E, 2 * I, H});
-    const Tensor dn = dequantize(experts.down, x.dtype()).view({E, H, I});
-    return cuda::moe_forward(x, router_weight, gu, dn, top_k, norm_topk_prob);
+    if (!sg || !sd) {  // Q5_K / Q6_K: no CUDA kernel reads them
+      const Tensor gu = dequantize(experts.gate_up, x.dtype()).view({E, 2 * I, H});
+      const Tensor dn = dequantize(experts.down, x.dtype()).view({E, H, I});
+      return cuda::moe_forward(x, router_weight, gu, dn, top_k, norm_topk_prob);
+    }
   }
 #endif
+  // Each expert hit on the rows of its tokens (the routing read back to the host: on CUDA a synchronisation,
+  // which a graph capture refuses).
   const MoeRouting r = moe_route(x, router_weight, top_k, norm_topk_prob);
-  const Tensor ex = r.experts.contiguous(), wt = r.weights.to(DType::F32).contiguous();
+  const Tensor ex = r.experts.cpu().contiguous(), wt = r.weights.to(DType::F32).contiguous();
   const int32_t* ep = ex.data<const int32_t>();
   // rows[e]: the tokens routed to expert e; at[t * k + j]: token t's row in its j-th expert's output.
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(E));
@@ -322,9 +326,25 @@ Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const BlockExpe
   for (int64_t e = 0; e < E; ++e) {
     const auto& list = rows[static_cast<size_t>(e)];
     if (list.empty()) continue;
-    const Tensor xs = static_cast<int64_t>(list.size()) == T && T == 1 ? x : index_select(x, 0, from_vector<int64_t>(list));
+    const Tensor xs = T == 1 ? x : index_select(x, 0, from_vector<int64_t>(list).to(x.device()));
     const Tensor h = silu_and_mul(linear(xs, narrow_rows(experts.gate_up, e * 2 * I, 2 * I)));
     y[static_cast<size_t>(e)] = linear(h, narrow_rows(experts.down, e * H, H)).to(DType::F32).contiguous();
+  }
+  if (x.device().is_cuda()) {
+    // out[t] = sum over j of w[t, j] y(t, j): the rows gathered from the experts' outputs, summed on the device.
+    std::vector<Tensor> hit;
+    std::vector<int64_t> start(static_cast<size_t>(E), 0), idx(static_cast<size_t>(T * top_k));
+    int64_t n = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      start[static_cast<size_t>(e)] = n;
+      if (!y[static_cast<size_t>(e)].defined()) continue;
+      hit.push_back(y[static_cast<size_t>(e)]);
+      n += y[static_cast<size_t>(e)].size(0);
+    }
+    for (int64_t i = 0; i < T * top_k; ++i)
+      idx[static_cast<size_t>(i)] = start[static_cast<size_t>(ep[i])] + at[static_cast<size_t>(i)];
+    const Tensor rows_y = index_select(cat(hit, 0), 0, from_vector<int64_t>(idx).to(x.device())).view({T, top_k, H});
+    return sum(mul(rows_y, wt.view({T, top_k, 1})), {1}).to(x.dtype());
   }
   Tensor out = empty({T, H}, DType::F32);
   float* o = out.data<float>();

@@ -83,8 +83,8 @@ struct MoeWeights {
   Tensor down;     // [E, H, I]; undefined when the experts are in a block format
   // FP8 experts: the scales of gate_up [E, 2I / bn, H / bk] and down [E, H / bn, I / bk] (f32).
   std::optional<Tensor> gate_up_scales, down_scales;
-  // Experts in block formats, stacked (moe_forward's BlockExperts: on the CPU a GGUF file's Q8_0 / Q4_0 / Q4_K /
-  // Q5_K / Q6_K experts as stored, or ModelOptions::quant's); gate_up and down are undefined then.
+  // Experts in block formats, stacked (moe_forward's BlockExperts: a GGUF file's Q8_0 / Q4_0 / Q4_K experts as
+  // stored, and on the CPU Q5_K / Q6_K ones, or ModelOptions::quant's); gate_up and down are undefined then.
   std::optional<BlockExperts> blocks;
   bool block_experts() const { return blocks.has_value(); }
 };
@@ -159,7 +159,7 @@ struct LoadOptions {
   // Linear weights the source has in a kept block format (WeightSource::blocks: GGUF's Q8_0, Q4_0, Q4_K, and
   // Q5_K / Q6_K on the CPU) become Q8Weight / Q4Weight / Q4KWeight / Q5KWeight / Q6KWeight from their stored bytes; a stacked
   // weight (q/k/v, gate/up) whose parts have different kept formats keeps each (Linear::parts); the others are
-  // dequantised as usual. On the CPU, MoE experts too (MoeWeights::blocks).
+  // dequantised as usual. MoE experts too (MoeWeights::blocks).
   bool keep_blocks = false;
   // Called after each tensor is placed: (bytes done, bytes in all).
   std::function<void(int64_t, int64_t)> progress;
