@@ -329,7 +329,7 @@ void bind_llm(nb::module_& m) {
       }, nb::arg("model_dir"), nb::kw_only(), nb::arg("device") = nb::none(), nb::arg("dtype") = nb::none(),
          nb::arg("max_context") = 4096, nb::arg("use_graph") = true, nb::rv_policy::take_ownership,
          "Loads a Hugging Face directory (config.json, safetensors, tokenizer.json) or a GGUF file (llama, qwen3, "
-         "qwen3moe; its Q8_0, Q4_0, Q4_K, Q5_K and Q6_K layers and experts kept in their blocks on the CPU, "
+         "qwen3moe; its Q8_0, Q4_0 and Q4_K layers and experts kept in their blocks, Q5_K and Q6_K ones on the CPU, "
          "docs/quantization.md). device defaults to CUDA when available; dtype to bfloat16 on CUDA and float32 "
          "on the CPU (FP8 weights stay FP8).")
       .def_static("from_preset", [](const std::string& name, std::optional<Device> device, std::optional<DType> dtype,
