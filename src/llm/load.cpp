@@ -34,7 +34,7 @@ Model load_model(const std::string& dir, const ModelOptions& options,
     lo.dtype = options.dtype.value_or(options.device.is_cuda() ? DType::BF16 : DType::F32);
     lo.progress = progress;
     if (options.device.is_cuda()) {
-      const int64_t need = gguf_weight_elements(f) * static_cast<int64_t>(itemsize(*lo.dtype));
+      const int64_t need = gguf_weight_bytes(f, *lo.dtype, options.device);
       const MemoryStats m = memory_stats(options.device);
       const int64_t free_bytes = m.device_total - m.driver_used + (m.reserved - m.allocated);
       KILN_CHECK(need <= free_bytes, dir, ": the weights need ", need / (1 << 20), " MiB on ", options.device.str(),

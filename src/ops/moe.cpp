@@ -284,6 +284,7 @@ Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const BlockExpe
     }, *w);
     KILN_CHECK(v.device() == x.device(), op, ": block experts ", v.meta(), " are not on x's device ", x.device().str());
   }
+  if (T == 0) return empty({0, H}, x.dtype(), x.device());
 #if KILN_HAVE_CUDA
   if (x.is_cuda()) {
     // One token with Q8_0 / Q4_0 / Q4_K experts: the grouped int8 kernels on the blocks.

@@ -232,6 +232,23 @@ TEST(GgufModel, MoeFilesKeepTheirExpertsInBlocks) {
                           GgufFile::open(path).raw("blk.0.ffn_down_exps.weight").narrow(0, 5 * H, H).view({H, I / 32, 34}).narrow(2, 2, 32)));
 }
 
+// The memory check's estimate: an f32 file converts every tensor; a Q8_0 one keeps its layers' and experts' blocks
+// (about 8.5 bits a weight) and converts the embedding, norms and router.
+TEST(GgufModel, WeightBytesCountKeptBlocksAtTheirSize) {
+  const GgufFile f32 = GgufFile::open(data("gguf/models/qwen3-tiny-f32.gguf"));
+  int64_t elements = 0;
+  for (const GgufTensorInfo& t : f32.header().tensors) elements += checked_numel(t.shape);
+  EXPECT_EQ(gguf_weight_bytes(f32, DType::BF16, kCPU), 2 * elements);
+  const GgufFile q8 = GgufFile::open(data("gguf/models/qwen3-moe-tiny-q8_0.gguf"));
+  int64_t kept = 0, rest = 0;
+  for (const GgufTensorInfo& t : q8.header().tensors) {
+    if (gguf_type_name(t.type) == "Q8_0" && t.name != "token_embd.weight") kept += static_cast<int64_t>(t.nbytes);
+    else rest += checked_numel(t.shape);
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_EQ(gguf_weight_bytes(q8, DType::F32, kCPU), kept + 4 * rest);
+}
+
 // The fields of a config that change the computation (rms_norm_eps as f32: GGUF holds f32).
 void expect_same_config(const ModelConfig& c, const ModelConfig& want) {
   EXPECT_EQ(c.arch, want.arch);

@@ -576,6 +576,7 @@ TEST(MoeForwardBlocks, BadShapesAreErrors) {
   const BlockWeight gu = quantize_q8_0(random_tensor({4 * 64, 64}, DType::F32));
   const BlockWeight dn = quantize_q8_0(random_tensor({4 * 64, 32}, DType::F32));
   EXPECT_NO_THROW(moe_forward(x, router, BlockExperts{gu, dn, 4}, 2, true));
+  EXPECT_EQ(moe_forward(x.narrow(0, 0, 0), router, BlockExperts{gu, dn, 4}, 2, true).sizes(), (Shape{0, 64}));
   EXPECT_TRUE(throws_error([&] { moe_forward(x, router, BlockExperts{gu, dn, 3}, 2, true); }, {"moe_forward", "E = 3"}));
   EXPECT_TRUE(throws_error([&] { moe_forward(x, router, BlockExperts{gu, dn, 0}, 2, true); }, {"num_experts"}));
   EXPECT_TRUE(throws_error([&] { moe_forward(x, router, BlockExperts{gu, gu, 4}, 2, true); }, {"I = 32"}));

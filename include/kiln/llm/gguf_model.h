@@ -20,8 +20,10 @@ ModelConfig gguf_model_config(const GgufFile& f);
 // The file's tensors under their Hugging Face names (per-expert slices of the stacked expert tensors; Llama's
 // q and k rows back in Hugging Face's order), dequantised to f32 when read.
 std::unique_ptr<WeightSource> gguf_weight_source(GgufFile f, const ModelConfig& config);
-// Elements of all the file's tensors (for the memory check before loading).
-int64_t gguf_weight_elements(const GgufFile& f);
+// Bytes the file's tensors take once loaded on `device` with float weights in `dtype` (for the memory check
+// before loading): the linear weights and experts kiln keeps in their blocks there at their stored size, the
+// rest (the embedding included) converted to dtype.
+int64_t gguf_weight_bytes(const GgufFile& f, DType dtype, Device device);
 
 // Writes the Hugging Face checkpoint directory `dir` (f32, f16 or bf16 weights of a qwen3, qwen3moe or llama
 // model) as the GGUF file `path`, in llama.cpp's names and layout (convert_hf_to_gguf.py's: Llama's q and k rows
