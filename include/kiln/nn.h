@@ -337,7 +337,7 @@ struct BlockExperts {
 // moe_forward over block-format experts; x f32/f16/bf16 [T, H]. The router's top-k picks each token's experts;
 // each expert hit runs once, as linear(x, its block rows) (the CPU's int8 dot products on x quantised per block of
 // 32) on the rows of the tokens routed to it: gate_up, SiLU x up rounded to x's dtype, down; each token's expert
-// outputs weighted and summed in f32 in router order, rounded once to x's dtype. The routing is read back to the
+// outputs gathered, weighted and summed in f32, rounded once to x's dtype. The routing is read back to the
 // host for the grouping (on CUDA a synchronisation, which a graph capture refuses), except on CUDA for one token
 // with Q8_0, Q4_0 or Q4_K experts: two grouped int8 matrix-vector launches on the blocks (x and SiLU x up
 // quantised as the CPU quantises them) read each expert's index on the device, so a graph can capture the block.

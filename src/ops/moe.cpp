@@ -329,38 +329,22 @@ Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const BlockExpe
     if (list.empty()) continue;
     const Tensor xs = T == 1 ? x : index_select(x, 0, from_vector<int64_t>(list).to(x.device()));
     const Tensor h = silu_and_mul(linear(xs, narrow_rows(experts.gate_up, e * 2 * I, 2 * I)));
-    y[static_cast<size_t>(e)] = linear(h, narrow_rows(experts.down, e * H, H)).to(DType::F32).contiguous();
+    y[static_cast<size_t>(e)] = linear(h, narrow_rows(experts.down, e * H, H)).to(DType::F32);
   }
-  if (x.device().is_cuda()) {
-    // out[t] = sum over j of w[t, j] y(t, j): the rows gathered from the experts' outputs, summed on the device.
-    std::vector<Tensor> hit;
-    std::vector<int64_t> start(static_cast<size_t>(E), 0), idx(static_cast<size_t>(T * top_k));
-    int64_t n = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      start[static_cast<size_t>(e)] = n;
-      if (!y[static_cast<size_t>(e)].defined()) continue;
-      hit.push_back(y[static_cast<size_t>(e)]);
-      n += y[static_cast<size_t>(e)].size(0);
-    }
-    for (int64_t i = 0; i < T * top_k; ++i)
-      idx[static_cast<size_t>(i)] = start[static_cast<size_t>(ep[i])] + at[static_cast<size_t>(i)];
-    const Tensor rows_y = index_select(cat(hit, 0), 0, from_vector<int64_t>(idx).to(x.device())).view({T, top_k, H});
-    return sum(mul(rows_y, wt.view({T, top_k, 1})), {1}).to(x.dtype());
+  // out[t] = sum over j of w[t, j] y(t, j), in f32: the rows gathered from the experts' outputs.
+  std::vector<Tensor> hit;
+  std::vector<int64_t> start(static_cast<size_t>(E), 0), idx(static_cast<size_t>(T * top_k));
+  int64_t n = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    start[static_cast<size_t>(e)] = n;
+    if (!y[static_cast<size_t>(e)].defined()) continue;
+    hit.push_back(y[static_cast<size_t>(e)]);
+    n += y[static_cast<size_t>(e)].size(0);
   }
-  Tensor out = empty({T, H}, DType::F32);
-  float* o = out.data<float>();
-  const float* w = wt.data<const float>();
-  for (int64_t t = 0; t < T; ++t) {
-    float* ot = o + t * H;
-    std::fill(ot, ot + H, 0.0f);
-    for (int64_t j = 0; j < top_k; ++j) {
-      const float wj = w[t * top_k + j];
-      const float* src = y[static_cast<size_t>(ep[t * top_k + j])].data<const float>() +
-                         at[static_cast<size_t>(t * top_k + j)] * H;
-      for (int64_t i = 0; i < H; ++i) ot[i] += wj * src[i];
-    }
-  }
-  return out.to(x.dtype());
+  for (int64_t i = 0; i < T * top_k; ++i)
+    idx[static_cast<size_t>(i)] = start[static_cast<size_t>(ep[i])] + at[static_cast<size_t>(i)];
+  const Tensor rows_y = index_select(cat(hit, 0), 0, from_vector<int64_t>(idx).to(x.device())).view({T, top_k, H});
+  return sum(mul(rows_y, wt.view({T, top_k, 1})), {1}).to(x.dtype());
 }
 
 }  // namespace kiln
