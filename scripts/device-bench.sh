@@ -13,6 +13,8 @@
 #                comma-separated list P (e.g. qwen3-8b,qwen3-30b-a3b), decode rates side by side
 #     --contexts L  with --e2e: also kiln's decode after prompts of each length in the comma-separated list L
 #                (e.g. 2048,8192), to see how decode slows as the context grows
+#     --quant Q  with --e2e: also kiln with its linear layers quantised, for each format in the comma-separated
+#                list Q (q8_0, q4_0, q4_k), each a row beside the preset's own
 #     --no-ops   skip the operator benchmark (with --e2e: only the engine)
 #     --vae P    also `kiln bench vae --preset P` (f32 and bf16) and bench/torch_vae.py, same run (vae_*.json)
 #   OPS_TIMEOUT=S  seconds each `kiln bench ops` run may take (default 400; a hang shows as rc=124)
@@ -30,6 +32,7 @@ FILTER=""
 REPEATS=100
 E2E=""
 CONTEXTS=""
+QUANT=""
 OPS=1
 VAE=""
 while [ $# -gt 0 ]; do
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
     --repeats=*) REPEATS=${1#--repeats=}; shift ;;
     --e2e) E2E=$2; shift 2 ;;
     --contexts) CONTEXTS=$2; shift 2 ;;
+    --quant) QUANT=$2; shift 2 ;;
     --no-ops) OPS=0; shift ;;
     --vae) VAE=$2; shift 2 ;;
     -h|--help) sed -n 2,20p "$0"; exit 0 ;;
@@ -128,6 +132,12 @@ f = lambda v, s=".1f": format(v, s) if v else "-"
 print(f"| {p} | {f(k.get('pp_mean'))} | {f(kt)} | {f(k.get('decode_gbps'), '.0f')} | {f(tt, '.2f')} | {sp(tt)} | "
       f"{f(g.get('pp_median'))} / {f(gt, '.2f')} | {sp(gt)} |")
 PY
+    for q in ${QUANT//,/ }; do
+      timeout 300 "$BUILD/bin/kiln" bench --preset "$p" --quant "$q" -p 512 -n 128 -r 3 --device cuda \
+        --json "$OUT/e2e_kiln_${p}_$q.json" >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
+      python3 -c "import json, sys; k = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2])); print(f'| {sys.argv[3]} ({sys.argv[4]}) | {k[\"pp_mean\"]:.1f} ({k[\"pp_mean\"] / b[\"pp_mean\"]:.2f}x) | {k[\"tg_mean\"]:.1f} ({k[\"tg_mean\"] / b[\"tg_mean\"]:.2f}x) | {k[\"decode_gbps\"]:.0f} | - | - | - | - |')" \
+        "$OUT/e2e_kiln_${p}_$q.json" "$OUT/e2e_kiln_$p.json" "$p" "$q" >> "$OUT/e2e.md" 2>> "$OUT/e2e.log" || e2e_rc=1
+    done
     for c in ${CONTEXTS//,/ }; do
       timeout 240 "$BUILD/bin/kiln" bench --preset "$p" -p "$c" -n 128 -r 2 --device cuda --json "$OUT/e2e_kiln_$p-p$c.json" \
         >> "$OUT/e2e.log" 2>&1 || e2e_rc=1
