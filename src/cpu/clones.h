@@ -21,7 +21,7 @@ namespace kiln::cpu {
 #define KILN_F16C_KERNELS 1
 // f16 weights on x86-64 with F16C (every AVX2 CPU): eight halves widened per instruction. GCC does not
 // vectorise the f16 -> f32 conversion in the loops below (neither kiln's Half nor _Float16), which left f16
-// weights several times slower than bf16. Defined in cpu/matmul.cpp.
+// weights several times slower than bf16. Defined in cpu/f16c.cpp.
 bool have_f16c();
 void f16c_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out);
 // The same for bf16 w (AVX2 + FMA; several accumulators per row, so that no single FMA chain bounds it).
@@ -30,6 +30,11 @@ void f16c_widen(const uint16_t* w, int64_t n, float* out);
 void f16c_narrow(const float* x, int64_t n, uint16_t* out);  // round to nearest even, as kiln's Half(float)
 double f16c_dot_f64(const double* x, const uint16_t* w, int64_t n);
 void f16c_axpy_f64(double* acc, double p, const uint16_t* v, int64_t n);  // acc += p v
+// c[i, j] = alpha sum_p a[i, p] w[j, p] (+ beta c[i, j]; beta 0: c is not read) for i < m, j0 <= j < j1: a f32
+// rows (stride lda), w 16-bit rows (f16, or bf16 when bf16; stride ldw), c f32 (stride ldc). The products of
+// more than a few rows with 16-bit weights: each weight widened in registers, no f32 copy of it.
+void half_gemm_nt(bool bf16, int64_t m, int64_t k, const float* a, int64_t lda, const uint16_t* w, int64_t ldw,
+                  int64_t j0, int64_t j1, float* c, int64_t ldc, float alpha, float beta);
 #endif
 
 // x . w over n elements, w widened to Acc (f32 or f64) element by element; the sum is reassociated across

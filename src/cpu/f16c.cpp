@@ -4,6 +4,8 @@
 
 #if KILN_F16C_KERNELS
 #include <cpuid.h>
+
+#include <algorithm>
 #include <cstring>
 #include <immintrin.h>
 
@@ -130,6 +132,75 @@ __attribute__((target("avx2,fma,f16c"))) void f16c_axpy_f64(double* acc, double 
                      _mm256_fmadd_pd(pp, _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)), _mm256_loadu_pd(acc + i + 4)));
   }
   for (; i < n; ++i) acc[i] += p * static_cast<double>(_cvtsh_ss(v[i]));
+}
+
+namespace {
+// One RM x RN tile of c = alpha a w^T (+ beta c): RM rows of a against RN rows of w, each a dot product over k
+// in eight f32 lanes (RM x RN accumulators: 12 of the 16 YMM registers at 4 x 3), summed across the lanes at
+// the end. Each w vector is widened once for the RM rows, each a vector loaded once for the RN rows.
+template <bool BF, int RM, int RN>
+__attribute__((target("avx2,fma,f16c"))) void gemm_tile(int64_t k, const float* a, int64_t lda, const uint16_t* w,
+                                                       int64_t ldw, float* c, int64_t ldc, float alpha,
+                                                       float beta) {
+  __m256 acc[RM][RN];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_setzero_ps();
+  int64_t p = 0;
+  for (; p + 8 <= k; p += 8) {
+    __m256 wv[RN];
+    for (int j = 0; j < RN; ++j) wv[j] = widen8<BF>(w + j * ldw + p);
+    for (int i = 0; i < RM; ++i) {
+      const __m256 av = _mm256_loadu_ps(a + i * lda + p);
+      for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_fmadd_ps(av, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RN; ++j) {
+      float s = hsum(acc[i][j]);
+      for (int64_t q = p; q < k; ++q) s += a[i * lda + q] * widen1<BF>(w[j * ldw + q]);
+      float& out = c[i * ldc + j];
+      out = beta == 0.f ? alpha * s : beta * out + alpha * s;  // beta 0: c is not read (BLAS's rule)
+    }
+}
+
+using GemmTile = void (*)(int64_t, const float*, int64_t, const uint16_t*, int64_t, float*, int64_t, float, float);
+template <bool BF, int RM>
+constexpr GemmTile tile_for(int rn) {
+  return rn == 1 ? gemm_tile<BF, RM, 1> : rn == 2 ? gemm_tile<BF, RM, 2> : gemm_tile<BF, RM, 3>;
+}
+template <bool BF>
+GemmTile tile_for(int rm, int rn) {
+  switch (rm) {
+    case 1: return tile_for<BF, 1>(rn);
+    case 2: return tile_for<BF, 2>(rn);
+    case 3: return tile_for<BF, 3>(rn);
+    default: return tile_for<BF, 4>(rn);
+  }
+}
+
+template <bool BF>
+void half_gemm_nt_impl(int64_t m, int64_t k, const float* a, int64_t lda, const uint16_t* w, int64_t ldw,
+                       int64_t j0, int64_t j1, float* c, int64_t ldc, float alpha, float beta) {
+  // Rows of a per pass: at most 256 KB of them, so that they stay in the L2 cache while every group of three
+  // w rows (in L1) meets them.
+  const int64_t mb = std::clamp<int64_t>((int64_t{256} << 10) / (4 * std::max<int64_t>(k, 1)) / 4 * 4, 4, std::max<int64_t>(m, 1));
+  for (int64_t i0 = 0; i0 < m; i0 += mb) {
+    const int64_t i1 = std::min(m, i0 + mb);
+    for (int64_t j = j0; j < j1; j += 3) {
+      const int rn = static_cast<int>(std::min<int64_t>(3, j1 - j));
+      for (int64_t i = i0; i < i1; i += 4) {
+        const int rm = static_cast<int>(std::min<int64_t>(4, i1 - i));
+        tile_for<BF>(rm, rn)(k, a + i * lda, lda, w + j * ldw, ldw, c + i * ldc + j, ldc, alpha, beta);
+      }
+    }
+  }
+}
+}  // namespace
+
+void half_gemm_nt(bool bf16, int64_t m, int64_t k, const float* a, int64_t lda, const uint16_t* w, int64_t ldw,
+                  int64_t j0, int64_t j1, float* c, int64_t ldc, float alpha, float beta) {
+  if (bf16) half_gemm_nt_impl<true>(m, k, a, lda, w, ldw, j0, j1, c, ldc, alpha, beta);
+  else half_gemm_nt_impl<false>(m, k, a, lda, w, ldw, j0, j1, c, ldc, alpha, beta);
 }
 
 void f16c_dot_rows(int rows, const float* x, int64_t ldx, const uint16_t* w, int64_t n, float* out) {

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -164,6 +166,18 @@ float* half_slice_buffer(size_t n) {
   return buf.get();
 }
 
+#if KILN_F16C_KERNELS
+// More than kHalfInPlaceRows rows with 16-bit weights take half_gemm_nt (cpu/f16c.cpp: the weights widened in
+// registers) on AVX2 + F16C CPUs; KILN_HALF_GEMM=blas widens slices for sgemm instead (for A/B runs).
+bool half_gemm_in_registers() {
+  static const bool yes = [] {
+    const char* v = std::getenv("KILN_HALF_GEMM");
+    return !(v != nullptr && std::string(v) == "blas");
+  }();
+  return yes;
+}
+#endif
+
 template <class T>
 void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
   const int64_t B = c.size(0), n = c.size(1), m = c.size(2), k = a.size(2);
@@ -173,6 +187,7 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
   const int64_t sa = a.stride(0), sar = a.stride(1), sb = b.stride(0), sbm = b.stride(2);
   const std::unique_ptr<float[]> x(new float[static_cast<size_t>(n * k)]);  // every element written below
   for (int64_t bi = 0; bi < B; ++bi) {
+#pragma omp parallel for schedule(static) if (n * k > (1 << 16))
     for (int64_t r = 0; r < n; ++r) simd_widen(pa + bi * sa + r * sar, k, x.get() + r * k);
     const float* xp = x.get();
     float* cb = pc + bi * n * m;
@@ -200,6 +215,19 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
       }
       continue;
     }
+#if KILN_F16C_KERNELS
+    if (have_f16c() && half_gemm_in_registers()) {
+      // Blocks of 48 weight rows (16 tiles of three) handed to the threads as they finish (the cores of a shared
+      // machine do not run at one speed); every block meets all n rows of x.
+      const int64_t blocks = (m + 47) / 48;
+      const bool bf = std::is_same_v<T, BFloat16>;
+#pragma omp parallel for schedule(dynamic) if (n * m * k > (1 << 18))
+      for (int64_t blk = 0; blk < blocks; ++blk)
+        half_gemm_nt(bf, n, k, xp, k, reinterpret_cast<const uint16_t*>(base), sbm, blk * 48,
+                     std::min(m, blk * 48 + 48), cb, m, alpha, beta);
+      continue;
+    }
+#endif
     const int64_t slice = std::clamp<int64_t>(kHalfSliceElems / std::max<int64_t>(k, 1), 1, m);
     float* const wf = half_slice_buffer(static_cast<size_t>(slice * k));
     for (int64_t j0 = 0; j0 < m; j0 += slice) {

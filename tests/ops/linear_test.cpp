@@ -121,6 +121,33 @@ TEST(Linear, HalfWeightsAtEveryTailAndRowCount) {
             static_cast<double>(Half(static_cast<float>(2 * sub + 1023 * sub + std::ldexp(1.0, -14)))));
 }
 
+// More than 16 rows with 16-bit weights (the many-row product: tiles of 4 x 3 over the rows of x and of w, k in
+// steps of 8, x taken in blocks of rows when k is long): every remainder of rows (mod 4), of weight rows (mod 3,
+// and the 48-row blocks the threads share), of k (mod 8), x in several row blocks, with a bias, and with
+// alpha / beta on an accumulated input that beta 0 must not read (NaN).
+TEST(Linear, HalfWeightsOfManyRowsAtEveryTile) {
+  for (DType dt : {DType::F16, DType::BF16}) {
+    for (int64_t k : {1, 7, 8, 9, 257, 4100}) {
+      for (int64_t m : {17, 18, 19, 20, 37}) {
+        for (int64_t n : {1, 2, 4, 5, 49, 98}) {
+          if (k == 4100 && n < 49) continue;  // the long rows once per weight-row remainder are enough
+          SCOPED_TRACE(str(dtype_name(dt), " k ", k, " m ", m, " n ", n));
+          const Tensor w = test::random_tensor({n, k}, dt, -1, 1), x = test::random_tensor({m, k}, dt, -1, 1);
+          const Tensor b = test::random_tensor({n}, dt, -1, 1);
+          EXPECT_TRUE(test::linear_close(linear(x, w, b), linear_ref(x, w, b), test::linear_abs_scale(x, w, b), dt, k));
+          const Tensor ref = matmul(x.to(DType::F64), w.to(DType::F64).t());
+          const Tensor c = test::random_tensor({m, n}, dt, -1, 1);
+          // One rounding of the result to dt (relative), the f32 sums' error (absolute, growing with k).
+          const test::Tolerance tol{dt == DType::F16 ? 2e-3 : 1.6e-2, 1e-3 * std::sqrt(static_cast<double>(k))};
+          EXPECT_TRUE(test::all_close(addmm(c, x, w.t(), 0.5, 2.0).to(DType::F64),
+                                      add(mul(c.to(DType::F64), Scalar(0.5)), mul(ref, Scalar(2.0))), tol));
+          EXPECT_TRUE(test::all_close(addmm(full({m, n}, NAN, dt), x, w.t(), 0, 1).to(DType::F64), ref, tol));
+        }
+      }
+    }
+  }
+}
+
 TEST(Linear, TransposedInputAndZeroRows) {
   const Tensor xt = test::random_tensor({40, 5}, DType::F32).t();  // [5, 40], not contiguous
   const Tensor w = test::random_tensor({7, 40}, DType::F32);
