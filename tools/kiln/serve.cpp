@@ -398,6 +398,9 @@ class Engine {
     a.reserved = 0;
     kv_free_ = cache_.free_blocks();
     kv_cached_ = cache_.cached_blocks();
+    // Its place in the batch too (run() counts the places again after the step): a client that sends its next
+    // request as soon as this one's answer arrives finds the place free.
+    places_taken_ = std::max<int64_t>(0, places_taken_.load() - 1);
     if (!a.cut) detokenize(a, true);
     if (a.reason == "cancelled") metrics_.cancelled++;
     if (!error.empty()) metrics_.errors++;
