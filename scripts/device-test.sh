@@ -13,6 +13,8 @@
 #   SAN_EXES=REGEX  sanitizer modes: only the test executables whose names match
 #   SAN_DEADLINE=S  sanitizer modes: seconds for all of it (default 480); SAN_JOBS=N processes at once (8)
 #   SAN_SHARDS=N    sanitizer modes: each executable's tests split over N processes (GoogleTest shards)
+#   PREBUILT=1      use the test executables already in build-gpu/tests (built elsewhere with the same
+#                   configuration and carried here) instead of building
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -25,6 +27,11 @@ summary=()
 BUILT=0
 build_release() {
   [ "$BUILT" = 1 ] && return 0
+  if [ "${PREBUILT:-0}" = 1 ] && ls "$BUILD"/tests/kiln_*_tests > /dev/null 2>&1; then
+    BUILT=1
+    echo "release build: the executables carried in $BUILD/tests (PREBUILT=1)"
+    return 0
+  fi
   local start=$(date +%s)
   # The Python module and its tests too where python3 has nanobind, NumPy and pytest (the GPU machine's
   # image does), so that the DLPack and torch tests run against CUDA and PyTorch there.
