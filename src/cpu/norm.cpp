@@ -169,6 +169,31 @@ void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin) {
     const int64_t st = x.stride(0), sh = x.stride(1), sd = x.stride(2);
     const float* cp = cos.data<const float>();
     const float* sp = sin.data<const float>();
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      if (sd == 1) {
+        // 16-bit heads widened to f32 a row at a time (F16C where the CPU has it; element-wise conversions of f16
+        // are slow), rotated in f32 with rope_pair's arithmetic and rounded back: the same bits.
+        for_rows_with(
+            t_len, heads * half * 2, [&] { return std::vector<float>(static_cast<size_t>(2 * half)); },
+            [&](int64_t t, std::vector<float>& buf) {
+              const float* c = cp + t * half;
+              const float* s = sp + t * half;
+              float* lo = buf.data();
+              float* hi = lo + half;
+              for (int64_t h = 0; h < heads; ++h) {
+                T* row = base + t * st + h * sh;
+                simd_widen(row, 2 * half, lo);
+                for (int64_t j = 0; j < half; ++j) {
+                  const float a = lo[j], b = hi[j];
+                  lo[j] = a * c[j] - b * s[j];
+                  hi[j] = b * c[j] + a * s[j];
+                }
+                simd_narrow(lo, 2 * half, row);
+              }
+            });
+        return;
+      }
+    }
     for_rows(t_len, heads * half * 2, [&](int64_t t) {
       const float* c = cp + t * half;
       const float* s = sp + t * half;

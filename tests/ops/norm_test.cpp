@@ -271,6 +271,27 @@ TEST(Rope, TransposedHeadDimAndParallelSize) {
   EXPECT_TRUE(all_close(k, rope_ref(k0, pos, inv, 1.0).to(DType::F32), Tolerance{1e-5, 1e-5}));
 }
 
+TEST(Rope, SixteenBitRowsGiveTheElementwiseBits) {
+  // Contiguous f16 / bf16 heads are widened a row at a time; heads with a strided head dim are rotated element
+  // by element. Both round rope_pair's f32 result once: the same bits, serial and parallel (T * H * D past the
+  // threads' grain).
+  for (DType dt : {DType::F16, DType::BF16}) {
+    for (int64_t t_len : {3, 300}) {
+      SCOPED_TRACE(str(dtype_name(dt), " T ", t_len));
+      const int64_t h = 8, d = 32;
+      Tensor q = random_tensor({t_len, h, d}, dt, -4, 4), k = random_tensor({t_len, 2, d}, dt, -4, 4);
+      Tensor qs = q.transpose(1, 2).contiguous().transpose(1, 2), ks = k.transpose(1, 2).contiguous().transpose(1, 2);
+      ASSERT_NE(qs.stride(2), 1);
+      std::vector<int64_t> pos(static_cast<size_t>(t_len));
+      for (int64_t t = 0; t < t_len; ++t) pos[t] = t * 13 + 5;
+      rope_(q, k, from_vector<int64_t>(pos), 1e6);
+      rope_(qs, ks, from_vector<int64_t>(pos), 1e6);
+      EXPECT_EQ(raw_bits(q), raw_bits(qs.contiguous()));
+      EXPECT_EQ(raw_bits(k), raw_bits(ks.contiguous()));
+    }
+  }
+}
+
 TEST(Rope, ZeroTokensIsANoOp) {
   Tensor q = empty({0, 2, 8}), k = empty({0, 1, 8});
   rope_(q, k, empty({0}, DType::I64), 1e4);
