@@ -12,10 +12,12 @@ and mixed-format layers included; kiln's q8_0 and q4_k files keep MoE experts in
 - llama.cpp: Llama(FILE.gguf, n_threads = --threads, n_batch = P); prefill = eval of P random tokens on an empty
   cache, decode = N evals of one token after it (what llama-bench calls pp and tg); the best of R runs after one
   warm-up.
+With --rounds K the two engines take turns K times (kiln's R runs, llama.cpp's R runs, again) and the best of all
+K x R runs counts for each: on a shared machine whose load changes by the minute, both then meet the same load.
 
     python3 bench/llama_cpp_cpu.py --kiln build/bin/kiln [--model qwen3-0.6b|qwen3-moe]
         [--types f16,bf16,q8_0,q4_k,q4_k_m,q5_k_m] [-p 128] [-n 32] [-r 3]
-        [--threads 2] [--workdir DIR] [--json FILE]
+        [--threads 2] [--rounds 1] [--workdir DIR] [--json FILE]
 """
 import argparse
 import json
@@ -155,6 +157,7 @@ def main():
     ap.add_argument("-n", type=int, default=32)
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of both engines, alternating (each -r runs)")
     ap.add_argument("--workdir", default=None, help="where the checkpoint and GGUF files go (kept; default: a "
                                                       "temporary directory, removed)")
     ap.add_argument("--json", default=None)
@@ -180,11 +183,22 @@ def main():
         elif not os.path.exists(gguf):
             subprocess.run([a.kiln, "quantize", ckpt, gguf, "--type", t], check=True, stdout=subprocess.DEVNULL)
         size = os.path.getsize(gguf)
-        k = run_kiln(a.kiln, gguf, "f16" if t == "f16" else "bf16", a)
-        print(f"{t}: kiln pp{a.p} {k['pp_tps']:.1f} tg{a.n} {k['tg_tps']:.2f}", flush=True)
-        ll = run_llama_cpp(gguf, a)
-        print(f"{t}: llama.cpp pp{a.p} {ll['pp_tps']:.1f} tg{a.n} {ll['tg_tps']:.2f}", flush=True)
-        rows.append({"type": t, "bytes": size, "kiln": k, "llama_cpp": ll})
+        # Rounds alternate the engines, so that both meet the same load on a shared machine; the best of all
+        # their runs counts.
+        runs = {"kiln": [], "llama_cpp": []}
+        for rnd in range(a.rounds):
+            k = run_kiln(a.kiln, gguf, "f16" if t == "f16" else "bf16", a)
+            print(f"{t}: kiln pp{a.p} {k['pp_tps']:.1f} tg{a.n} {k['tg_tps']:.2f}", flush=True)
+            ll = run_llama_cpp(gguf, a)
+            print(f"{t}: llama.cpp pp{a.p} {ll['pp_tps']:.1f} tg{a.n} {ll['tg_tps']:.2f}", flush=True)
+            runs["kiln"].append(k)
+            runs["llama_cpp"].append(ll)
+        row = {"type": t, "bytes": size}
+        for eng, rs in runs.items():
+            pp_all = [v for r in rs for v in r["pp_all"]]
+            tg_all = [v for r in rs for v in r["tg_all"]]
+            row[eng] = {"pp_tps": max(pp_all), "tg_tps": max(tg_all), "pp_all": pp_all, "tg_all": tg_all}
+        rows.append(row)
     print(f"\n| weights | file | engine | pp{a.p} t/s | tg{a.n} t/s |\n| --- | ---: | --- | ---: | ---: |")
     for r in rows:
         for eng in ("kiln", "llama_cpp"):
@@ -196,7 +210,8 @@ def main():
         import llama_cpp
         with open(a.json, "w") as f:
             json.dump({"model": a.model, "machine": platform.processor() or platform.machine(), "cpu": cpu_description(),
-                       "threads": a.threads, "p": a.p, "n": a.n, "r": a.r, "llama_cpp_python": llama_cpp.__version__,
+                       "threads": a.threads, "p": a.p, "n": a.n, "r": a.r, "rounds": a.rounds,
+                       "llama_cpp_python": llama_cpp.__version__,
                        "rows": rows}, f, indent=1)
     if tmp:
         tmp.cleanup()

@@ -147,8 +147,10 @@ void gemm_int(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& a
   }
 }
 
-// Up to this many rows of a, gemm_half reads b in place (each weight widened once per group of four rows);
-// more rows widen slices of b to f32 for one sgemm each.
+// On AVX2 + F16C CPUs two or more rows of a go to half_gemm_nt (cpu/f16c.cpp: tiles of 4 rows of a by 3 of b,
+// b widened in registers) and one row to the one-row dot products. Elsewhere (or with KILN_HALF_GEMM=blas) up
+// to kHalfInPlaceRows rows of a read b in place (each weight widened once per group of four rows) and more rows
+// widen slices of b to f32 for one sgemm each.
 constexpr int64_t kHalfInPlaceRows = 16;
 // The f32 slice of b for the sgemm path: 16 MB.
 constexpr int64_t kHalfSliceElems = int64_t{1} << 22;
@@ -167,8 +169,7 @@ float* half_slice_buffer(size_t n) {
 }
 
 #if KILN_F16C_KERNELS
-// More than kHalfInPlaceRows rows with 16-bit weights take half_gemm_nt (cpu/f16c.cpp: the weights widened in
-// registers) on AVX2 + F16C CPUs; KILN_HALF_GEMM=blas widens slices for sgemm instead (for A/B runs).
+// Whether half_gemm_nt takes the products of two or more rows (KILN_HALF_GEMM=blas: the older paths, for A/B runs).
 bool half_gemm_in_registers() {
   static const bool yes = [] {
     const char* v = std::getenv("KILN_HALF_GEMM");
@@ -192,6 +193,19 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
     const float* xp = x.get();
     float* cb = pc + bi * n * m;
     const T* base = pb + bi * sb;
+#if KILN_F16C_KERNELS
+    if (n >= 2 && k > 0 && have_f16c() && half_gemm_in_registers()) {
+      // Blocks of 48 weight rows (16 tiles of three) handed to the threads as they finish (the cores of a shared
+      // machine do not run at one speed); every block meets all n rows of x.
+      const int64_t blocks = (m + 47) / 48;
+      const bool bf = std::is_same_v<T, BFloat16>;
+#pragma omp parallel for schedule(dynamic) if (n * m * k > (1 << 16))
+      for (int64_t blk = 0; blk < blocks; ++blk)
+        half_gemm_nt(bf, n, k, xp, k, reinterpret_cast<const uint16_t*>(base), sbm, blk * 48,
+                     std::min(m, blk * 48 + 48), cb, m, alpha, beta);
+      continue;
+    }
+#endif
     if (n <= kHalfInPlaceRows || k == 0) {
 #pragma omp parallel for schedule(static) if (m * k > (1 << 16))
       for (int64_t j = 0; j < m; ++j) {
@@ -215,19 +229,6 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
       }
       continue;
     }
-#if KILN_F16C_KERNELS
-    if (have_f16c() && half_gemm_in_registers()) {
-      // Blocks of 48 weight rows (16 tiles of three) handed to the threads as they finish (the cores of a shared
-      // machine do not run at one speed); every block meets all n rows of x.
-      const int64_t blocks = (m + 47) / 48;
-      const bool bf = std::is_same_v<T, BFloat16>;
-#pragma omp parallel for schedule(dynamic) if (n * m * k > (1 << 18))
-      for (int64_t blk = 0; blk < blocks; ++blk)
-        half_gemm_nt(bf, n, k, xp, k, reinterpret_cast<const uint16_t*>(base), sbm, blk * 48,
-                     std::min(m, blk * 48 + 48), cb, m, alpha, beta);
-      continue;
-    }
-#endif
     const int64_t slice = std::clamp<int64_t>(kHalfSliceElems / std::max<int64_t>(k, 1), 1, m);
     float* const wf = half_slice_buffer(static_cast<size_t>(slice * k));
     for (int64_t j0 = 0; j0 < m; j0 += slice) {

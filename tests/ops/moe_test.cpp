@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -551,8 +552,24 @@ TEST(MoeForwardBlocks, MatchesTheDequantisedExperts) {
                         Case{5, 256, 256, 4, 2, "q4_k", "q4_k", DType::F32}, Case{7, 256, 32, 8, 8, "q4_k", "q4_0", DType::BF16},
                         Case{12, 64, 32, 16, 2, "q8_0", "q4_0", DType::F16}}) {
     SCOPED_TRACE(c.name());
-    const Tensor x = random_tensor({c.T, c.H}, c.dtype);
-    const Tensor router = random_tensor({c.E, c.H}, c.dtype, -1, 1);
+    // x and the router drawn again until every token's k-th and (k+1)-th router logits (in double) are 0.05 or
+    // more apart: the experts a token takes then do not hang on the rounding of 16-bit logits, which sums in
+    // another order may round the other way.
+    Tensor x, router;
+    for (int attempt = 0;; ++attempt) {
+      ASSERT_LT(attempt, 100) << "no draw with separated router logits";
+      x = random_tensor({c.T, c.H}, c.dtype);
+      router = random_tensor({c.E, c.H}, c.dtype, -1, 1);
+      if (c.k == c.E) break;
+      const std::vector<double> l = matmul(x.to(DType::F64), router.to(DType::F64).t()).to_vector<double>();
+      bool separated = true;
+      for (int64_t t = 0; t < c.T && separated; ++t) {
+        std::vector<double> row(l.begin() + t * c.E, l.begin() + (t + 1) * c.E);
+        std::sort(row.begin(), row.end(), std::greater<double>());
+        separated = row[c.k - 1] - row[c.k] >= 0.05;
+      }
+      if (separated) break;
+    }
     const BlockExperts e = c.experts([](const Shape& s) { return random_tensor(s, DType::F32, -0.3, 0.3); });
     EXPECT_EQ(std::string(format_name(e.gate_up)), c.gate_up);
     const Tensor out = moe_forward(x, router, e, c.k, true);
