@@ -32,7 +32,7 @@ double f16c_dot_f64(const double* x, const uint16_t* w, int64_t n);
 void f16c_axpy_f64(double* acc, double p, const uint16_t* v, int64_t n);  // acc += p v
 // c[i, j] = alpha sum_p a[i, p] w[j, p] (+ beta c[i, j]; beta 0: c is not read) for i < m, j0 <= j < j1: a f32
 // rows (stride lda), w 16-bit rows (f16, or bf16 when bf16; stride ldw), c f32 (stride ldc). The products of
-// more than a few rows with 16-bit weights: each weight widened in registers, no f32 copy of it.
+// two or more rows with 16-bit weights: each weight widened in registers, no f32 copy of it.
 void half_gemm_nt(bool bf16, int64_t m, int64_t k, const float* a, int64_t lda, const uint16_t* w, int64_t ldw,
                   int64_t j0, int64_t j1, float* c, int64_t ldc, float alpha, float beta);
 #endif

@@ -163,12 +163,6 @@ TEST(Tensor, PrintsLikePyTorch) {
   EXPECT_EQ(from_vector<int32_t>({1, -2}).str(), "tensor([ 1, -2], dtype=int32)");
 }
 
-}  // namespace
-}  // namespace kiln
-
-namespace kiln {
-namespace {
-
 // Freed host blocks of 256 KiB to 64 MiB serve the next allocation of their size class (src/core/storage.cpp),
 // whatever it holds (empty() promises nothing about the contents); other sizes, and every block under ASan or
 // with KILN_HOST_CACHE=0, go back to the C library.
