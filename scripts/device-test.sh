@@ -13,6 +13,7 @@
 #   SAN_EXES=REGEX  sanitizer modes: only the test executables whose names match
 #   SAN_DEADLINE=S  sanitizer modes: seconds for all of it (default 480); SAN_JOBS=N processes at once (8)
 #   SAN_SHARDS=N    sanitizer modes: each executable's tests split over N processes (GoogleTest shards)
+#   SAN_FILTER=F    sanitizer modes: only the tests of the CUDA executables that the GoogleTest filter F takes
 #   PREBUILT=1      use the test executables already in build-gpu/tests (built elsewhere with the same
 #                   configuration and carried here) instead of building
 set -uo pipefail
@@ -161,7 +162,7 @@ sanitizer() {
     [[ "$name" =~ ${SAN_EXES:-.} ]] || continue
     fam=${name#kiln_cuda_}; fam=${fam%_tests}
     for tool in "${tools[@]}"; do
-      if [ "$tool" = memcheck ] || [[ " ${shared[*]} " == *" $fam "* ]]; then add_job "$tool" "$name" "*"; fi
+      if [ "$tool" = memcheck ] || [[ " ${shared[*]} " == *" $fam "* ]]; then add_job "$tool" "$name" "${SAN_FILTER:-*}"; fi
     done
   done
   # A mixed executable's CUDA tests: suites named *Cuda*, or parameterised cases named *_cuda.
