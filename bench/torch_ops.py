@@ -265,11 +265,13 @@ def linear_fp8_case(m, k, n):
 
 
 def linear_quant_case(fmt, m, k, n):
-    """kiln's linear(x, Q8Weight | Q4KWeight). PyTorch has no op for llama.cpp's block formats: what a model runs
-    without their kernels, the weight dequantised to bf16 then F.linear (Q8_0: int8 values x f16 scales per 32;
-    Q4_K: 4-bit codes two a byte with an f16 scale and min per 32, the layout's arithmetic without its 6-bit
-    packing of the scales)."""
-    copy_bytes = 2 * m * k + (n * k // 256 * 144 if fmt == "q4_k" else n * k + n * k // 32 * 2)
+    """kiln's linear(x, Q8Weight | Q4KWeight | Q5KWeight | Q6KWeight). PyTorch has no op for llama.cpp's block
+    formats: what a model runs without their kernels, the weight dequantised to bf16 then F.linear (Q8_0: int8
+    values x f16 scales per 32; Q4_K / Q5_K: 4-bit codes two a byte (Q5_K: a fifth bit from a byte per 8) with an
+    f16 scale and min per 32; Q6_K: low nibbles, high bit pairs, an int8 scale per 16 and an f16 d per 256: the
+    layouts' arithmetic without their packing of the scales)."""
+    super_bytes = {"q4_k": 144, "q5_k": 176, "q6_k": 210}.get(fmt)
+    copy_bytes = 2 * m * k + (n * k // 256 * super_bytes if super_bytes else n * k + n * k // 32 * 2)
 
     def make(dev):
         x = rnd((m, k), "bf16", dev)
@@ -280,13 +282,30 @@ def linear_quant_case(fmt, m, k, n):
             def dequant_linear():
                 w = (v.view(n, k // 32, 32).to(torch.float32) * d.to(torch.float32).unsqueeze(-1)).view(n, k)
                 return F.linear(x, w.to(torch.bfloat16))
+        elif fmt == "q6_k":
+            ql = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=dev)
+            qh = torch.randint(0, 256, (n, k // 4), dtype=torch.uint8, device=dev)
+            sc = torch.randint(-128, 128, (n, k // 16), dtype=torch.int8, device=dev)
+            d = rnd_scales((n, k // 256), dev).to(torch.float16)
+
+            def dequant_linear():
+                lo = torch.stack((ql & 15, ql >> 4), dim=-1).view(n, k)
+                hi = torch.stack([(qh >> s) & 3 for s in (0, 2, 4, 6)], dim=-1).view(n, k)
+                q = (lo | (hi << 4)).to(torch.float32) - 32
+                f = d.to(torch.float32).repeat_interleave(16, 1) * sc.to(torch.float32)
+                w = q.view(n, k // 16, 16) * f.unsqueeze(-1)
+                return F.linear(x, w.view(n, k).to(torch.bfloat16))
         else:
             codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=dev)
+            fifth = torch.randint(0, 256, (n, k // 8), dtype=torch.uint8, device=dev) if fmt == "q5_k" else None
             d = rnd_scales((n, k // 32), dev).to(torch.float16)
             mn = rnd_scales((n, k // 32), dev).to(torch.float16)
 
             def dequant_linear():
-                q = torch.stack((codes & 15, codes >> 4), dim=-1).view(n, k // 32, 32).to(torch.float32)
+                q = torch.stack((codes & 15, codes >> 4), dim=-1).view(n, k)
+                if fifth is not None:
+                    q = q | (torch.stack([(fifth >> s) & 1 for s in range(8)], dim=-1).view(n, k) << 4)
+                q = q.view(n, k // 32, 32).to(torch.float32)
                 w = q * d.to(torch.float32).unsqueeze(-1) - mn.to(torch.float32).unsqueeze(-1)
                 return F.linear(x, w.view(n, k).to(torch.bfloat16))
 
@@ -560,7 +579,7 @@ def cases():
     out.append(linear_case(16, 28672, 8192, False))
     for m in (4096, 8192):
         out += [linear_case(m, k, n, False) for k, n in SCALED_MM]
-    for fmt in ("q4_k", "q8_0"):
+    for fmt in ("q4_k", "q8_0", "q5_k", "q6_k"):
         for m in (1, 4):
             out += [linear_quant_case(fmt, m, k, n) for k, n in QUANT]
     out += [linear_fp8_case(1, k, n) for k, n in LINEAR]

@@ -298,8 +298,7 @@ struct Q5KWeight {
   Tensor blocks;
 };
 Tensor dequantize_q5_k(const Q5KWeight& w, DType dtype = DType::F32);
-// As linear(x, Q4KWeight) on the CPU (the fifth bits joined to the codes in registers). CUDA has no Q5_K kernel:
-// there the weight is dequantised to x's dtype for each call.
+// As linear(x, Q4KWeight) (the fifth bits joined to the codes in registers), on the CPU and CUDA.
 Tensor linear(const Tensor& x, const Q5KWeight& w, const std::optional<Tensor>& bias = std::nullopt);
 
 // A linear layer's weight [N, K] in llama.cpp's Q6_K format (GGUF files keep output layers and some projections
@@ -311,9 +310,8 @@ struct Q6KWeight {
   Tensor blocks;
 };
 Tensor dequantize_q6_k(const Q6KWeight& w, DType dtype = DType::F32);
-// As linear(x, Q8Weight) on the CPU: int8 dot products of x quantised per block of 32 against the codes
-// unpacked in registers (AVX2), the -32 offset and the two scales of each block applied in integers. CUDA has
-// no Q6_K kernel: there the weight is dequantised to x's dtype for each call.
+// As linear(x, Q8Weight): int8 dot products of x quantised per block of 32 against the codes unpacked in
+// registers (AVX2 on the CPU, dp4a on CUDA), the -32 offset and each block's two scales applied in integers.
 Tensor linear(const Tensor& x, const Q6KWeight& w, const std::optional<Tensor>& bias = std::nullopt);
 
 // A weight in any of the block formats above.
@@ -338,10 +336,9 @@ struct BlockExperts {
 // each expert hit runs once, as linear(x, its block rows) (the CPU's int8 dot products on x quantised per block of
 // 32) on the rows of the tokens routed to it: gate_up, SiLU x up rounded to x's dtype, down; each token's expert
 // outputs gathered, weighted and summed in f32, rounded once to x's dtype. The routing is read back to the
-// host for the grouping (on CUDA a synchronisation, which a graph capture refuses), except on CUDA for one token
-// with Q8_0, Q4_0 or Q4_K experts: two grouped int8 matrix-vector launches on the blocks (x and SiLU x up
-// quantised as the CPU quantises them) read each expert's index on the device, so a graph can capture the block.
-// CUDA multiplies Q5_K / Q6_K experts dequantised to x's dtype (moe_forward's stacked path).
+// host for the grouping (on CUDA a synchronisation, which a graph capture refuses), except on CUDA for one token:
+// two grouped int8 matrix-vector launches on the blocks (x and SiLU x up quantised as the CPU quantises them)
+// read each expert's index on the device, so a graph can capture the block.
 Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const BlockExperts& experts, int64_t top_k,
                    bool norm_topk_prob);
 

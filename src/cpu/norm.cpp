@@ -183,11 +183,7 @@ void rope_apply(const Tensor& x, const Tensor& cos, const Tensor& sin) {
               for (int64_t h = 0; h < heads; ++h) {
                 T* row = base + t * st + h * sh;
                 simd_widen(row, 2 * half, lo);
-                for (int64_t j = 0; j < half; ++j) {
-                  const float a = lo[j], b = hi[j];
-                  lo[j] = a * c[j] - b * s[j];
-                  hi[j] = b * c[j] + a * s[j];
-                }
+                for (int64_t j = 0; j < half; ++j) norm_math::rope_pair<float>(lo[j], hi[j], c[j], s[j]);
                 simd_narrow(lo, 2 * half, row);
               }
             });

@@ -35,14 +35,17 @@ std::atomic<int64_t>& slice_elements() {
 }
 
 // The weight's bytes as the kernels read them: rows with unit inner stride, 16-byte aligned base and row
-// stride (a fresh copy otherwise), and scales with unit inner stride.
-bool kernel_layout(const Tensor& values) {
-  return values.stride(1) == 1 && aligned16(values.data_ptr()) && (values.size(0) <= 1 || values.stride(0) % 16 == 0);
+// stride (Q6_K, whose 210-byte blocks the kernels read 2 bytes at a time: 2-byte), a fresh copy otherwise; and
+// scales with unit inner stride.
+bool kernel_layout(const Tensor& values, QuantFormat f) {
+  const int64_t a = f == QuantFormat::Q6_K ? 2 : 16;
+  return values.stride(1) == 1 && reinterpret_cast<uintptr_t>(values.data_ptr()) % a == 0 &&
+         (values.size(0) <= 1 || values.stride(0) % a == 0);
 }
-Tensor kernel_values(const Tensor& values) {
-  if (kernel_layout(values)) return values;
+Tensor kernel_values(const Tensor& values, QuantFormat f) {
+  if (kernel_layout(values, f)) return values;
   const Tensor c = values.contiguous();  // a fresh buffer unless already contiguous (then misaligned: copied)
-  return kernel_layout(c) ? c : c.clone();
+  return kernel_layout(c, f) ? c : c.clone();
 }
 Tensor kernel_scales(const Tensor& scales) {
   return !scales.defined() || scales.stride(1) == 1 ? scales : scales.contiguous();
@@ -59,6 +62,8 @@ void with_format(QuantFormat f, Fn&& fn) {
     case QuantFormat::Q8_0: fn(std::integral_constant<int, kernels::kQ8_0>{}); break;
     case QuantFormat::Q4_0: fn(std::integral_constant<int, kernels::kQ4_0>{}); break;
     case QuantFormat::Q4_K: fn(std::integral_constant<int, kernels::kQ4_K>{}); break;
+    case QuantFormat::Q5_K: fn(std::integral_constant<int, kernels::kQ5_K>{}); break;
+    case QuantFormat::Q6_K: fn(std::integral_constant<int, kernels::kQ6_K>{}); break;
   }
 }
 
@@ -71,6 +76,16 @@ int split_for(int64_t n, int chunks, int unroll, int device) {
   return split;
 }
 
+// The initial value from KILN_QGEMV_BLOCKS_PER_SM, for A/B runs (quant.h).
+std::atomic<int64_t>& blocks_per_sm() {
+  static std::atomic<int64_t> v{[] {
+    const char* e = std::getenv("KILN_QGEMV_BLOCKS_PER_SM");
+    const long long x = e && *e ? std::atoll(e) : 0;
+    return static_cast<int64_t>(std::max(0LL, x));
+  }()};
+  return v;
+}
+
 // n: the weight rows of one product (values' rows, or a group's: the stack's rows / grp.num when grouped).
 template <int F, int MT>
 void launch_gemv(const int8_t* xq, const float* xd, const int* xs, int rows, int k, const Tensor& values,
@@ -78,12 +93,16 @@ void launch_gemv(const int8_t* xq, const float* xd, const int* xs, int rows, int
                  cudaStream_t stream, int64_t n, const kernels::QGroups& grp = {}, int num_groups = 1) {
   const int split = split_for(n * num_groups, kernels::q_chunks_per_row<F>(k), kernels::qgemv_unroll<MT>(), device);
   const int64_t per_block = kernels::kGemvWarps / split;
-  const int64_t blocks = (n + per_block - 1) / per_block;
+  int64_t blocks = (n + per_block - 1) / per_block;
+  if (const int64_t per_sm = blocks_per_sm().load(std::memory_order_relaxed); per_sm > 0)
+    blocks = std::min(blocks, per_sm * multiprocessor_count(device));
   KILN_CHECK(blocks <= INT_MAX, "linear(quantized): N = ", n, " needs too many blocks");
-  const uint16_t* ws = F == kernels::kQ4_K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
-  const int64_t ldws = F == kernels::kQ4_K ? 0 : (values.size(0) > 1 ? scales.stride(0) : 0);
+  constexpr bool sb = kernels::q_super_blocks(F);
+  const uint16_t* ws = sb ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
+  const int64_t ldws = sb ? 0 : (values.size(0) > 1 ? scales.stride(0) : 0);
   const int64_t ldw = values.size(0) > 1 ? values.stride(0) : 0;
-  launch_dependent_if(dependent, kernels::qgemv_kernel<F, MT>,
+  const bool pipe = blocks < (n + per_block - 1) / per_block;
+  launch_dependent_if(dependent, pipe ? kernels::qgemv_kernel<F, MT, true> : kernels::qgemv_kernel<F, MT, false>,
                       dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(num_groups)),
                       dim3(kernels::kGemvThreads), 0, stream, device, "linear(quantized)", xq, xd, xs, rows, k,
                       static_cast<const uint8_t*>(values.data_ptr()), ldw, ws, ldws, n, bias, otype, y, ldy, split,
@@ -119,7 +138,7 @@ void linear_sliced(const Tensor& y, const Tensor& x2, QuantFormat f, const Tenso
   for (int64_t n0 = 0; n0 < n; n0 += slice) {
     const int64_t r = std::min(slice, n - n0);
     Tensor wd = empty({r, k}, x2.dtype(), x2.device());
-    dequantize_quantized(f, values.narrow(0, n0, r), f == QuantFormat::Q4_K ? scales : scales.narrow(0, n0, r), wd);
+    dequantize_quantized(f, values.narrow(0, n0, r), super_blocks(f) ? scales : scales.narrow(0, n0, r), wd);
     if (r == n) {
       if (linear_cublaslt(y, x2, wd, bias)) return;
       Tensor(y).copy_(kiln::linear(x2, wd, bias ? std::optional<Tensor>(*bias) : std::nullopt));
@@ -138,18 +157,24 @@ void set_quant_slice_elements(int64_t n) {
 }
 int64_t quant_slice_elements() { return slice_elements().load(std::memory_order_relaxed); }
 
+void set_qgemv_blocks_per_sm(int64_t n) {
+  KILN_CHECK(n >= 0, "matrix-vector blocks per multiprocessor must be >= 0, got ", n);
+  blocks_per_sm().store(n, std::memory_order_relaxed);
+}
+int64_t qgemv_blocks_per_sm() { return blocks_per_sm().load(std::memory_order_relaxed); }
+
 void dequantize_quantized(QuantFormat f, const Tensor& values_in, const Tensor& scales_in, const Tensor& out) {
   const int64_t n = values_in.size(0), k = out.size(1);
   if (n == 0 || k == 0) return;
   KILN_CHECK(out.is_contiguous() && aligned16(out.data_ptr()), "dequantize(quantized): out must be contiguous and "
              "16-byte aligned, got ", out.meta());
-  const Tensor values = kernel_values(values_in), scales = kernel_scales(scales_in);
+  const Tensor values = kernel_values(values_in, f), scales = kernel_scales(scales_in);
   const Device dev = out.device();
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
   const int64_t ldw = values.stride(0);
-  const uint16_t* ws = f == QuantFormat::Q4_K ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
-  const int64_t ldws = f == QuantFormat::Q4_K ? 0 : scales.stride(0);
+  const uint16_t* ws = super_blocks(f) ? nullptr : static_cast<const uint16_t*>(scales.data_ptr());
+  const int64_t ldws = super_blocks(f) ? 0 : scales.stride(0);
   with_format(f, [&](auto fc) {
     constexpr int F = decltype(fc)::value;
     const int64_t total = n * kernels::q_chunks_per_row<F>(static_cast<int>(k));
@@ -171,7 +196,7 @@ void linear_quantized(const Tensor& y, const Tensor& x2, QuantFormat f, const Te
     linear_sliced(y, x2, f, values_in, scales_in, bias);
     return;
   }
-  const Tensor values = kernel_values(values_in), scales = kernel_scales(scales_in);
+  const Tensor values = kernel_values(values_in, f), scales = kernel_scales(scales_in);
   const Device dev = y.device();
   DeviceGuard guard(dev);
   const cudaStream_t stream = stream_of(dev);
@@ -218,13 +243,13 @@ Tensor moe_block_experts_one(const Tensor& x, const Tensor& weights, const Tenso
   const Tensor ids = experts.contiguous();
   // y [k, n] (otype) = the expert ids[g]'s rows of `w` times row g x gx of the quantised activations.
   auto grouped = [&](const QuantizedRows& xr, int64_t gx, const QuantStack& w, int64_t n, int64_t kk, DType out) {
-    const Tensor values = kernel_values(w.values), scales = kernel_scales(w.scales);
+    const Tensor values = kernel_values(w.values, w.format), scales = kernel_scales(w.scales);
     Tensor y = empty({k, n}, out, dev);
     kernels::QGroups grp;
     grp.ids = ids.data<const int32_t>();
     grp.num = static_cast<int>(E);
     grp.gw = n * values.stride(0);
-    grp.gws = w.format == QuantFormat::Q4_K ? 0 : n * scales.stride(0);
+    grp.gws = super_blocks(w.format) ? 0 : n * scales.stride(0);
     grp.gx = gx;
     grp.gy = n;
     with_format(w.format, [&](auto fc) {

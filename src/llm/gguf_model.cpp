@@ -280,14 +280,13 @@ std::unique_ptr<WeightSource> gguf_weight_source(GgufFile f, const ModelConfig& 
   return std::make_unique<GgufWeightSource>(std::move(f), config);
 }
 
-int64_t gguf_weight_bytes(const GgufFile& f, DType dtype, Device device) {
+int64_t gguf_weight_bytes(const GgufFile& f, DType dtype, Device /*device: every kept format has kernels on both*/) {
   constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
   int64_t n = 0;
   for (const GgufTensorInfo& t : f.header().tensors) {
     int64_t e = 1;
     for (int64_t d : t.shape) e *= d;
-    const bool kept_type = t.type == kQ8_0 || t.type == kQ4_0 || t.type == kQ4_K ||
-                           ((t.type == kQ5_K || t.type == kQ6_K) && !device.is_cuda());
+    const bool kept_type = t.type == kQ8_0 || t.type == kQ4_0 || t.type == kQ4_K || t.type == kQ5_K || t.type == kQ6_K;
     const bool kept = kept_type && t.shape.size() >= 2 && t.name != "token_embd.weight";
     n += kept ? static_cast<int64_t>(t.nbytes) : e * static_cast<int64_t>(itemsize(dtype));
   }

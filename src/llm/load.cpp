@@ -40,16 +40,16 @@ Model load_model(const std::string& dir, const ModelOptions& options,
       KILN_CHECK(need <= free_bytes, dir, ": the weights need ", need / (1 << 20), " MiB on ", options.device.str(),
                  " but only ", free_bytes / (1 << 20), " MiB are free");
     }
-    // The linear layers stored in Q8_0, Q4_0 or Q4_K (ggml types 8, 2, 12), and on the CPU Q5_K and Q6_K, are
-    // read into those formats from the file's blocks as they are (LoadOptions::keep_blocks; q/k/v and gate/up of
-    // different formats part by part; the output layer too). The other linear weights of a block-quantised file
-    // are dequantised and quantised to Q8_0 when the model is made.
-    constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12;
+    // The linear layers stored in Q8_0, Q4_0, Q4_K, Q5_K or Q6_K (ggml types 8, 2, 12, 13, 14) are read into
+    // those formats from the file's blocks as they are (LoadOptions::keep_blocks; q/k/v and gate/up of different
+    // formats part by part; the output layer too). The other linear weights of a block-quantised file are
+    // dequantised and quantised to Q8_0 when the model is made.
+    constexpr uint32_t kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
     ModelOptions mo = options;
     lo.keep_blocks = true;
     if (mo.quant.empty() && f.contains("blk.0.attn_q.weight")) {
       const uint32_t type = f.info("blk.0.attn_q.weight").type;
-      if (type == kQ8_0 || type == kQ4_0 || type == kQ4_K) mo.quant = "q8_0";
+      if (type == kQ8_0 || type == kQ4_0 || type == kQ4_K || type == kQ5_K || type == kQ6_K) mo.quant = "q8_0";
     }
     const std::unique_ptr<WeightSource> source = gguf_weight_source(std::move(f), config);
     ModelWeights w = load_weights(config, *source, lo);

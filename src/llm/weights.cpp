@@ -325,14 +325,13 @@ class Loader {
 
   // The stored blocks of `weights` stacked along N as one kept-format Linear, when each has blocks of one format
   // (LoadOptions::keep_blocks); nothing otherwise. Q8_0 (34 bytes a block: f16 d, 32 int8) and Q4_0 (18: f16 d,
-  // 16 bytes of codes) are split into values and scales; Q4_K stays as stored, and Q5_K / Q6_K on the CPU (CUDA
-  // has no kernel for them: there such weights are dequantised, as other formats are).
+  // 16 bytes of codes) are split into values and scales; Q4_K, Q5_K and Q6_K stay as stored.
   std::optional<Linear> blocks_of(const std::vector<std::string>& weights) {
     std::vector<BlockTensor> parts;
     bool mixed = false;
     for (const auto& w : weights) {
       std::optional<BlockTensor> b = src_.blocks(w);
-      if (!b || ((b->format == "q5_k" || b->format == "q6_k") && o_.device.is_cuda())) return std::nullopt;
+      if (!b) return std::nullopt;
       mixed |= !parts.empty() && (b->format != parts[0].format || b->data.size(1) != parts[0].data.size(1));
       parts.push_back(std::move(*b));
     }
@@ -390,8 +389,7 @@ class Loader {
     for (int64_t e = 0; e < c_.num_experts; ++e)
       for (const std::string& w : weights) {
         std::optional<BlockTensor> b = src_.blocks(p + "mlp.experts." + std::to_string(e) + "." + w);
-        if (!b || (!format.empty() && (b->format != format || b->data.size(1) != rows[0].size(1))) ||
-            ((b->format == "q5_k" || b->format == "q6_k") && o_.device.is_cuda()))
+        if (!b || (!format.empty() && (b->format != format || b->data.size(1) != rows[0].size(1))))
           return std::nullopt;
         format = b->format;
         rows.push_back(b->data);

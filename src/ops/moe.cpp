@@ -287,25 +287,20 @@ Tensor moe_forward(const Tensor& x, const Tensor& router_weight, const BlockExpe
   if (T == 0) return empty({0, H}, x.dtype(), x.device());
 #if KILN_HAVE_CUDA
   if (x.is_cuda()) {
-    // One token with Q8_0 / Q4_0 / Q4_K experts: the grouped int8 kernels on the blocks.
-    auto stack = [](const BlockWeight& w) -> std::optional<cuda::QuantStack> {
-      return std::visit([](const auto& b) -> std::optional<cuda::QuantStack> {
-        using W = std::decay_t<decltype(b)>;
-        if constexpr (std::is_same_v<W, Q8Weight>) return cuda::QuantStack{cuda::QuantFormat::Q8_0, b.values, b.scales};
-        else if constexpr (std::is_same_v<W, Q4Weight>) return cuda::QuantStack{cuda::QuantFormat::Q4_0, b.values, b.scales};
-        else if constexpr (std::is_same_v<W, Q4KWeight>) return cuda::QuantStack{cuda::QuantFormat::Q4_K, b.blocks, Tensor()};
-        else return std::nullopt;
-      }, w);
-    };
-    const std::optional<cuda::QuantStack> sg = stack(experts.gate_up), sd = stack(experts.down);
-    if (T == 1 && sg && sd) {
+    // One token: the grouped int8 kernels on the blocks.
+    if (T == 1) {
+      auto stack = [](const BlockWeight& w) {
+        return std::visit([](const auto& b) {
+          using W = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<W, Q8Weight>) return cuda::QuantStack{cuda::QuantFormat::Q8_0, b.values, b.scales};
+          else if constexpr (std::is_same_v<W, Q4Weight>) return cuda::QuantStack{cuda::QuantFormat::Q4_0, b.values, b.scales};
+          else if constexpr (std::is_same_v<W, Q4KWeight>) return cuda::QuantStack{cuda::QuantFormat::Q4_K, b.blocks, Tensor()};
+          else if constexpr (std::is_same_v<W, Q5KWeight>) return cuda::QuantStack{cuda::QuantFormat::Q5_K, b.blocks, Tensor()};
+          else return cuda::QuantStack{cuda::QuantFormat::Q6_K, b.blocks, Tensor()};
+        }, w);
+      };
       const MoeRouting r = moe_route(x, router_weight, top_k, norm_topk_prob);
-      return cuda::moe_block_experts_one(x, r.weights, r.experts, *sg, *sd, E);
-    }
-    if (!sg || !sd) {  // Q5_K / Q6_K: no CUDA kernel reads them
-      const Tensor gu = dequantize(experts.gate_up, x.dtype()).view({E, 2 * I, H});
-      const Tensor dn = dequantize(experts.down, x.dtype()).view({E, H, I});
-      return cuda::moe_forward(x, router_weight, gu, dn, top_k, norm_topk_prob);
+      return cuda::moe_block_experts_one(x, r.weights, r.experts, stack(experts.gate_up), stack(experts.down), E);
     }
   }
 #endif

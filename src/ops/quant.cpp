@@ -96,86 +96,81 @@ Tensor dequantize(const W& w, DType dtype, const char* op) {
   return out.to(w.values.device()).to(dtype);
 }
 
-// Q4_K: raw GGUF super-blocks, no separate scales.
-int64_t in_features(const Q4KWeight& w) { return w.blocks.size(1) / cpu::kQ4KBytes * cpu::kQ4KBlock; }
-
-void check_weight(const Q4KWeight& w, const char* op) {
-  KILN_CHECK(w.blocks.dim() == 2 && w.blocks.dtype() == DType::U8 && w.blocks.size(1) % cpu::kQ4KBytes == 0, op,
-             ": blocks must be uint8 [N, K / 256 x 144] (144 bytes per 256 values), got ", w.blocks.meta());
-}
-
-Tensor dequantize(const Q4KWeight& w, DType dtype, const char* op) {
-  check_weight(w, op);
-  KILN_CHECK(dset(dtype) & kWeightTypes, op, ": dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
-#if KILN_HAVE_CUDA
-  if (w.blocks.is_cuda()) {
-    Tensor out = empty({w.blocks.size(0), in_features(w)}, dtype, w.blocks.device());
-    cuda::dequantize_quantized(cuda::QuantFormat::Q4_K, w.blocks.contiguous(), Tensor(), out);
-    return out;
-  }
-#endif
-  const Tensor blocks = w.blocks.to(kCPU).contiguous();
-  Tensor out = empty({blocks.size(0), in_features(w)}, DType::F32);
-  cpu::dequantize_q4k(out, blocks);
-  return out.to(w.blocks.device()).to(dtype);
-}
-
-// Q5_K and Q6_K: raw GGUF super-blocks (176 and 210 bytes), read from files only: no quantiser, and no CUDA
-// kernel (CUDA tensors are dequantised on the host).
+// Q4_K, Q5_K and Q6_K: raw GGUF super-blocks of 256 values (144, 176 and 210 bytes), no separate scales; Q5_K
+// and Q6_K are read from files only (no quantiser).
 template <class W>
-struct HostBlocks;
+struct SuperBlocks;
 template <>
-struct HostBlocks<Q5KWeight> {
+struct SuperBlocks<Q4KWeight> {
+  static constexpr const char* name = "q4_k";
+  static constexpr int64_t bytes = cpu::kQ4KBytes;
+#if KILN_HAVE_CUDA
+  static constexpr cuda::QuantFormat format = cuda::QuantFormat::Q4_K;
+#endif
+  static void dequantize(const Tensor& out, const Tensor& blocks) { cpu::dequantize_q4k(out, blocks); }
+  static void linear(const Tensor& out, const Tensor& x, const Tensor& b, const Tensor* bias) {
+    cpu::linear_q4k(out, x, b, bias);
+  }
+};
+template <>
+struct SuperBlocks<Q5KWeight> {
   static constexpr const char* name = "q5_k";
   static constexpr int64_t bytes = cpu::kQ5KBytes;
+#if KILN_HAVE_CUDA
+  static constexpr cuda::QuantFormat format = cuda::QuantFormat::Q5_K;
+#endif
   static void dequantize(const Tensor& out, const Tensor& blocks) { cpu::dequantize_q5k(out, blocks); }
   static void linear(const Tensor& out, const Tensor& x, const Tensor& b, const Tensor* bias) {
     cpu::linear_q5k(out, x, b, bias);
   }
 };
 template <>
-struct HostBlocks<Q6KWeight> {
+struct SuperBlocks<Q6KWeight> {
   static constexpr const char* name = "q6_k";
   static constexpr int64_t bytes = cpu::kQ6KBytes;
+#if KILN_HAVE_CUDA
+  static constexpr cuda::QuantFormat format = cuda::QuantFormat::Q6_K;
+#endif
   static void dequantize(const Tensor& out, const Tensor& blocks) { cpu::dequantize_q6k(out, blocks); }
   static void linear(const Tensor& out, const Tensor& x, const Tensor& b, const Tensor* bias) {
     cpu::linear_q6k(out, x, b, bias);
   }
 };
 template <class W>
-constexpr bool kHostBlocks = std::is_same_v<W, Q5KWeight> || std::is_same_v<W, Q6KWeight>;
+constexpr bool kBlocks =
+    std::is_same_v<W, Q4KWeight> || std::is_same_v<W, Q5KWeight> || std::is_same_v<W, Q6KWeight>;
 
 template <class W>
-int64_t host_in_features(const W& w) {
-  return w.blocks.size(1) / HostBlocks<W>::bytes * 256;
+  requires kBlocks<W>
+int64_t in_features(const W& w) {
+  return w.blocks.size(1) / SuperBlocks<W>::bytes * 256;
 }
-int64_t in_features(const Q5KWeight& w) { return host_in_features(w); }
-int64_t in_features(const Q6KWeight& w) { return host_in_features(w); }
 
 template <class W>
-void host_check_weight(const W& w, const char* op) {
-  KILN_CHECK(w.blocks.dim() == 2 && w.blocks.dtype() == DType::U8 && w.blocks.size(1) % HostBlocks<W>::bytes == 0,
-             op, ": blocks must be uint8 [N, K / 256 x ", HostBlocks<W>::bytes, "] (", HostBlocks<W>::bytes,
+  requires kBlocks<W>
+void check_weight(const W& w, const char* op) {
+  KILN_CHECK(w.blocks.dim() == 2 && w.blocks.dtype() == DType::U8 && w.blocks.size(1) % SuperBlocks<W>::bytes == 0,
+             op, ": blocks must be uint8 [N, K / 256 x ", SuperBlocks<W>::bytes, "] (", SuperBlocks<W>::bytes,
              " bytes per 256 values), got ", w.blocks.meta());
 }
 
-void check_weight(const Q5KWeight& w, const char* op) { host_check_weight(w, op); }
-void check_weight(const Q6KWeight& w, const char* op) { host_check_weight(w, op); }
-
 template <class W>
-Tensor host_dequantize(const W& w, DType dtype, const char* op) {
+  requires kBlocks<W>
+Tensor dequantize(const W& w, DType dtype, const char* op) {
   check_weight(w, op);
   KILN_CHECK(dset(dtype) & kWeightTypes, op, ": dtype must be f32, f16 or bf16, got ", dtype_name(dtype));
+#if KILN_HAVE_CUDA
+  if (w.blocks.is_cuda()) {
+    Tensor out = empty({w.blocks.size(0), in_features(w)}, dtype, w.blocks.device());
+    cuda::dequantize_quantized(SuperBlocks<W>::format, w.blocks.contiguous(), Tensor(), out);
+    return out;
+  }
+#endif
   const Tensor blocks = w.blocks.to(kCPU).contiguous();
   Tensor out = empty({blocks.size(0), in_features(w)}, DType::F32);
-  HostBlocks<W>::dequantize(out, blocks);
+  SuperBlocks<W>::dequantize(out, blocks);
   return out.to(w.blocks.device()).to(dtype);
 }
-Tensor dequantize(const Q5KWeight& w, DType dtype, const char* op) { return host_dequantize(w, dtype, op); }
-Tensor dequantize(const Q6KWeight& w, DType dtype, const char* op) { return host_dequantize(w, dtype, op); }
-
-template <class W>
-constexpr bool kBlocks = std::is_same_v<W, Q4KWeight> || kHostBlocks<W>;
 
 template <class W>
 W rows_of(const W& w, int64_t n0, int64_t R) {
@@ -191,8 +186,7 @@ const Tensor& values_of(const W& w) {
 
 template <class W>
 const char* name_of() {
-  if constexpr (std::is_same_v<W, Q4KWeight>) return "q4_k";
-  else if constexpr (kHostBlocks<W>) return HostBlocks<W>::name;
+  if constexpr (kBlocks<W>) return SuperBlocks<W>::name;
   else return Format<W>::name;
 }
 
@@ -216,13 +210,11 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
   const int64_t M = x2.size(0);
 #if KILN_HAVE_CUDA
   if (x.is_cuda()) {
-    // No Q5_K / Q6_K kernel on CUDA: the weight dequantised for the dense product.
-    if constexpr (kHostBlocks<W>) return linear(x2, dequantize(w, x.dtype(), op.c_str()), bias).view(out_shape);
     Tensor out = empty({M, N}, x.dtype(), x.device());
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
-    if constexpr (std::is_same_v<W, Q4KWeight>)
-      cuda::linear_quantized(out, x2, cuda::QuantFormat::Q4_K, w.blocks, Tensor(), bias ? &bias_c : nullptr);
-    else if constexpr (!kHostBlocks<W>)
+    if constexpr (kBlocks<W>)
+      cuda::linear_quantized(out, x2, SuperBlocks<W>::format, w.blocks, Tensor(), bias ? &bias_c : nullptr);
+    else
       cuda::linear_quantized(out, x2, std::is_same_v<W, Q4Weight> ? cuda::QuantFormat::Q4_0 : cuda::QuantFormat::Q8_0,
                              w.values, w.scales, bias ? &bias_c : nullptr);
     return out.view(out_shape);
@@ -231,10 +223,8 @@ Tensor linear_quantized(const Tensor& x, const W& w, const std::optional<Tensor>
   Tensor out = empty({M, N}, x.dtype(), x.device());
   if (cpu::q8_dot_takes(M)) {
     const Tensor bias_c = bias ? bias->contiguous() : Tensor();
-    if constexpr (kHostBlocks<W>)
-      HostBlocks<W>::linear(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
-    else if constexpr (std::is_same_v<W, Q4KWeight>)
-      cpu::linear_q4k(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
+    if constexpr (kBlocks<W>)
+      SuperBlocks<W>::linear(out, x2, w.blocks.contiguous(), bias ? &bias_c : nullptr);
     else
       cpu::linear_q8(out, x2, w.values.contiguous(), w.scales.contiguous(), bias ? &bias_c : nullptr);
     return out.view(out_shape);

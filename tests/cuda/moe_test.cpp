@@ -776,7 +776,8 @@ TEST(CudaMoeBlocks, MatchTheCpu) {
   using Case = test::BlockMoeCase;
   for (const Case& c : {Case{1, 256, 256, 8, 2, "q8_0", "q8_0", DType::F32}, Case{1, 256, 256, 16, 8, "q4_k", "q4_k", DType::BF16},
                         Case{1, 512, 64, 8, 4, "q4_k", "q4_0", DType::F16}, Case{1, 64, 32, 128, 8, "q4_0", "q8_0", DType::F32},
-                        Case{6, 256, 256, 8, 2, "q4_k", "q8_0", DType::BF16}}) {
+                        Case{6, 256, 256, 8, 2, "q4_k", "q8_0", DType::BF16}, Case{1, 256, 256, 8, 2, "q5_k", "q6_k", DType::BF16},
+                        Case{1, 512, 256, 16, 4, "q6_k", "q5_k", DType::F32}, Case{5, 256, 256, 8, 2, "q5_k", "q6_k", DType::F16}}) {
     SCOPED_TRACE(c.name());
     const Tensor x = test::random_tensor({c.T, c.H}, c.dtype);
     const Tensor router = test::random_tensor({c.E, c.H}, c.dtype, -1, 1);

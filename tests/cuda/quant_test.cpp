@@ -1,4 +1,4 @@
-// CUDA Q8_0, Q4_0 and Q4_K weights against the CPU (tests/ops/quant_test.cpp checks the CPU against the formats'
+// CUDA Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights against the CPU (tests/ops/quant_test.cpp checks the CPU against the formats'
 // definitions): dequantisation bit for bit, linear on the int8 matrix-vector path (x quantised as the CPU
 // quantises it, so only the order of the f32 sums differs) and on the dequantised-slices path, NaN
 // activations, misaligned and strided operands, graph capture.
@@ -8,6 +8,7 @@
 
 #include "kiln/nn.h"
 #include "kiln/runtime.h"
+#include "kblocks_random.h"
 #include "ops/linear_check.h"
 #include "test_util.h"
 #if KILN_HAVE_CUDA
@@ -22,8 +23,15 @@ namespace {
 
 const Device kGpu = cuda_device(0);
 
-// A quantised weight of any of the three formats.
-using QWeight = std::variant<Q8Weight, Q4Weight, Q4KWeight>;
+// A quantised weight of any of the five formats.
+using QWeight = BlockWeight;
+
+// Q5_K and Q6_K, which kiln does not quantise to: random super-blocks of w's shape (values up to about 3 and
+// 1.2), a fresh draw each call.
+uint64_t next_seed() {
+  static uint64_t seed = 1000;
+  return seed++;
+}
 
 struct Format {
   const char* name;
@@ -31,27 +39,19 @@ struct Format {
   QWeight (*quantize)(const Tensor& w);  // on the CPU
 };
 
-const Format kFormats[] = {{"q8_0", 32, [](const Tensor& w) { return QWeight(quantize_q8_0(w)); }},
-                           {"q4_0", 32, [](const Tensor& w) { return QWeight(quantize_q4_0(w)); }},
-                           {"q4_k", 256, [](const Tensor& w) { return QWeight(quantize_q4_k(w)); }}};
+const Format kFormats[] = {
+    {"q8_0", 32, [](const Tensor& w) { return QWeight(quantize_q8_0(w)); }},
+    {"q4_0", 32, [](const Tensor& w) { return QWeight(quantize_q4_0(w)); }},
+    {"q4_k", 256, [](const Tensor& w) { return QWeight(quantize_q4_k(w)); }},
+    {"q5_k", 256, [](const Tensor& w) { return QWeight(test::random_q5k(w.size(0), w.size(1), next_seed(), 1e-3f, 1.5e-3f)); }},
+    {"q6_k", 256, [](const Tensor& w) { return QWeight(test::random_q6k(w.size(0), w.size(1), next_seed(), 1e-4f, 3e-4f)); }}};
 
 QWeight to(const QWeight& q, Device d) {
   return std::visit(
       [&](const auto& w) -> QWeight {
         using W = std::decay_t<decltype(w)>;
-        if constexpr (std::is_same_v<W, Q4KWeight>) return W{w.blocks.to(d)};
+        if constexpr (requires { w.blocks; }) return W{w.blocks.to(d)};
         else return W{w.values.to(d), w.scales.to(d)};
-      },
-      q);
-}
-
-Tensor dequantize(const QWeight& q, DType dt) {
-  return std::visit(
-      [&](const auto& w) {
-        using W = std::decay_t<decltype(w)>;
-        if constexpr (std::is_same_v<W, Q8Weight>) return dequantize_q8_0(w, dt);
-        else if constexpr (std::is_same_v<W, Q4Weight>) return dequantize_q4_0(w, dt);
-        else return dequantize_q4_k(w, dt);
       },
       q);
 }
@@ -179,6 +179,58 @@ TEST(CudaQuant, MisalignedAndStridedOperands) {
   }
 }
 
+// Q6_K's 210-byte blocks are 2-byte aligned: the kernels read them in place at any even address (rows of 420
+// bytes here) and copy them from an odd one. Every placement gives the CPU's result; a weight marked constant
+// and read in place makes the product a dependent launch, which a copy (not constant) would not.
+TEST(CudaQuant, Q6KBlocksAtAnyEvenAddress) {
+  KILN_REQUIRE_CUDA();
+  const bool pdl = cuda::dependent_launch_enabled(0);
+  const int64_t n = 37, k = 512;
+  const Q6KWeight q = test::random_q6k(n, k, 71, 1e-4f, 3e-4f);
+  const Tensor wd = dequantize_q6_k(q);
+  for (int64_t m : {1, 5, 40}) {
+    SCOPED_TRACE(str("M=", m));
+    const Tensor x = test::random_tensor({m, k}, DType::BF16);
+    const Tensor ref = cpu_linear(x, q, std::nullopt);
+    for (int64_t offset : {0, 2, 6, 1}) {
+      SCOPED_TRACE(str("offset ", offset));
+      const Q6KWeight g{placed(q.blocks, offset, kGpu)};
+      mark_constant(g.blocks);
+      const int64_t before = cuda::dependent_launches();
+      const Tensor out = linear(x.to(kGpu), g);
+      // The activations' quantisation is always a dependent launch; the product (one per 8 rows) when in place.
+      if (m <= cuda::kQuantGemvRows)
+        EXPECT_EQ(cuda::dependent_launches() - before, pdl ? 1 + (offset % 2 == 0 ? (m + 7) / 8 : 0) : 0);
+      EXPECT_TRUE(test::linear_close(out, ref, test::linear_abs_scale(x, wd, std::nullopt), DType::BF16, k,
+                                     m > cuda::kQuantGemvRows));
+      EXPECT_TRUE(test::equal(dequantize_q6_k(g).to(kCPU), wd));
+    }
+  }
+}
+
+// Fewer blocks than row blocks (each looping over its rows, the next ones' loads in flight): the same bits as
+// one block per row block, with one and several warps per row, one and two steps per row, threads without a
+// chunk (K = 256), and few and many rows of x.
+TEST(CudaQuant, LoopingBlocksGiveTheSameBits) {
+  KILN_REQUIRE_CUDA();
+  using PerSm = test::SettingScope<int64_t, cuda::qgemv_blocks_per_sm, cuda::set_qgemv_blocks_per_sm>;
+  for (const Format& f : kFormats)
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{5000, 1024}, {700, 16384}, {3000, 256}}) {
+      const QWeight q = to(f.quantize(test::random_tensor({n, k}, DType::F32, -0.1, 0.1)), kGpu);
+      for (int64_t m : {1, 3, 8}) {
+        SCOPED_TRACE(str(f.name, " N=", n, " K=", k, " M=", m));
+        const Tensor x = test::random_tensor({m, k}, DType::BF16, -1, 1, kGpu);
+        Tensor one;
+        {
+          const PerSm all(0);
+          one = qlinear(x, q).to(kCPU);
+        }
+        const PerSm looping(1);
+        EXPECT_TRUE(test::equal(qlinear(x, q).to(kCPU), one));
+      }
+    }
+}
+
 // The many-rows path in several slices of the weight (a bias slice each) against the CPU's dense product.
 TEST(CudaQuant, ManyRowsInSlices) {
   KILN_REQUIRE_CUDA();
@@ -209,7 +261,7 @@ TEST(CudaQuant, ConstantWeightsLaunchAsDependents) {
     const QWeight plain = to(host, kGpu), marked = to(host, kGpu);  // two uploads of the same codes
     std::visit(
         [](const auto& w) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(w)>, Q4KWeight>) mark_constant(w.blocks);
+          if constexpr (requires { w.blocks; }) mark_constant(w.blocks);
           else mark_constant(w.values), mark_constant(w.scales);
         },
         marked);

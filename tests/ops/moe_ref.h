@@ -7,11 +7,20 @@
 #include <vector>
 
 #include "kiln/nn.h"
+#include "kblocks_random.h"
 
 namespace kiln::test {
 
-// w [N, K] quantised to the block format named f ("q8_0", "q4_0" or "q4_k").
+// w [N, K] quantised to the block format named f ("q8_0", "q4_0" or "q4_k"); "q5_k" and "q6_k" (which kiln
+// does not quantise to) give random super-blocks of w's shape, seeded by w's first value: Q5_K values in about
+// [0, 0.6], Q6_K ones within about 1.2 of 0.
 inline BlockWeight quantize_block(const Tensor& w, const std::string& f) {
+  if (f == "q5_k" || f == "q6_k") {
+    const double first = w.to(kCPU, DType::F64).flatten().narrow(0, 0, 1).item<double>();
+    const uint64_t seed = static_cast<uint64_t>(std::fabs(first) * 1e9) + static_cast<uint64_t>(w.numel());
+    if (f == "q5_k") return random_q5k(w.size(0), w.size(1), seed, 1e-4f, 3e-4f);
+    return random_q6k(w.size(0), w.size(1), seed, 1e-4f, 3e-4f);
+  }
   if (f == "q4_k") return quantize_q4_k(w);
   if (f == "q4_0") return quantize_q4_0(w);
   return quantize_q8_0(w);

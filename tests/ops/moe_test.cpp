@@ -550,7 +550,7 @@ TEST(MoeForwardBlocks, MatchesTheDequantisedExperts) {
   using Case = test::BlockMoeCase;
   for (const Case& c : {Case{1, 64, 32, 8, 2, "q8_0", "q8_0", DType::F32}, Case{9, 64, 64, 6, 3, "q4_0", "q8_0", DType::F32},
                         Case{5, 256, 256, 4, 2, "q4_k", "q4_k", DType::F32}, Case{7, 256, 32, 8, 8, "q4_k", "q4_0", DType::BF16},
-                        Case{12, 64, 32, 16, 2, "q8_0", "q4_0", DType::F16}}) {
+                        Case{12, 64, 32, 16, 2, "q8_0", "q4_0", DType::F16}, Case{3, 256, 256, 4, 2, "q5_k", "q6_k", DType::F32}}) {
     SCOPED_TRACE(c.name());
     // x and the router drawn again until every token's k-th and (k+1)-th router logits (in double) are 0.05 or
     // more apart: the experts a token takes then do not hang on the rounding of 16-bit logits, which sums in

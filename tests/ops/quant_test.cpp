@@ -14,6 +14,7 @@
 #include "kiln/io.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
+#include "kblocks_random.h"
 #include "test_util.h"
 
 using namespace kiln;
@@ -432,19 +433,6 @@ double ref_q6k_value(const uint8_t* blk, int i) {
   return double(f16_bits_to_f32(dh)) * sc[2 * q + l / 16] * (code - 32);
 }
 
-// N x K / 256 super-blocks of random bytes (every code and scale is valid), d in [1e-3, 3e-3].
-Q6KWeight random_q6k(int64_t N, int64_t K, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Tensor blocks = empty({N, K / 256 * 210}, DType::U8);
-  uint8_t* b = blocks.data<uint8_t>();
-  for (int64_t i = 0; i < blocks.numel(); ++i) b[i] = static_cast<uint8_t>(rng());
-  std::uniform_real_distribution<float> d(1e-3f, 3e-3f);
-  for (int64_t i = 0; i < N * (K / 256); ++i) {
-    const uint16_t h = f32_to_f16_bits(d(rng));
-    std::memcpy(b + i * 210 + 208, &h, 2);
-  }
-  return {blocks};
-}
 }  // namespace
 
 // GGUF's Q6_K bytes (types.gguf, read by gguf-py into types.ref.safetensors) are a Q6KWeight as they are.
@@ -476,18 +464,19 @@ void check_dequantisation(Random random, Deq dequantize, Ref ref, int64_t bytes,
 }
 
 TEST(Q6K, DequantisationFollowsTheFormat) {
-  check_dequantisation<Q6KWeight>(random_q6k, [](const Q6KWeight& q) { return dequantize_q6_k(q); }, ref_q6k_value,
+  check_dequantisation<Q6KWeight>([](int64_t n, int64_t k, uint64_t s) { return test::random_q6k(n, k, s); },
+                                  [](const Q6KWeight& q) { return dequantize_q6_k(q); }, ref_q6k_value,
                                   210, 50);
 }
 
 TEST(Q6K, LinearMatchesReferencesOnEveryPath) {
   uint64_t seed = 60;
-  check_linear_paths<Q6KWeight>([&](const Tensor& w) { return random_q6k(w.size(0), w.size(1), seed++); },
+  check_linear_paths<Q6KWeight>([&](const Tensor& w) { return test::random_q6k(w.size(0), w.size(1), seed++); },
                                 [](const Q6KWeight& q) { return dequantize_q6_k(q); }, {256, 768, 2816});
 }
 
 TEST(Q6K, BadArgumentsAreErrors) {
-  const Q6KWeight q = random_q6k(4, 256, 61);
+  const Q6KWeight q = test::random_q6k(4, 256, 61);
   EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(2 * 512, 62), {2, 512}), q); },
                                  {"linear(q6_k)", "expects 256"}));
   EXPECT_TRUE(test::throws_error([&] { (void)dequantize_q6_k(Q6KWeight{q.blocks.narrow(1, 0, 100)}); },
@@ -521,19 +510,6 @@ double ref_q5k_value(const uint8_t* blk, int i) {
   return double(f16_bits_to_f32(dh)) * s * q - double(f16_bits_to_f32(mh)) * m;
 }
 
-// N x K / 256 super-blocks of random bytes, d in [1e-3, 3e-3] and dmin in [0, 1e-3].
-Q5KWeight random_q5k(int64_t N, int64_t K, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  Tensor blocks = empty({N, K / 256 * 176}, DType::U8);
-  uint8_t* b = blocks.data<uint8_t>();
-  for (int64_t i = 0; i < blocks.numel(); ++i) b[i] = static_cast<uint8_t>(rng());
-  std::uniform_real_distribution<float> d(1e-3f, 3e-3f), dmin(0.f, 1e-3f);
-  for (int64_t i = 0; i < N * (K / 256); ++i) {
-    const uint16_t h[2] = {f32_to_f16_bits(d(rng)), f32_to_f16_bits(dmin(rng))};
-    std::memcpy(b + i * 176, h, 4);
-  }
-  return {blocks};
-}
 }  // namespace
 
 TEST(Q5K, GgufBlocksDequantiseAsGgufPyReadsThem) {
@@ -546,18 +522,19 @@ TEST(Q5K, GgufBlocksDequantiseAsGgufPyReadsThem) {
 }
 
 TEST(Q5K, DequantisationFollowsTheFormat) {
-  check_dequantisation<Q5KWeight>(random_q5k, [](const Q5KWeight& q) { return dequantize_q5_k(q); }, ref_q5k_value,
+  check_dequantisation<Q5KWeight>([](int64_t n, int64_t k, uint64_t s) { return test::random_q5k(n, k, s); },
+                                  [](const Q5KWeight& q) { return dequantize_q5_k(q); }, ref_q5k_value,
                                   176, 70);
 }
 
 TEST(Q5K, LinearMatchesReferencesOnEveryPath) {
   uint64_t seed = 80;
-  check_linear_paths<Q5KWeight>([&](const Tensor& w) { return random_q5k(w.size(0), w.size(1), seed++); },
+  check_linear_paths<Q5KWeight>([&](const Tensor& w) { return test::random_q5k(w.size(0), w.size(1), seed++); },
                                 [](const Q5KWeight& q) { return dequantize_q5_k(q); }, {256, 768, 2816});
 }
 
 TEST(Q5K, BadArgumentsAreErrors) {
-  const Q5KWeight q = random_q5k(4, 256, 81);
+  const Q5KWeight q = test::random_q5k(4, 256, 81);
   EXPECT_TRUE(test::throws_error([&] { (void)linear(from(random_values(2 * 512, 82), {2, 512}), q); },
                                  {"linear(q5_k)", "expects 256"}));
   EXPECT_TRUE(test::throws_error([&] { (void)dequantize_q5_k(Q5KWeight{q.blocks.narrow(1, 0, 100)}); },

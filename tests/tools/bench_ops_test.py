@@ -44,8 +44,9 @@ for n in names:
 count = {}
 for n in names:
     count[n.split("/")[0]] = count.get(n.split("/")[0], 0) + 1
-expected = {"launch": 1, "linear": 73, "linear_q4_k": 10, "linear_q8_0": 10, "linear_fp8": 27, "scaled_mm": 24, "softmax": 8, "log_softmax": 8,
-            "rms_norm": 6, "add_rms_norm": 4, "rope": 4, "silu_and_mul": 5, "sample": 6, "decode_attention": 16,
+expected = {"launch": 1, "linear": 73, "linear_q4_k": 10, "linear_q8_0": 10, "linear_q5_k": 10, "linear_q6_k": 10,
+            "linear_fp8": 27, "scaled_mm": 24, "softmax": 8, "log_softmax": 8, "rms_norm": 6, "add_rms_norm": 4,
+            "rope": 4, "silu_and_mul": 5, "sample": 6, "decode_attention": 16,
             "sdpa_prefill": 9, "grouped_mm": 18, "moe": 9, "linalg": 13, "bincount": 1, "pad": 2, "dropout": 1,
             "conv2d": 3, "conv3d": 1, "layer_norm": 1, "group_norm": 2, "batch_norm": 2, "cross_entropy": 1}
 check(count == expected, f"cases per op {count} == {expected}")

@@ -7,8 +7,11 @@
 // CASES in bench/torch_ops.py (the PyTorch side); `kiln bench ops --list` and `bench/torch_ops.py --list`
 // must print identical tables (tools/kiln/CMakeLists.txt tests that when Python is present).
 #include <cstdio>
+#include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -188,16 +191,41 @@ OpCase linear_fp8_case(int64_t m, int64_t k, int64_t n) {
   return c;
 }
 
-// linear(x, Q8Weight | Q4KWeight): x [M, K] bf16, the weight quantised on the host from N(0, 0.02) values, output
-// bf16. Compare with linear/bf16 at the same shape: 1.0625 (q8_0) and 0.5625 (q4_k) bytes a weight, not 2.
+// GGUF super-blocks of `bytes` per 256 values, [n, k / 256 x bytes] on the host: random bytes (every code and
+// scale valid) with the f16 factors at byte offsets `factors` of each block (Q5_K's d and dmin, Q6_K's d) set
+// to 1e-4, so that the values stay within about 0.1.
+Tensor random_super_blocks(int64_t n, int64_t k, int64_t bytes, std::initializer_list<int64_t> factors) {
+  Tensor b = empty({n, k / 256 * bytes}, DType::U8);
+  uint8_t* p = b.data<uint8_t>();
+  std::mt19937_64 rng(static_cast<uint64_t>(n * 31 + k));
+  for (int64_t i = 0; i < b.numel(); ++i) p[i] = static_cast<uint8_t>(rng());
+  const uint16_t d = f32_to_f16_bits(1e-4f);
+  for (int64_t i = 0; i < n * (k / 256); ++i)
+    for (const int64_t at : factors) std::memcpy(p + i * bytes + at, &d, 2);
+  return b;
+}
+
+// linear(x, Q8Weight | Q4KWeight | Q5KWeight | Q6KWeight): x [M, K] bf16, the weight quantised on the host from
+// N(0, 0.02) values (Q5_K, Q6_K, which kiln does not quantise to: random blocks), output bf16. Compare with
+// linear/bf16 at the same shape: 1.0625 (q8_0), 0.5625 (q4_k), 0.6875 (q5_k), 0.8203 (q6_k) bytes a weight,
+// not 2.
 OpCase linear_quant_case(const std::string& fmt, int64_t m, int64_t k, int64_t n) {
   OpCase c;
   c.name = "linear_" + fmt + "/bf16/M" + str(m) + "/K" + str(k) + "/N" + str(n);
-  c.copy_bytes = nb(m * k, kBF16) + (fmt == "q4_k" ? n * k / 256 * 144 : n * k + n * k / 32 * 2);
+  const int64_t super = fmt == "q4_k" ? 144 : fmt == "q5_k" ? 176 : fmt == "q6_k" ? 210 : 0;
+  c.copy_bytes = nb(m * k, kBF16) + (super ? n * k / 256 * super : n * k + n * k / 32 * 2);
   c.bytes = c.copy_bytes + nb(m * n, kBF16);
   c.max_copies = 512;
   c.make = [=](Device dev) -> BenchCall {
     Tensor x = rnd({m, k}, kBF16, dev);
+    if (fmt == "q5_k") {
+      const Q5KWeight q{weight(random_super_blocks(n, k, 176, {0, 2}).to(dev))};
+      return [x, q] { (void)linear(x, q); };
+    }
+    if (fmt == "q6_k") {
+      const Q6KWeight q{weight(random_super_blocks(n, k, 210, {208}).to(dev))};
+      return [x, q] { (void)linear(x, q); };
+    }
     const Tensor w = rnd({n, k}, DType::F32, kCPU, 0.02);
     if (fmt == "q4_k") {
       const Q4KWeight q{weight(quantize_q4_k(w).blocks.to(dev))};
@@ -585,7 +613,7 @@ std::vector<OpCase> op_cases() {
 
   // Quantised weights at Qwen3-8B's decode shapes (q/k/v, o, gate/up, down, lm_head) and a few rows.
   constexpr int64_t kQuant[][2] = {{4096, 6144}, {4096, 4096}, {4096, 24576}, {12288, 4096}, {4096, 151936}};
-  for (const char* fmt : {"q4_k", "q8_0"})
+  for (const char* fmt : {"q4_k", "q8_0", "q5_k", "q6_k"})
     for (const int64_t m : {1, 4})
       for (const auto& kn : kQuant) cases.push_back(linear_quant_case(fmt, m, kn[0], kn[1]));
 

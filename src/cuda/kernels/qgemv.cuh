@@ -1,5 +1,5 @@
 // Device code of the products with llama.cpp-format quantised weights (linear(x, Q8Weight | Q4Weight |
-// Q4KWeight) on CUDA): the activations' quantisation to int8 per block of 32, the matrix-vector kernel on int8
+// Q4KWeight | Q5KWeight | Q6KWeight) on CUDA): the activations' quantisation to int8 per block of 32, the matrix-vector kernel on int8
 // dot products, and the dequantisation to a float type. Raw pointers, sizes and strides in; the launchers are
 // in src/cuda/quant.cu.
 //
@@ -10,12 +10,21 @@
 //   Q4_K  blocks uint8 [n, k / 256 x 144]: per 256 values f16 d, f16 dmin, 12 bytes of 6-bit scales s_j and
 //         mins m_j of 8 sub-blocks of 32, 128 bytes of codes (32 bytes per pair of sub-blocks: 2c in the low
 //         nibbles, 2c + 1 in the high ones)                       value = d s_j code - dmin m_j
+//   Q5_K  blocks uint8 [n, k / 256 x 176]: Q4_K's 16-byte head, 32 bytes of fifth bits qh (bit j of qh[l] is
+//         the fifth bit of value l of sub-block j), then Q4_K's 128 bytes of low nibbles
+//                                                                  value = d s_j code - dmin m_j, code 0..31
+//   Q6_K  blocks uint8 [n, k / 256 x 210] (2-byte aligned only): 128 bytes of low nibbles ql, 64 bytes of
+//         high bit pairs qh, 16 int8 scales (one per 16 values), f16 d. Sub-block b = 4h + j (32 values) of
+//         half h takes ql[64h + 32 (j % 2) + l] (low nibble for j < 2, high for j >= 2) and bits 2j, 2j + 1
+//         of qh[32h + l]; its first 16 values scale sc[8h + 2j], its last 16 sc[8h + 2j + 1]
+//                                                                  value = d sc (code - 32), code 0..63
 //
 // The product (as the CPU's, and llama.cpp's): x is quantised to int8 per block of 32 (x_q, its scale x_d =
 // max|x| / 127 and the sum of its codes x_s), so that each block's dot product is an exact integer sum of
 // dp4a instructions (four int8 products each), scaled once:
 //   Q8_0: d x_d sum(q x_q);  Q4_0: d x_d (sum(code x_q) - 8 x_s);
-//   Q4_K: d s_j x_d sum(code x_q) - dmin m_j x_d x_s   per sub-block j.
+//   Q4_K, Q5_K: d s_j x_d sum(code x_q) - dmin m_j x_d x_s   per sub-block j;
+//   Q6_K: d x_d sum over its two halves of sc sum((code - 32) x_q)   per block of 32.
 // A block of x holding NaN or an infinity gets a NaN scale: the rows it meets come out NaN.
 #pragma once
 
@@ -31,9 +40,15 @@
 
 namespace kiln::cuda::kernels {
 
-enum QFormat : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2 };
-inline constexpr int kQBlock = 32;                      // values per block of x (and of Q8_0 / Q4_0 weights)
-inline constexpr int kQ4KValues = 256, kQ4KBytes = 144;  // a Q4_K super-block
+enum QFormat : int { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ5_K = 3, kQ6_K = 4 };
+inline constexpr int kQBlock = 32;  // values per block of x (and of Q8_0 / Q4_0 weights)
+inline constexpr int kQ4KValues = 256, kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;  // super-blocks
+
+// The super-block formats (no separate scales tensor), and their bytes per 256 values.
+__host__ __device__ constexpr bool q_super_blocks(int f) { return f == kQ4_K || f == kQ5_K || f == kQ6_K; }
+__host__ __device__ constexpr int q_super_bytes(int f) {
+  return f == kQ4_K ? kQ4KBytes : f == kQ5_K ? kQ5KBytes : kQ6KBytes;
+}
 
 // Output (and bias) element types of the launches: one kernel instance serves all three.
 enum QOut : int { kQOutF32 = 0, kQOutF16 = 1, kQOutBF16 = 2 };
@@ -101,9 +116,11 @@ __global__ void __launch_bounds__(256) quantize_x_q8_kernel(const T* x, int64_t 
 // The work split is the bf16 GEMV's (gemv.cuh) with one weight row per warp group: `split` warps stride over
 // the row's 16-byte chunks of codes together, partials are summed over the warp by shuffles and over the
 // group's warps in shared memory in warp order (the same bits on every run for a launch shape). A chunk is
-// 16 values of Q8_0, one block of 32 of Q4_0, or half of a Q4_K sub-block pair's 32 bytes (bytes 16h..16h + 15
-// of pair p: 16 values of sub-block 2p and 16 of 2p + 1), which its thread reads with the super-block's 16-byte
-// head (d, dmin, the packed scales: one sector shared by the eight threads of the super-block).
+// 16 values of Q8_0, one block of 32 of Q4_0, or half of a Q4_K / Q5_K sub-block pair's 32 bytes of codes
+// (bytes 16h..16h + 15 of pair p: 16 values of sub-block 2p and 16 of 2p + 1), which its thread reads with the
+// super-block's 16-byte head (d, dmin, the packed scales: one sector shared by the eight threads of the
+// super-block) and, for Q5_K, the 16 bytes of fifth bits of those values; or a Q6_K chunk (Q6Chunk: 32 values,
+// 8 of each sub-block of a half, read with 16-bit loads since Q6_K's 210-byte blocks are 2-byte aligned).
 //
 // Loads: each thread issues the loads of up to U chunks (codes, head or scale) before using any; a thread's
 // first ones go out before the dependent-launch wait (the weights are constant: the launcher makes the kernel
@@ -144,6 +161,59 @@ __device__ __forceinline__ uint4 q_high_nibbles(const uint4& v) {
                     (v.w >> 4) & 0x0F0F0F0Fu);
 }
 
+// Q5_K: the fifth bits of a chunk's 16 values (bit `bit` of each byte of h) joined to their 4-bit codes.
+__device__ __forceinline__ uint4 q_fifth_bits(const uint4& v, const uint4& h, int bit) {
+  auto f = [&](uint32_t c, uint32_t q) { return c | (((q >> bit) & 0x01010101u) << 4); };
+  return make_uint4(f(v.x, h.x), f(v.y, h.y), f(v.z, h.z), f(v.w, h.w));
+}
+
+// Two bytes of a Q6_K weight (2-byte aligned blocks): before the dependent-launch wait a coherent load kept in
+// program order, after it a read-only one; both allocate in L1, where the neighbouring threads' loads of the
+// same sectors hit.
+__device__ __forceinline__ uint32_t q_ld16(const uint8_t* p, bool waited) {
+  unsigned short v;
+  if (waited) asm("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  else asm volatile("ld.global.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+// Eight bytes at a 2-byte aligned address, as two words.
+__device__ __forceinline__ uint2 q_ld8_a2(const uint8_t* p, bool waited) {
+  return make_uint2(q_ld16(p, waited) | (q_ld16(p + 2, waited) << 16),
+                    q_ld16(p + 4, waited) | (q_ld16(p + 6, waited) << 16));
+}
+// Eight bytes of the activations' codes, after the wait (as ld_after_wait).
+__device__ __forceinline__ uint2 q_ld8_after_wait(const int8_t* p) {
+  uint2 v;
+  asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// A Q6_K chunk: 8 consecutive values (l = 8 lq .. 8 lq + 7) of each of the four sub-blocks of half h of a
+// super-block. Its bytes: ql[64h + 8lq ..] (a) and ql[64h + 32 + 8lq ..] (b), qh[32h + 8lq ..] (q), the four
+// scale pairs sc[8h + 2j ..] as 16-bit words (s: j = 0, 1 in x, 2, 3 in y) and d.
+struct Q6Chunk {
+  uint2 a, b, q, s;
+  uint32_t d;
+};
+__device__ __forceinline__ Q6Chunk q6_load(const uint8_t* blk, int h, int lq, bool waited) {
+  Q6Chunk r;
+  r.a = q_ld8_a2(blk + 64 * h + 8 * lq, waited);
+  r.b = q_ld8_a2(blk + 64 * h + 32 + 8 * lq, waited);
+  r.q = q_ld8_a2(blk + 128 + 32 * h + 8 * lq, waited);
+  r.s = q_ld8_a2(blk + 192 + 8 * h, waited);
+  r.d = q_ld16(blk + 208, waited);
+  return r;
+}
+// Sub-block j's 8 codes of the chunk, each minus 32, as signed bytes in two words; and its scale.
+__device__ __forceinline__ void q6_codes(const Q6Chunk& c, int j, int lq, int& w0, int& w1, int& sc) {
+  const uint32_t s0 = (j & 1) ? c.b.x : c.a.x, s1 = (j & 1) ? c.b.y : c.a.y;
+  const uint32_t n0 = (j < 2 ? s0 : s0 >> 4) & 0x0F0F0F0Fu, n1 = (j < 2 ? s1 : s1 >> 4) & 0x0F0F0F0Fu;
+  w0 = static_cast<int>(__vsub4(n0 | (((c.q.x >> (2 * j)) & 0x03030303u) << 4), 0x20202020u));
+  w1 = static_cast<int>(__vsub4(n1 | (((c.q.y >> (2 * j)) & 0x03030303u) << 4), 0x20202020u));
+  const uint32_t sw = j < 2 ? c.s.x : c.s.y;
+  sc = static_cast<int8_t>((sw >> (16 * (j & 1) + 8 * (lq >> 1))) & 0xFFu);
+}
+
 // Chunks per thread per step.
 template <int MT>
 constexpr int qgemv_unroll() {
@@ -160,11 +230,133 @@ struct QGroups {
   int64_t gw = 0, gws = 0, gx = 0, gy = 0;
 };
 
+// One thread's weight loads of a step: up to U chunks c0, c0 + stride, ... (codes, and the head, fifth bits or
+// scale each needs). early: the loads that stay before the dependent-launch wait (gemv_load_stream_early).
+template <int F, int U>
+struct QStep {
+  uint4 wv[U], hv[U], qv[U];
+  Q6Chunk c6[F == kQ6_K ? U : 1];
+  float dw[U];
+};
+
+template <int F, int U>
+__device__ __forceinline__ void q_load_step(QStep<F, U>& s, const uint8_t* wr, const uint16_t* sr, int c0, int stride,
+                                            int chunks, bool waited) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = c0 + u * stride;
+    if (c >= chunks) break;
+    if constexpr (F == kQ6_K) {
+      s.c6[u] = q6_load(wr + static_cast<int64_t>(c >> 3) * kQ6KBytes, (c >> 2) & 1, c & 3, waited);
+    } else {
+      const uint4* p;
+      if constexpr (F == kQ4_K || F == kQ5_K) {
+        const uint8_t* blk = wr + static_cast<int64_t>(c >> 3) * q_super_bytes(F);
+        p = reinterpret_cast<const uint4*>(blk + (F == kQ5_K ? 48 : 16) + 16 * (c & 7));
+        const uint4* h = reinterpret_cast<const uint4*>(blk);
+        s.hv[u] = waited ? gemv_load_stream(h) : gemv_load_stream_early(h);
+        if constexpr (F == kQ5_K) {
+          const uint4* q = reinterpret_cast<const uint4*>(blk + 16 + 16 * (c & 1));
+          s.qv[u] = waited ? gemv_load_stream(q) : gemv_load_stream_early(q);
+        }
+      } else {
+        p = reinterpret_cast<const uint4*>(wr) + c;
+        s.dw[u] = q_f16(__ldg(sr + (F == kQ8_0 ? c >> 1 : c)));
+      }
+      s.wv[u] = waited ? gemv_load_stream(p) : gemv_load_stream_early(p);
+    }
+  }
+}
+
+// The step's chunks against the activations (read after the wait) into acc[m], m < rows.
+template <int F, int U, int MT>
+__device__ __forceinline__ void q_compute_step(const QStep<F, U>& s, int c0, int stride, int chunks, const int8_t* xq,
+                                               const float* xd, const int* xs, int rows, int k, int nb,
+                                               float (&acc)[1][MT]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = c0 + u * stride;
+    if (c >= chunks) break;
+    if constexpr (F == kQ8_0) {
+      const int b = c >> 1;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m >= rows) break;
+        const uint4 xv = ld_after_wait(reinterpret_cast<const uint4*>(xq + static_cast<int64_t>(m) * k) + c);
+        const int si = q_dot16(s.wv[u], xv, 0);
+        acc[0][m] = fmaf(static_cast<float>(si), s.dw[u] * q_ld_f32_after_wait(xd + m * nb + b), acc[0][m]);
+      }
+    } else if constexpr (F == kQ4_0) {
+      const uint4 lo = q_low_nibbles(s.wv[u]), hi = q_high_nibbles(s.wv[u]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m >= rows) break;
+        const uint4* xp = reinterpret_cast<const uint4*>(xq + static_cast<int64_t>(m) * k + c * kQBlock);
+        const int si = q_dot16(hi, ld_after_wait(xp + 1), q_dot16(lo, ld_after_wait(xp), 0)) -
+                       8 * ld_after_wait(xs + m * nb + c);
+        acc[0][m] = fmaf(static_cast<float>(si), s.dw[u] * q_ld_f32_after_wait(xd + m * nb + c), acc[0][m]);
+      }
+    } else if constexpr (F == kQ6_K) {
+      const int bx = (c >> 3) * 8 + 4 * ((c >> 2) & 1), lq = c & 3;  // the x block of sub-block j: bx + j
+      const float d = q_f16(s.c6[u].d);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        int w0, w1, sc;
+        q6_codes(s.c6[u], j, lq, w0, w1, sc);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m >= rows) break;
+          const uint2 xv = q_ld8_after_wait(xq + static_cast<int64_t>(m) * k + (bx + j) * kQBlock + 8 * lq);
+          const int si = __dp4a(w1, static_cast<int>(xv.y), __dp4a(w0, static_cast<int>(xv.x), 0)) * sc;
+          acc[0][m] = fmaf(d * q_ld_f32_after_wait(xd + m * nb + bx + j), static_cast<float>(si), acc[0][m]);
+        }
+      }
+    } else {
+      const int sb = c >> 3, pair = (c >> 1) & 3, hf = c & 1;
+      const float d = q_f16(s.hv[u].x & 0xFFFFu), dmin = q_f16(s.hv[u].x >> 16);
+      int sc0, m0, sc1, m1;
+      q4k_scale_min(2 * pair, s.hv[u].y, s.hv[u].z, s.hv[u].w, sc0, m0);
+      q4k_scale_min(2 * pair + 1, s.hv[u].y, s.hv[u].z, s.hv[u].w, sc1, m1);
+      const float f0 = d * static_cast<float>(sc0), f1 = d * static_cast<float>(sc1);
+      const float g0 = dmin * static_cast<float>(m0), g1 = dmin * static_cast<float>(m1);
+      uint4 lo = q_low_nibbles(s.wv[u]), hi = q_high_nibbles(s.wv[u]);
+      if constexpr (F == kQ5_K) {
+        lo = q_fifth_bits(lo, s.qv[u], 2 * pair);
+        hi = q_fifth_bits(hi, s.qv[u], 2 * pair + 1);
+      }
+      const int b0 = sb * 8 + 2 * pair;  // the x blocks of sub-blocks 2 pair and 2 pair + 1
+      const int v0 = sb * kQ4KValues + 64 * pair + 16 * hf;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m >= rows) break;
+        const int8_t* xr = xq + static_cast<int64_t>(m) * k;
+        const int s0 = q_dot16(lo, ld_after_wait(reinterpret_cast<const uint4*>(xr + v0)), 0);
+        const int s1 = q_dot16(hi, ld_after_wait(reinterpret_cast<const uint4*>(xr + v0 + 32)), 0);
+        const float d0 = q_ld_f32_after_wait(xd + m * nb + b0), d1 = q_ld_f32_after_wait(xd + m * nb + b0 + 1);
+        float a = fmaf(f0 * d0, static_cast<float>(s0), acc[0][m]);
+        a = fmaf(f1 * d1, static_cast<float>(s1), a);
+        if (hf == 0) {  // the sub-blocks' mins, once per sub-block (by its first half's thread)
+          a -= g0 * d0 * static_cast<float>(ld_after_wait(xs + m * nb + b0));
+          a -= g1 * d1 * static_cast<float>(ld_after_wait(xs + m * nb + b0 + 1));
+        }
+        acc[0][m] = a;
+      }
+    }
+  }
+}
+
 // xq [rows, k] int8, xd / xs [rows, k / 32] (the activations' codes, scales and code sums; contiguous).
 // w: the weight's bytes, row stride ldw bytes; ws: Q8_0 / Q4_0's f16 scales (as bits), row stride ldws; n
-// weight rows. bias (nullable) and y in `otype`; y row stride ldy. 1 <= rows <= MT; k a multiple of 32 (Q4_K:
-// 256); w, ldw, gw, xq 16-byte aligned. grid = (ceil(n / (kGemvWarps / split)), groups) blocks of kGemvThreads.
-template <int F, int MT>
+// weight rows. bias (nullable) and y in `otype`; y row stride ldy. 1 <= rows <= MT; k a multiple of 32 (the
+// super-block formats: 256); w, ldw, gw (Q6_K: 2-byte), xq 16-byte aligned. A block takes `groups` = kGemvWarps /
+// split consecutive weight rows at a time (a row block); grid.y: the groups of a grouped launch; blocks of
+// kGemvThreads. Every thread takes the same number of steps per row (one past the row's chunks skips its loads).
+//   PIPE false: grid.x = the row blocks, one each.
+//   PIPE true: any grid.x; a block takes row blocks blockIdx.x, blockIdx.x + gridDim.x, ..., and each thread
+//   issues the loads of its next step (the row's next, or the next row block's first) before it computes the
+//   current one, so that its loads overlap its arithmetic. Twice the registers for the loads in flight, hence
+//   fewer warps per multiprocessor: a choice for the launcher (set_qgemv_blocks_per_sm). The same bits.
+template <int F, int MT, bool PIPE>
 __global__ void __launch_bounds__(kGemvThreads)
     qgemv_kernel(const int8_t* xq, const float* xd, const int* xs, int rows, int k, const uint8_t* __restrict__ w,
                  int64_t ldw, const uint16_t* __restrict__ ws, int64_t ldws, int64_t n,
@@ -175,8 +367,6 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int groups = kGemvWarps / split, group = warp / split;
   const int t = (warp % split) * 32 + lane, group_threads = 32 * split;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * groups + group;
-  const int64_t wrow = row < n ? row : n - 1;  // rows past n load the last one and store nothing
   const int nb = k / kQBlock;
 
   pdl_allow_dependents();
@@ -188,129 +378,107 @@ __global__ void __launch_bounds__(kGemvThreads)
     int e = ld_after_wait(grp.ids + g);
     if (e < 0 || e >= grp.num) e = 0;
     w += e * grp.gw;
-    if (F != kQ4_K) ws += e * grp.gws;
+    if (!q_super_blocks(F)) ws += e * grp.gws;
     xq += g * grp.gx * k;
     xd += g * grp.gx * nb;
     xs += g * grp.gx * nb;
     y = static_cast<char*>(y) + g * grp.gy * (otype == kQOutF32 ? 4 : 2);
   }
-  const uint8_t* wr = w + wrow * ldw;
-  const uint16_t* sr = F == kQ4_K ? nullptr : ws + wrow * ldws;
   const int chunks = q_chunks_per_row<F>(k);
-
+  const int step_chunks = U * group_threads;
+  const int steps = (chunks + step_chunks - 1) / step_chunks;
+  const int64_t row_blocks = (n + groups - 1) / groups;
+  // The weight row this thread reads in row block rb (rows past n load the last one and store nothing).
+  auto row_of = [&](int64_t rb, const uint8_t*& wr, const uint16_t*& sr) {
+    const int64_t row = rb * groups + group;
+    const int64_t wrow = row < n ? row : n - 1;
+    wr = w + wrow * ldw;
+    sr = q_super_blocks(F) ? nullptr : ws + wrow * ldws;
+  };
   float acc[1][MT];
 #pragma unroll
   for (int m = 0; m < MT; ++m) acc[0][m] = 0.f;
+  // Row block rb's sums: over the warp by shuffles, over the group's warps in shared memory in warp order.
+  auto finish = [&](int64_t rb) {
+    gemv_publish_warp_sums<1, MT>(acc, partial, warp, lane);
+    __syncthreads();
+    for (int i = static_cast<int>(threadIdx.x); i < groups * MT; i += kGemvThreads) {
+      const int m = i / groups, g = i % groups;
+      const int64_t r = rb * groups + g;
+      if (m >= rows || r >= n) continue;
+      float s = partial[(g * split) * MT + m];
+      for (int q = 1; q < split; ++q) s += partial[(g * split + q) * MT + m];
+      if (bias != nullptr) s += q_load_as_f32(bias, r, otype);
+      q_store_f32_as(y, static_cast<int64_t>(m) * ldy + r, otype, s);
+    }
+  };
 
-  for (int c0 = t; c0 < chunks; c0 += U * group_threads) {
-    uint4 wv[U], hv[U];
-    float dw[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = c0 + u * group_threads;
-      if (c >= chunks) break;
-      const uint4* p;
-      if constexpr (F == kQ4_K) {
-        const uint8_t* blk = wr + static_cast<int64_t>(c >> 3) * kQ4KBytes;
-        p = reinterpret_cast<const uint4*>(blk + 16 + 16 * (c & 7));
-        const uint4* h = reinterpret_cast<const uint4*>(blk);
-        hv[u] = waited ? gemv_load_stream(h) : gemv_load_stream_early(h);
-      } else {
-        p = reinterpret_cast<const uint4*>(wr) + c;
-        dw[u] = q_f16(__ldg(sr + (F == kQ8_0 ? c >> 1 : c)));
+  int64_t rb = blockIdx.x;
+  const uint8_t* wr;
+  const uint16_t* sr;
+  row_of(rb, wr, sr);
+  if constexpr (!PIPE) {
+    QStep<F, U> cur;
+    for (int st = 0; st < steps; ++st) {
+      q_load_step<F, U>(cur, wr, sr, t + st * step_chunks, group_threads, chunks, waited);
+      if (!waited) {
+        pdl_wait();
+        waited = true;
       }
-      wv[u] = waited ? gemv_load_stream(p) : gemv_load_stream_early(p);
+      q_compute_step<F, U, MT>(cur, t + st * step_chunks, group_threads, chunks, xq, xd, xs, rows, k, nb, acc);
     }
-    if (!waited) {
-      pdl_wait();
-      waited = true;
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = c0 + u * group_threads;
-      if (c >= chunks) break;
-      if constexpr (F == kQ8_0) {
-        const int b = c >> 1;
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          if (m >= rows) break;
-          const uint4 xv = ld_after_wait(reinterpret_cast<const uint4*>(xq + static_cast<int64_t>(m) * k) + c);
-          const int si = q_dot16(wv[u], xv, 0);
-          acc[0][m] = fmaf(static_cast<float>(si), dw[u] * q_ld_f32_after_wait(xd + m * nb + b), acc[0][m]);
-        }
-      } else if constexpr (F == kQ4_0) {
-        const uint4 lo = q_low_nibbles(wv[u]), hi = q_high_nibbles(wv[u]);
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          if (m >= rows) break;
-          const uint4* xp = reinterpret_cast<const uint4*>(xq + static_cast<int64_t>(m) * k + c * kQBlock);
-          const int si = q_dot16(hi, ld_after_wait(xp + 1), q_dot16(lo, ld_after_wait(xp), 0)) -
-                         8 * ld_after_wait(xs + m * nb + c);
-          acc[0][m] = fmaf(static_cast<float>(si), dw[u] * q_ld_f32_after_wait(xd + m * nb + c), acc[0][m]);
-        }
-      } else {
-        const int sb = c >> 3, pair = (c >> 1) & 3, hf = c & 1;
-        const float d = q_f16(hv[u].x & 0xFFFFu), dmin = q_f16(hv[u].x >> 16);
-        int sc0, m0, sc1, m1;
-        q4k_scale_min(2 * pair, hv[u].y, hv[u].z, hv[u].w, sc0, m0);
-        q4k_scale_min(2 * pair + 1, hv[u].y, hv[u].z, hv[u].w, sc1, m1);
-        const float f0 = d * static_cast<float>(sc0), f1 = d * static_cast<float>(sc1);
-        const float g0 = dmin * static_cast<float>(m0), g1 = dmin * static_cast<float>(m1);
-        const uint4 lo = q_low_nibbles(wv[u]), hi = q_high_nibbles(wv[u]);
-        const int b0 = sb * 8 + 2 * pair;  // the x blocks of sub-blocks 2 pair and 2 pair + 1
-        const int v0 = sb * kQ4KValues + 64 * pair + 16 * hf;
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          if (m >= rows) break;
-          const int8_t* xr = xq + static_cast<int64_t>(m) * k;
-          const int s0 = q_dot16(lo, ld_after_wait(reinterpret_cast<const uint4*>(xr + v0)), 0);
-          const int s1 = q_dot16(hi, ld_after_wait(reinterpret_cast<const uint4*>(xr + v0 + 32)), 0);
-          const float d0 = q_ld_f32_after_wait(xd + m * nb + b0), d1 = q_ld_f32_after_wait(xd + m * nb + b0 + 1);
-          float a = fmaf(f0 * d0, static_cast<float>(s0), acc[0][m]);
-          a = fmaf(f1 * d1, static_cast<float>(s1), a);
-          if (hf == 0) {  // the sub-blocks' mins, once per sub-block (by its first half's thread)
-            a -= g0 * d0 * static_cast<float>(ld_after_wait(xs + m * nb + b0));
-            a -= g1 * d1 * static_cast<float>(ld_after_wait(xs + m * nb + b0 + 1));
-          }
-          acc[0][m] = a;
-        }
+    finish(rb);
+  } else {
+    QStep<F, U> cur, nxt;
+    int st = 0;
+    if (rb < row_blocks) q_load_step<F, U>(cur, wr, sr, t, group_threads, chunks, waited);
+    if (!waited) pdl_wait();
+    while (rb < row_blocks) {
+      int64_t rb1 = rb;
+      int st1 = st + 1;
+      const uint8_t* wr1 = wr;
+      const uint16_t* sr1 = sr;
+      if (st1 == steps) {
+        st1 = 0;
+        rb1 = rb + gridDim.x;
+        row_of(rb1, wr1, sr1);
       }
+      if (rb1 < row_blocks) q_load_step<F, U>(nxt, wr1, sr1, t + st1 * step_chunks, group_threads, chunks, true);
+      q_compute_step<F, U, MT>(cur, t + st * step_chunks, group_threads, chunks, xq, xd, xs, rows, k, nb, acc);
+      if (rb1 != rb) {
+        finish(rb);
+        __syncthreads();  // partial is written again for the next row block
+#pragma unroll
+        for (int m = 0; m < MT; ++m) acc[0][m] = 0.f;
+      }
+      cur = nxt;
+      rb = rb1;
+      st = st1;
+      wr = wr1;
+      sr = sr1;
     }
-  }
-  if (!waited) pdl_wait();  // a thread with no chunk
-
-  gemv_publish_warp_sums<1, MT>(acc, partial, warp, lane);
-  __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < groups * MT; i += kGemvThreads) {
-    const int m = i / groups, g = i % groups;
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * groups + g;
-    if (m >= rows || r >= n) continue;
-    float s = partial[(g * split) * MT + m];
-    for (int q = 1; q < split; ++q) s += partial[(g * split + q) * MT + m];
-    if (bias != nullptr) s += q_load_as_f32(bias, r, otype);
-    q_store_f32_as(y, static_cast<int64_t>(m) * ldy + r, otype, s);
   }
 }
 
 // ---- dequantisation ----------------------------------------------------------------------------------------
 
-// 16 values rounded to T, stored with 16-byte stores at dst (16-byte aligned).
-template <class T>
-__device__ __forceinline__ void q_store16(T* dst, const float (&v)[16]) {
+// N (a multiple of 8) values rounded to T, stored with 16-byte stores at dst (16-byte aligned).
+template <int N, class T>
+__device__ __forceinline__ void q_store(T* dst, const float (&v)[N]) {
   uint4* p = reinterpret_cast<uint4*>(dst);
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < N / 4; ++i)
       p[i] = make_uint4(__float_as_uint(v[4 * i]), __float_as_uint(v[4 * i + 1]), __float_as_uint(v[4 * i + 2]),
                         __float_as_uint(v[4 * i + 3]));
   } else {
-    uint32_t w[8];
+    uint32_t w[N / 2];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < N / 2; ++i)
       w[i] = static_cast<uint32_t>(gemv_from_f32<T>(v[2 * i]).x) |
              (static_cast<uint32_t>(gemv_from_f32<T>(v[2 * i + 1]).x) << 16);
-    p[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    p[1] = make_uint4(w[4], w[5], w[6], w[7]);
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i) p[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
   }
 }
 
@@ -321,9 +489,10 @@ __device__ __forceinline__ int q_byte(const uint4& v, int e) {
 }
 
 // out [n, k] (contiguous, 16-byte aligned, T) = the weight's values, with the CPU's arithmetic (Q8_0 / Q4_0:
-// code x d, exact in f32; Q4_K: (d s_j) x code - (dmin m_j), each product and the difference rounded in f32),
-// then one rounding to T. One thread per chunk (q_chunks_per_row: 16 bytes of codes, read with one load),
-// its 16 or 32 values written with 16-byte stores; grid-stride. w and ldw 16-byte aligned.
+// code x d, exact in f32; Q4_K, Q5_K: (d s_j) x code - (dmin m_j), each product and the difference rounded in
+// f32; Q6_K: (d x sc) x (code - 32), each product rounded), then one rounding to T. One thread per chunk
+// (q_chunks_per_row), its 16 or 32 values written with 16-byte stores; grid-stride. w and ldw 16-byte aligned
+// (Q6_K: 2-byte).
 template <int F, class T>
 __global__ void __launch_bounds__(256) dequantize_q_kernel(const uint8_t* __restrict__ w, int64_t ldw,
                                                            const uint16_t* __restrict__ ws, int64_t ldws, int64_t n,
@@ -342,7 +511,7 @@ __global__ void __launch_bounds__(256) dequantize_q_kernel(const uint8_t* __rest
       const uint4 q = __ldg(reinterpret_cast<const uint4*>(wr) + c);
 #pragma unroll
       for (int e = 0; e < 16; ++e) lo[e] = __fmul_rn(static_cast<float>(static_cast<int8_t>(q_byte(q, e))), d);
-      q_store16(o + 16 * c, lo);
+      q_store<16>(o + 16 * c, lo);
     } else if constexpr (F == kQ4_0) {
       const float d = q_f16(ws[row * ldws + c]);
       const uint4 q = __ldg(reinterpret_cast<const uint4*>(wr) + c);
@@ -352,13 +521,32 @@ __global__ void __launch_bounds__(256) dequantize_q_kernel(const uint8_t* __rest
         lo[e] = __fmul_rn(static_cast<float>((b & 0xF) - 8), d);
         hi[e] = __fmul_rn(static_cast<float>((b >> 4) - 8), d);
       }
-      q_store16(o + 32 * c, lo);
-      q_store16(o + 32 * c + 16, hi);
+      q_store<16>(o + 32 * c, lo);
+      q_store<16>(o + 32 * c + 16, hi);
+    } else if constexpr (F == kQ6_K) {
+      const int h = (c >> 2) & 1, lq = c & 3;
+      const Q6Chunk q = q6_load(wr + static_cast<int64_t>(c >> 3) * kQ6KBytes, h, lq, true);
+      const float d = q_f16(q.d);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        int w0, w1, sc;
+        q6_codes(q, j, lq, w0, w1, sc);
+        const float f = __fmul_rn(d, static_cast<float>(sc));  // (d x scale) x (code - 32), as the CPU
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          v[e] = __fmul_rn(f, static_cast<float>(static_cast<int8_t>(w0 >> (8 * e))));
+          v[4 + e] = __fmul_rn(f, static_cast<float>(static_cast<int8_t>(w1 >> (8 * e))));
+        }
+        q_store<8>(o + (c >> 3) * kQ4KValues + 128 * h + 32 * j + 8 * lq, v);
+      }
     } else {
-      const uint8_t* blk = wr + static_cast<int64_t>(c >> 3) * kQ4KBytes;
+      const uint8_t* blk = wr + static_cast<int64_t>(c >> 3) * q_super_bytes(F);
       const int pair = (c >> 1) & 3, hf = c & 1;
       const uint4 h = __ldg(reinterpret_cast<const uint4*>(blk));
-      const uint4 q = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * (c & 7)));
+      uint4 q = __ldg(reinterpret_cast<const uint4*>(blk + (F == kQ5_K ? 48 : 16) + 16 * (c & 7)));
+      uint4 q5 = make_uint4(0, 0, 0, 0);
+      if constexpr (F == kQ5_K) q5 = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 16 * hf));
       const float d = q_f16(h.x & 0xFFFFu), dmin = q_f16(h.x >> 16);
       int sc0, m0, sc1, m1;
       q4k_scale_min(2 * pair, h.y, h.z, h.w, sc0, m0);
@@ -368,12 +556,13 @@ __global__ void __launch_bounds__(256) dequantize_q_kernel(const uint8_t* __rest
       const int v0 = (c >> 3) * kQ4KValues + 64 * pair + 16 * hf;
 #pragma unroll
       for (int e = 0; e < 16; ++e) {
-        const int b = q_byte(q, e);
-        lo[e] = __fsub_rn(__fmul_rn(f0, static_cast<float>(b & 0xF)), g0);
-        hi[e] = __fsub_rn(__fmul_rn(f1, static_cast<float>(b >> 4)), g1);
+        const int b = q_byte(q, e), f = q_byte(q5, e);  // f: Q5_K's fifth bits
+        const int c0 = (b & 0xF) | (((f >> (2 * pair)) & 1) << 4), c1 = (b >> 4) | (((f >> (2 * pair + 1)) & 1) << 4);
+        lo[e] = __fsub_rn(__fmul_rn(f0, static_cast<float>(c0)), g0);
+        hi[e] = __fsub_rn(__fmul_rn(f1, static_cast<float>(c1)), g1);
       }
-      q_store16(o + v0, lo);
-      q_store16(o + v0 + 32, hi);
+      q_store<16>(o + v0, lo);
+      q_store<16>(o + v0 + 32, hi);
     }
   }
 }
