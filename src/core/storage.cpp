@@ -1,3 +1,7 @@
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -28,6 +32,48 @@ constexpr size_t kHostAlign = 64;
 #ifndef KILN_HOST_CACHE_BUILD
 #define KILN_HOST_CACHE_BUILD 1
 #endif
+
+// Host blocks of 2 MiB and more are anonymous mappings of their own, aligned to 2 MiB and marked for transparent
+// huge pages (MADV_HUGEPAGE: Linux's default THP mode, "madvise", gives them only to regions that ask). A decode
+// step streams every weight once; with 4 KiB pages each 4 KiB of weights costs a TLB miss and a page walk
+// (two-level under a hypervisor). The tail past the last whole 2 MiB stays in small pages, so no memory is
+// wasted. KILN_HUGE_PAGES=0 turns it off (std::aligned_alloc then, as for smaller blocks); ASan builds leave it
+// out (the sanitizer tracks the C library's blocks only).
+constexpr size_t kHuge = size_t{2} << 20;
+
+bool huge_pages_enabled() {
+  static const bool yes = [] {
+    const char* v = std::getenv("KILN_HUGE_PAGES");
+    return KILN_HOST_CACHE_BUILD && !(v != nullptr && std::string(v) == "0");
+  }();
+  return yes;
+}
+
+size_t page_rounded(size_t n) {
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return (n + page - 1) / page * page;
+}
+
+// n bytes, kHostAlign-aligned; nullptr when out of memory. host_free(p, n) frees it.
+void* host_alloc(size_t n) {
+  if (n < kHuge || !huge_pages_enabled()) return std::aligned_alloc(kHostAlign, n);
+  const size_t len = page_rounded(n), span = len + kHuge;
+  void* m = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t start = (base + kHuge - 1) / kHuge * kHuge;
+  // The pages before the 2 MiB boundary and past the block go back at once.
+  if (start > base) ::munmap(m, start - base);
+  if (base + span > start + len) ::munmap(reinterpret_cast<void*>(start + len), base + span - (start + len));
+  void* p = reinterpret_cast<void*>(start);
+  (void)::madvise(p, len, MADV_HUGEPAGE);  // refused where the kernel has no THP: small pages then
+  return p;
+}
+
+void host_free(void* p, size_t n) {
+  if (n < kHuge || !huge_pages_enabled()) std::free(p);
+  else ::munmap(p, page_rounded(n));
+}
 
 // Freed host blocks of 256 KiB to 64 MiB, kept for the next allocation of their size class (sizes rounded up
 // to an eighth of their power of two). A prompt's activations are megabytes each, allocated and freed by every
@@ -95,17 +141,18 @@ std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
     if (cache.enabled() && nbytes >= HostCache::kMin && nbytes <= HostCache::kMax) {
       const size_t cls = HostCache::size_class(nbytes);  // a multiple of kHostAlign
       void* p = cache.take(cls);
-      if (!p) p = std::aligned_alloc(kHostAlign, cls);
+      if (!p) p = host_alloc(cls);
       if (!p) throw OutOfMemory(str("out of host memory allocating ", nbytes, " bytes"));
       return std::make_shared<Storage>(std::shared_ptr<void>(p, [cls](void* q) {
-                                         if (!HostCache::get().give(q, cls)) std::free(q);
+                                         if (!HostCache::get().give(q, cls)) host_free(q, cls);
                                        }),
                                        nbytes, device);
     }
     const size_t rounded = (std::max<size_t>(nbytes, 1) + kHostAlign - 1) / kHostAlign * kHostAlign;
-    void* p = std::aligned_alloc(kHostAlign, rounded);
+    void* p = host_alloc(rounded);
     if (!p) throw OutOfMemory(str("out of host memory allocating ", nbytes, " bytes"));
-    return std::make_shared<Storage>(std::shared_ptr<void>(p, [](void* q) { std::free(q); }), nbytes, device);
+    return std::make_shared<Storage>(std::shared_ptr<void>(p, [rounded](void* q) { host_free(q, rounded); }),
+                                     nbytes, device);
   }
 #if KILN_HAVE_CUDA
   return cuda::allocate_storage(nbytes, device);

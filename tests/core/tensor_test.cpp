@@ -1,3 +1,4 @@
+#include <fstream>
 #include <functional>
 
 #include "kiln/nn.h"
@@ -185,6 +186,37 @@ TEST(HostMemory, FreedMidSizeBlocksServeTheNextAllocationOfTheirClass) {
   Tensor c = empty({1 << 18}, DType::F32);  // b holds the block: a fresh one
   EXPECT_NE(c.data_ptr(), first);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(c.data_ptr()) % 64, 0u);
+#endif
+}
+
+// Blocks of 2 MiB and more are anonymous mappings of their own starting on a 2 MiB boundary (transparent huge
+// pages; src/core/storage.cpp), whole pages long whatever their size, and freeing one unmaps all of it: the
+// process's mappings do not grow over many allocations.
+TEST(HostMemory, LargeBlocksStartOnAHugePageBoundaryAndGoBackWhole) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan builds take every block from the C library";
+#else
+  const char* v = std::getenv("KILN_HUGE_PAGES");
+  if (v != nullptr && std::string(v) == "0") GTEST_SKIP() << "KILN_HUGE_PAGES=0";
+  const auto mappings = [] {
+    std::ifstream maps("/proc/self/maps");
+    int64_t n = 0;
+    for (std::string line; std::getline(maps, line);) ++n;
+    return n;
+  };
+  // 2 MiB exactly, past it by an odd count, above the cache's 64 MiB.
+  for (int64_t bytes : {int64_t{2} << 20, (int64_t{2} << 20) + 12345, (int64_t{70} << 20) + 3}) {
+    Tensor t = empty({bytes}, DType::U8);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % (uintptr_t{2} << 20), 0u) << bytes;
+    t.fill_(1);
+    EXPECT_EQ(sum(t).item<int64_t>(), bytes);
+  }
+  const int64_t before = mappings();
+  for (int i = 0; i < 40; ++i) {
+    Tensor t = empty({(int64_t{70} << 20) + 3 * i}, DType::U8);  // never cached: mapped and unmapped each time
+    t.data<uint8_t>()[t.numel() - 1] = static_cast<uint8_t>(i);
+  }
+  EXPECT_LE(mappings(), before + 2);
 #endif
 }
 
