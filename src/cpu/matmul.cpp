@@ -186,12 +186,13 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
   const T* pb = static_cast<const T*>(b.data_ptr());
   float* pc = c.data<float>();
   const int64_t sa = a.stride(0), sar = a.stride(1), sb = b.stride(0), sbm = b.stride(2);
+  const int64_t sc = c.stride(0), ldc = c.stride(1);  // c may be a block of columns of a wider matrix
   const std::unique_ptr<float[]> x(new float[static_cast<size_t>(n * k)]);  // every element written below
   for (int64_t bi = 0; bi < B; ++bi) {
 #pragma omp parallel for schedule(static) if (n * k > (1 << 16))
     for (int64_t r = 0; r < n; ++r) simd_widen(pa + bi * sa + r * sar, k, x.get() + r * k);
     const float* xp = x.get();
-    float* cb = pc + bi * n * m;
+    float* cb = pc + bi * sc;
     const T* base = pb + bi * sb;
 #if KILN_F16C_KERNELS
     if (n >= 2 && k > 0 && have_f16c() && half_gemm_in_registers()) {
@@ -202,7 +203,7 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
 #pragma omp parallel for schedule(dynamic) if (n * m * k > (1 << 16))
       for (int64_t blk = 0; blk < blocks; ++blk)
         half_gemm_nt(bf, n, k, xp, k, reinterpret_cast<const uint16_t*>(base), sbm, blk * 48,
-                     std::min(m, blk * 48 + 48), cb, m, alpha, beta);
+                     std::min(m, blk * 48 + 48), cb, ldc, alpha, beta);
       continue;
     }
 #endif
@@ -222,7 +223,7 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
             default: simd_dot_rows<4>(xp + r0 * k, k, w, k, d); break;
           }
           for (int64_t r = 0; r < rows; ++r) {
-            float& out = cb[(r0 + r) * m + j];
+            float& out = cb[(r0 + r) * ldc + j];
             out = beta == 0.f ? alpha * d[r] : beta * out + alpha * d[r];  // beta 0: c is not read (BLAS's rule)
           }
         }
@@ -237,7 +238,7 @@ void gemm_half_kernel(const Tensor& c, const Tensor& a, const Tensor& b, float a
       for (int64_t r = 0; r < rows; ++r) simd_widen(base + (j0 + r) * sbm, k, wf + r * k);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
                   static_cast<int>(k), alpha, xp, static_cast<int>(k), wf, static_cast<int>(k), beta, cb + j0,
-                  static_cast<int>(m));
+                  static_cast<int>(ldc));
     }
   }
 }
@@ -252,10 +253,14 @@ bool gemm_half_takes(const Tensor& a, const Tensor& b) {
 void gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
   if (c.numel() == 0) return;
 #if KILN_HAVE_DNNL
-  if (c.size(1) > kHalfInPlaceRows && dnnl_gemm_half(c, a, b, alpha, beta)) return;
+  const int64_t done = c.size(1) > kHalfInPlaceRows ? dnnl_gemm_half(c, a, b, alpha, beta) : 0;
+  if (done == c.size(2)) return;
+  const Tensor cr = c.narrow(2, done, c.size(2) - done), br = b.narrow(2, done, c.size(2) - done);
+#else
+  const Tensor &cr = c, &br = b;
 #endif
-  if (a.dtype() == DType::BF16) gemm_half_kernel<BFloat16>(c, a, b, alpha, beta);
-  else gemm_half_kernel<Half>(c, a, b, alpha, beta);
+  if (a.dtype() == DType::BF16) gemm_half_kernel<BFloat16>(cr, a, br, alpha, beta);
+  else gemm_half_kernel<Half>(cr, a, br, alpha, beta);
 }
 
 std::string blas_description() {

@@ -19,10 +19,13 @@ void gemm(const Tensor& c, const Tensor& a, const Tensor& b, const Scalar& alpha
 // weight widened once per group of four rows; more rows widen slices of b to f32 for sgemm. With beta 0, c is
 // written without being read (its contents may be anything).
 // With oneDNN (KILN_HAVE_DNNL) and a CPU with BF16 dot products, bf16 products of more than 16 rows go to
-// oneDNN's matmul instead (dnnl_gemm_half; false: not taken, c untouched).
+// oneDNN's matmul instead (dnnl_gemm_half: the count of c's columns it computed, a prefix; 0: c untouched).
+// On AMX it takes only the first m / 64 * 64 columns: oneDNN 2.6's AMX matmul gives wrong sums, or stops on an
+// illegal instruction, for some shapes whose m leaves 49-63 columns past a multiple of 64 (x of 17-32 rows by
+// 49-63 weight rows on 2 threads; 270 x 3583 by 62 on any); kiln's own tiles take the rest.
 bool gemm_half_takes(const Tensor& a, const Tensor& b);
 void gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta);
-bool dnnl_gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta);
+int64_t dnnl_gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta);
 // Which of the two the many-row bf16 products take here, in words (`kiln info`).
 std::string dnnl_gemm_half_description();
 

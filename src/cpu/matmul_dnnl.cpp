@@ -21,15 +21,27 @@ bool bf16_isa() {
   return yes;
 }
 
+// Whether oneDNN multiplies on AMX tiles here.
+bool amx_isa() {
+  static const bool yes = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (isa & want) == want;
+  }();
+  return yes;
+}
+
 }  // namespace
 
-bool dnnl_gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
+int64_t dnnl_gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alpha, float beta) {
   if (!dnnl_enabled() || a.dtype() != DType::BF16 || !bf16_isa() || alpha != 1.f || (beta != 0.f && beta != 1.f))
-    return false;
+    return 0;
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
-  const int64_t batch = c.size(0), n = c.size(1), m = c.size(2), k = a.size(2);
-  if (k == 0) return false;
+  const int64_t batch = c.size(0), n = c.size(1), k = a.size(2);
+  // On AMX whole blocks of 64 columns only (src/cpu/matmul.h).
+  const int64_t m = amx_isa() ? c.size(2) / 64 * 64 : c.size(2), ldc = c.size(2);
+  if (k == 0 || m == 0) return 0;
   try {
     DnnlContext& ctx = dnnl_context();
     // a [B, n, k] with unit stride along k; b [B, k, m] with unit stride along k (a linear layer's transposed
@@ -37,7 +49,7 @@ bool dnnl_gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alp
     const int64_t bb = b.stride(0) == 0 ? 1 : batch;
     const dnnl::memory::desc ad(dims{batch, n, k}, dt::bf16, dims{a.stride(0), a.stride(1), 1});
     const dnnl::memory::desc bd(dims{bb, k, m}, dt::bf16, dims{bb == 1 ? m * b.stride(2) : b.stride(0), 1, b.stride(2)});
-    const dnnl::memory::desc cd(dims{batch, n, m}, dt::f32, dims{n * m, m, 1});
+    const dnnl::memory::desc cd(dims{batch, n, m}, dt::f32, dims{n * ldc, ldc, 1});
     dnnl::primitive_attr attr;
     if (beta == 1.f) {
       dnnl::post_ops ops;
@@ -46,21 +58,22 @@ bool dnnl_gemm_half(const Tensor& c, const Tensor& a, const Tensor& b, float alp
     }
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, ctx.engine);
     // oneDNN's reference implementation is far slower than widening to f32 for sgemm.
-    if (std::string(pd.impl_info_str()).find("ref") != std::string::npos) return false;
+    if (std::string(pd.impl_info_str()).find("ref") != std::string::npos) return 0;
     dnnl::memory am(ad, ctx.engine, const_cast<void*>(a.data_ptr()));
     dnnl::memory bm(bd, ctx.engine, const_cast<void*>(b.data_ptr()));
     dnnl::memory cm(cd, ctx.engine, c.data_ptr());
     dnnl::matmul(pd).execute(ctx.stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
     ctx.stream.wait();
-    return true;
+    return m;
   } catch (const dnnl::error&) {
-    return false;  // no implementation for these shapes or strides: the caller's own path
+    return 0;  // no implementation for these shapes or strides: the caller's own path
   }
 }
 
 std::string dnnl_gemm_half_description() {
   if (!dnnl_enabled()) return "weights widened to f32 for BLAS above 16 rows (KILN_DNNL=0)";
   if (!bf16_isa()) return "weights widened to f32 for BLAS above 16 rows (this CPU has no BF16 dot products)";
+  if (amx_isa()) return "oneDNN matmul above 16 rows (AMX; weight rows past a multiple of 64: kiln's tiles)";
   return "oneDNN matmul above 16 rows (BF16 dot products)";
 }
 

@@ -121,15 +121,17 @@ TEST(Linear, HalfWeightsAtEveryTailAndRowCount) {
             static_cast<double>(Half(static_cast<float>(2 * sub + 1023 * sub + std::ldexp(1.0, -14)))));
 }
 
-// More than 16 rows with 16-bit weights (the many-row product: tiles of 4 x 3 over the rows of x and of w, k in
-// steps of 8, x taken in blocks of rows when k is long): every remainder of rows (mod 4), of weight rows (mod 3,
-// and the 48-row blocks the threads share), of k (mod 8), x in several row blocks, with a bias, and with
-// alpha / beta on an accumulated input that beta 0 must not read (NaN).
+// Two or more rows with 16-bit weights (the many-row product, cpu/f16c.cpp: tiles of 4 x 3 over the rows of x
+// and of w, k in steps of 8, x taken in blocks of rows when k is long): every remainder of rows (mod 4), of
+// weight rows (mod 3, and the 48-row blocks the threads share), of k (mod 8), x in several row blocks, with a
+// bias, and with alpha / beta on an accumulated input that beta 0 must not read (NaN). Above 16 rows bf16 goes to
+// oneDNN where the CPU multiplies bf16 natively; on AMX oneDNN takes the weight rows up to a multiple of 64 and
+// the tiles the rest (49: none to oneDNN; 98 and 130: both).
 TEST(Linear, HalfWeightsOfManyRowsAtEveryTile) {
   for (DType dt : {DType::F16, DType::BF16}) {
-    for (int64_t k : {1, 7, 8, 9, 257, 4100}) {
-      for (int64_t m : {17, 18, 19, 20, 37}) {
-        for (int64_t n : {1, 2, 4, 5, 49, 98}) {
+    for (int64_t k : {1, 7, 8, 9, 33, 257, 4100}) {
+      for (int64_t m : {2, 5, 17, 18, 19, 20, 37}) {
+        for (int64_t n : {1, 2, 4, 5, 49, 98, 130}) {
           if (k == 4100 && n < 49) continue;  // the long rows once per weight-row remainder are enough
           SCOPED_TRACE(str(dtype_name(dt), " k ", k, " m ", m, " n ", n));
           const Tensor w = test::random_tensor({n, k}, dt, -1, 1), x = test::random_tensor({m, k}, dt, -1, 1);
@@ -145,6 +147,12 @@ TEST(Linear, HalfWeightsOfManyRowsAtEveryTile) {
         }
       }
     }
+    // A batch of products whose weights are transposed views (each batch's columns split as above).
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x = test::random_tensor({3, 21, 100}, dt, -1, 1), w = test::random_tensor({3, 130, 100}, dt, -1, 1);
+    const Tensor ref = matmul(x.to(DType::F64), w.to(DType::F64).transpose(1, 2));
+    EXPECT_TRUE(test::all_close(matmul(x, w.transpose(1, 2)).to(DType::F64), ref,
+                                test::Tolerance{dt == DType::F16 ? 2e-3 : 1.6e-2, 1e-2}));
   }
 }
 
