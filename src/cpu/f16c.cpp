@@ -6,10 +6,19 @@
 #include <cpuid.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <immintrin.h>
 
 namespace kiln::cpu {
+
+int64_t weight_prefetch_distance() {
+  static const int64_t d = [] {
+    const char* v = std::getenv("KILN_PREFETCH");
+    return v != nullptr ? std::max<int64_t>(0, std::atoll(v)) : int64_t{2048};
+  }();
+  return d;
+}
 
 bool have_f16c() {
   static const bool yes = [] {

@@ -211,11 +211,14 @@ KILN_Q8_AVX2 inline __m256i q8_lanes(__m256i wv, __m256i xv) {
 template <int R>
 KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
                                 int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo) {
+  const int64_t ahead = weight_prefetch_distance();
   for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    prefetch_weights(wd, nb * 2, ahead);
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
+      prefetch_weights(w + b * kQ8Block, 8 * kQ8Block, ahead);
       __m256i e[R], g[R], t[R];
       for (int c = 0; c < 4; ++c) {
         const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (b + 2 * c) * kQ8Block));
@@ -254,11 +257,14 @@ KILN_Q8_AVX2 void dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* xd, 
 template <int R>
 KILN_Q8_VNNI void dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* xd, int64_t ldd, const int8_t* w,
                                 int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw, float* out, int64_t ldo) {
+  const int64_t ahead = weight_prefetch_distance();
   for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    prefetch_weights(wd, nb * 2, ahead);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+      prefetch_weights(w + b * kQ8Block, 2 * kQ8Block, ahead);
       const __m512i wv = _mm512_loadu_si512(w + b * kQ8Block);
       const float w0 = _cvtsh_ss(wd[b]), w1 = _cvtsh_ss(wd[b + 1]);
       for (int r = 0; r < R; ++r) {
@@ -316,6 +322,7 @@ template <int R>
 KILN_Q8_VNNI void dot_rows_q4_vnni(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd,
                                    const uint8_t* w, int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw,
                                    float* out, int64_t ldo) {
+  const int64_t ahead = weight_prefetch_distance();
   for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
     __m512 acc[R];
     __m256 tail[R];
@@ -328,7 +335,9 @@ KILN_Q8_VNNI void dot_rows_q4_vnni(const int8_t* xq, int64_t ldq, const float* x
                                _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
                                _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
                                _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
+    prefetch_weights(wd, nb * 2, ahead);
     for (; b + 8 <= nb; b += 8) {
+      prefetch_weights(w + b * (kQ8Block / 2), 8 * (kQ8Block / 2), ahead);
       __m512i cv[4];
       for (int j = 0; j < 4; ++j) cv[j] = q4_codes512(w, b + 2 * j);
       const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wd + b)));
@@ -378,12 +387,15 @@ template <int R>
 KILN_Q8_AVX2 void dot_rows_q4_avx2(const int8_t* xq, int64_t ldq, const float* xd, const int32_t* xn, int64_t ldd,
                                    const uint8_t* w, int64_t wstride, const uint16_t* wd, int64_t nb, int64_t nw,
                                    float* out, int64_t ldo) {
+  const int64_t ahead = weight_prefetch_distance();
   for (int64_t row = 0; row < nw; ++row, w += wstride, wd += nb, out += 1) {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t ldn = ldq / 4;
+    prefetch_weights(wd, nb * 2, ahead);
     for (int64_t b = 0; b < nb; ++b) {
+      if (b % 4 == 0) prefetch_weights(w + b * (kQ8Block / 2), 64, ahead);
       const __m256i cv = q4_codes256(w, b);
       const float ws = _cvtsh_ss(wd[b]);
       for (int r = 0; r < R; ++r) {
@@ -442,12 +454,14 @@ KILN_Q8_VNNI void q4k_dot_rows_vnni(const int8_t* xq, int64_t ldq, const float* 
                              _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
                              _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
                              _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
+  const int64_t ahead = weight_prefetch_distance();
   for (int64_t row = 0; row < nw; ++row, w += nsb * kBytes, out += 1) {
     __m512 acc[R];
     __m256 mins[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), mins[r] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
       const uint8_t* blk = w + s * kBytes;
+      prefetch_weights(blk, kBytes, ahead);
       __m256 vsc, vmn;
       q4k_factors_avx2(blk, vsc, vmn);
       __m512i cv[4];
@@ -485,11 +499,13 @@ KILN_Q8_AVX2 void q4k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* 
                                     const uint8_t* w, int64_t nsb, int64_t nw, float* out, int64_t ldo) {
   constexpr int64_t kBytes = Q5 ? kQ5KBytes : kQ4KBytes;
   const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t ahead = weight_prefetch_distance();
   for (int64_t row = 0; row < nw; ++row, w += nsb * kBytes, out += 1) {
     __m256 acc[R], mins[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), mins[r] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
       const uint8_t* blk = w + s * kBytes;
+      prefetch_weights(blk, kBytes, ahead);
       const int8_t* x = xq + s * kQ4KBlock;
       __m256i pair[R][4];  // pair[r][c]: sub-blocks 2c and 2c + 1, lanes summed two by two
       for (int c = 0; c < 4; ++c) {
@@ -539,11 +555,13 @@ KILN_Q8_AVX2 void q6k_dot_rows_avx2(const int8_t* xq, int64_t ldq, const float* 
                                hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1);
   }
   const int64_t ldg = ldq / 16;
+  const int64_t ahead = weight_prefetch_distance();
   for (int64_t row = 0; row < nw; ++row, w += nsb * kQ6KBytes, out += 1) {
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; ++s) {
       const uint8_t* blk = w + s * kQ6KBytes;
+      prefetch_weights(blk, kQ6KBytes, ahead);
       const int8_t* x = xq + s * kQ6KBlock;
       const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
       __m256i pair[R][4], t[R];
