@@ -2,7 +2,11 @@
 """CPU prefill and decode of kiln against llama.cpp on the same GGUF files, side by side in one run.
 
 llama.cpp runs through PyPI's llama-cpp-python, which builds llama.cpp for the machine it installs on
-(`build/venv/bin/pip install llama-cpp-python`: a few minutes of compiling). The model is a random checkpoint
+(`build/venv/bin/pip install llama-cpp-python`: a few minutes of compiling). On CPUs with AMX, llama-cpp-python
+0.3.36's native build stops with a segmentation fault in the prompt of Q8_0 and Q4_K files (its own quantiser's
+too); build it without AMX there: CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+-DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+-DGGML_AVX_VNNI=ON" pip install llama-cpp-python. The model is a random checkpoint
 (bf16 N(0, 0.02) weights, tests/data's Qwen2 tokenizer) with Qwen3-0.6B's shapes, or with --model qwen3-moe
 Qwen3-30B-A3B's in 4 layers (bench/presets.py; 128 experts, top 8), written once, then `kiln quantize DIR
 FILE.gguf --type T` for each type (q4_k_m and q5_k_m: llama.cpp's own quantiser from the F16 file, Q6_K output

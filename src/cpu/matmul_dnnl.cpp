@@ -11,23 +11,20 @@ namespace kiln::cpu {
 
 namespace {
 
+bool has_isa(dnnl::cpu_isa want) {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
+}
+
 // Whether the CPU multiplies bf16 natively (avx512_core_bf16's bits are a subset of AMX's).
 bool bf16_isa() {
-  static const bool yes = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    return (isa & want) == want;
-  }();
+  static const bool yes = has_isa(dnnl::cpu_isa::avx512_core_bf16);
   return yes;
 }
 
 // Whether oneDNN multiplies on AMX tiles here.
 bool amx_isa() {
-  static const bool yes = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-    return (isa & want) == want;
-  }();
+  static const bool yes = has_isa(dnnl::cpu_isa::avx512_core_amx);
   return yes;
 }
 
