@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/copy.h"
@@ -105,13 +106,27 @@ class HostCache {
     cached_ -= cls;
     return p;
   }
-  // False when the cache is full: the caller frees the block.
-  bool give(void* p, size_t cls) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (cached_ + cls > kCap) return false;
-    free_[cls].push_back(p);
-    cached_ += cls;
-    return true;
+  // Keeps the block. When that would pass the cap, the class holding the most bytes gives up blocks first:
+  // blocks left from earlier work (a model's loading, a longer prompt) make room for the sizes in use now,
+  // which would otherwise come back as fresh pages on every allocation.
+  void give(void* p, size_t cls) {
+    std::vector<std::pair<void*, size_t>> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (cached_ + cls > kCap) {
+        auto victim = free_.end();
+        for (auto it = free_.begin(); it != free_.end(); ++it)
+          if (!it->second.empty() && (victim == free_.end() || it->first * it->second.size() >
+                                                                   victim->first * victim->second.size()))
+            victim = it;
+        evicted.emplace_back(victim->second.back(), victim->first);
+        victim->second.pop_back();
+        cached_ -= victim->first;
+      }
+      free_[cls].push_back(p);
+      cached_ += cls;
+    }
+    for (const auto& [q, c] : evicted) host_free(q, c);
   }
 
  private:
@@ -143,9 +158,7 @@ std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
       void* p = cache.take(cls);
       if (!p) p = host_alloc(cls);
       if (!p) throw OutOfMemory(str("out of host memory allocating ", nbytes, " bytes"));
-      return std::make_shared<Storage>(std::shared_ptr<void>(p, [cls](void* q) {
-                                         if (!HostCache::get().give(q, cls)) host_free(q, cls);
-                                       }),
+      return std::make_shared<Storage>(std::shared_ptr<void>(p, [cls](void* q) { HostCache::get().give(q, cls); }),
                                        nbytes, device);
     }
     const size_t rounded = (std::max<size_t>(nbytes, 1) + kHostAlign - 1) / kHostAlign * kHostAlign;
